@@ -1,0 +1,457 @@
+// Package runsc is sbx's gVisor driver: the only code that execs runsc.
+//
+// It owns the typed wrapper over a pinned runsc binary (one method per runsc
+// subcommand, each call's options rendering their own flags), the OCI spec
+// that sbx hands to runsc, and the stdio plumbing between a caller and a
+// sandboxed process (pipes or a pty, never the caller's own descriptors).
+//
+// It must not know about images, policy or the sbx state layout: it runs the
+// bundle it is given. Callers (the sbx engine, the containerd shim) decide
+// what goes into the bundle.
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// Runsc runs one pinned runsc binary with a fixed set of global flags. The
+// same global flags must be used for every call on one sandbox (create, exec,
+// checkpoint, ...), so callers keep a Runsc per sandbox, or one per
+// configuration.
+type Runsc struct {
+	// Path is the runsc binary.
+	Path string
+	// Root is runsc's state directory (--root).
+	Root string
+	// Platform is the gVisor platform (--platform); empty means runsc's
+	// default (systrap).
+	Platform string
+	// Network is the --network mode: "none", "sandbox" or "host".
+	Network string
+	// Overlay is the --overlay2 value, e.g. "root:dir=/path,size=10g".
+	Overlay string
+	// GoferNetNS is --gofer-network-namespace: "new" gives every gofer an
+	// empty network namespace of its own, gone with the gofer; runsc's
+	// default ("null") bind-mounts one shared namespace into Root.
+	GoferNetNS string
+	// IgnoreCgroups passes --ignore-cgroups (rootless: no cgroup access).
+	IgnoreCgroups bool
+	// LogPath, if set, is runsc's own log (--log, --log-format=text).
+	LogPath string
+	// DebugLogDir, if set, turns on --debug and writes per-command debug
+	// logs there (--debug-log=DIR/).
+	DebugLogDir string
+	// ExtraFlags are appended to the global flags verbatim.
+	ExtraFlags []string
+}
+
+// globalArgs renders r's global flags.
+func (r *Runsc) globalArgs() []string {
+	args := []string{"--root", r.Root}
+	if r.Platform != "" {
+		args = append(args, "--platform="+r.Platform)
+	}
+	if r.Network != "" {
+		args = append(args, "--network="+r.Network)
+	}
+	if r.Overlay != "" {
+		args = append(args, "--overlay2="+r.Overlay)
+	}
+	if r.GoferNetNS != "" {
+		args = append(args, "--gofer-network-namespace="+r.GoferNetNS)
+	}
+	if r.IgnoreCgroups {
+		args = append(args, "--ignore-cgroups")
+	}
+	if r.LogPath != "" {
+		args = append(args, "--log="+r.LogPath, "--log-format=text")
+	}
+	if r.DebugLogDir != "" {
+		args = append(args, "--debug", "--debug-log="+r.DebugLogDir+"/")
+	}
+	return append(args, r.ExtraFlags...)
+}
+
+func (r *Runsc) command(ctx context.Context, sub string, args ...string) *exec.Cmd {
+	full := append(r.globalArgs(), sub)
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, r.Path, full...)
+	// A runsc helper must never be killed with us by a terminal's SIGINT
+	// to the process group: sbx decides what to do with signals.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = os.Environ()
+	return cmd
+}
+
+// Error is a failed runsc call: the subcommand, its exit status and what
+// runsc printed on stderr.
+type Error struct {
+	Sub    string
+	Status int
+	Stderr string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if msg == "" {
+		msg = e.Err.Error()
+	}
+	// runsc prefixes some messages with a timestamped log header; keep the
+	// last line, which carries the error.
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+		msg = strings.TrimSpace(msg[i+1:])
+	}
+	return fmt.Sprintf("runsc %s: %s", e.Sub, msg)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// run runs a short runsc command to completion. Its stdout is returned.
+// Stderr goes to a temporary file rather than a pipe: runsc create leaves
+// daemons behind that inherit stderr, and a pipe would never see EOF.
+func (r *Runsc) run(ctx context.Context, sub string, args ...string) ([]byte, error) {
+	cmd := r.command(ctx, sub, args...)
+	errf, err := os.CreateTemp("", "sbx-runsc-stderr-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(errf.Name())
+	defer errf.Close()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = errf
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), r.wrapErr(sub, err, errf)
+	}
+	return out.Bytes(), nil
+}
+
+func (r *Runsc) wrapErr(sub string, err error, errf *os.File) error {
+	var stderr []byte
+	if errf != nil {
+		stderr, _ = os.ReadFile(errf.Name())
+	}
+	e := &Error{Sub: sub, Status: -1, Stderr: string(stderr), Err: err}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		e.Status = ee.ExitCode()
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runsc binary %q: %w: %w", r.Path, errdefs.ErrNotFound, err)
+	}
+	return e
+}
+
+// Exists reports whether runsc has state for container id. It reads runsc's
+// state directory rather than parsing runsc's error text.
+func (r *Runsc) Exists(id string) bool {
+	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
+	return len(m) > 0
+}
+
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// CreateOpts are the options of Create.
+type CreateOpts struct {
+	// PidFile receives the sandbox process's host PID.
+	PidFile string
+	// ConsoleSocket is a unix socket path that receives the pty master
+	// when the spec asks for a terminal.
+	ConsoleSocket string
+	// Stdio of the container's init. nil means /dev/null. They must be
+	// real files (pipes, /dev/null, a log file): runsc hands them to the
+	// sandbox, which outlives this call.
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Create creates container id from the bundle at bundle, without starting
+// its init.
+func (r *Runsc) Create(ctx context.Context, id, bundle string, o CreateOpts) error {
+	args := []string{"--bundle", bundle}
+	if o.PidFile != "" {
+		args = append(args, "--pid-file", o.PidFile)
+	}
+	if o.ConsoleSocket != "" {
+		args = append(args, "--console-socket", o.ConsoleSocket)
+	}
+	args = append(args, id)
+	cmd := r.command(ctx, "create", args...)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout = orFile(o.Stdin, devnull), orFile(o.Stdout, devnull)
+	// runsc's own error is written to its stderr, which the sandbox also
+	// inherits as the init's stderr. Capture it through a file.
+	errf := o.Stderr
+	if errf == nil {
+		if errf, err = os.CreateTemp("", "sbx-runsc-create-"); err != nil {
+			return err
+		}
+		defer os.Remove(errf.Name())
+		defer errf.Close()
+	}
+	start, _ := errf.Seek(0, 2)
+	cmd.Stderr = errf
+	if err := cmd.Run(); err != nil {
+		e := r.wrapErr("create", err, nil)
+		var re *Error
+		if errors.As(e, &re) {
+			b, _ := os.ReadFile(errf.Name())
+			if int64(len(b)) >= start {
+				re.Stderr = string(b[start:])
+			}
+		}
+		return e
+	}
+	return nil
+}
+
+func orFile(f, def *os.File) *os.File {
+	if f != nil {
+		return f
+	}
+	return def
+}
+
+// Start starts the init of a created container.
+func (r *Runsc) Start(ctx context.Context, id string) error {
+	_, err := r.run(ctx, "start", id)
+	return err
+}
+
+// KillOpts are the options of Kill.
+type KillOpts struct {
+	// All signals every process in the container.
+	All bool
+	// Pid signals one process, by its PID inside the sandbox.
+	Pid int
+}
+
+// Kill sends sig to the container's init (or as o says).
+func (r *Runsc) Kill(ctx context.Context, id string, sig syscall.Signal, o KillOpts) error {
+	var args []string
+	if o.All {
+		args = append(args, "--all")
+	}
+	if o.Pid != 0 {
+		args = append(args, "--pid", strconv.Itoa(o.Pid))
+	}
+	args = append(args, id, strconv.Itoa(int(sig)))
+	_, err := r.run(ctx, "kill", args...)
+	return err
+}
+
+// Delete deletes the container. With force a running container is killed
+// first. Deleting a container runsc has no state for succeeds.
+func (r *Runsc) Delete(ctx context.Context, id string, force bool) error {
+	if !r.Exists(id) {
+		return nil
+	}
+	args := []string{}
+	if force {
+		args = append(args, "--force")
+	}
+	_, err := r.run(ctx, "delete", append(args, id)...)
+	if err != nil && !r.Exists(id) {
+		return nil
+	}
+	return err
+}
+
+// State is the OCI state runsc reports for a container.
+type State struct {
+	ID      string    `json:"id"`
+	Pid     int       `json:"pid"`
+	Status  string    `json:"status"`
+	Bundle  string    `json:"bundle"`
+	Created time.Time `json:"created"`
+}
+
+// Status values of State.Status.
+const (
+	StatusCreating = "creating"
+	StatusCreated  = "created"
+	StatusRunning  = "running"
+	StatusPaused   = "paused"
+	StatusStopped  = "stopped"
+)
+
+// State returns runsc's view of the container. A container runsc has no
+// state for is reported as errdefs.ErrNotFound.
+func (r *Runsc) State(ctx context.Context, id string) (State, error) {
+	if !r.Exists(id) {
+		return State{}, fmt.Errorf("runsc container %q: %w", id, errdefs.ErrNotFound)
+	}
+	out, err := r.run(ctx, "state", id)
+	if err != nil {
+		return State{}, err
+	}
+	var s State
+	if err := json.Unmarshal(out, &s); err != nil {
+		return State{}, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// Process is a process inside a sandbox, as `runsc ps` reports it.
+type Process struct {
+	UID   uint32 `json:"uid"`
+	PID   int    `json:"pid"`
+	PPID  int    `json:"ppid"`
+	TTY   string `json:"tty"`
+	STime string `json:"stime"`
+	Time  string `json:"time"`
+	Cmd   string `json:"cmd"`
+}
+
+// Ps lists the container's processes. runsc's JSON form has PIDs only, so
+// this reads its table: UID PID PPID PGID C TTY STIME TIME CMD.
+func (r *Runsc) Ps(ctx context.Context, id string) ([]Process, error) {
+	out, err := r.run(ctx, "ps", id)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var ps []Process
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) < 9 {
+			return nil, fmt.Errorf("runsc ps %s: unexpected line %q", id, l)
+		}
+		uid, err1 := strconv.ParseUint(f[0], 10, 32)
+		pid, err2 := strconv.Atoi(f[1])
+		ppid, err3 := strconv.Atoi(f[2])
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("runsc ps %s: line %q: %w", id, l, err)
+		}
+		ps = append(ps, Process{
+			UID: uint32(uid), PID: pid, PPID: ppid, TTY: f[5], STime: f[6], Time: f[7],
+			Cmd: strings.Join(f[8:], " "),
+		})
+	}
+	return ps, nil
+}
+
+// WaitStatus is the exit status `runsc wait` reports.
+type WaitStatus struct {
+	ID         string `json:"id"`
+	ExitStatus int    `json:"exitStatus"`
+}
+
+// Wait waits for the container's init (or, with pid != 0, the process with
+// that PID inside the sandbox) to exit and returns its wait status.
+func (r *Runsc) Wait(ctx context.Context, id string, pid int) (WaitStatus, error) {
+	args := []string{}
+	if pid != 0 {
+		args = append(args, "--pid", strconv.Itoa(pid))
+	}
+	out, err := r.run(ctx, "wait", append(args, id)...)
+	if err != nil {
+		return WaitStatus{}, err
+	}
+	var ws WaitStatus
+	if err := json.Unmarshal(out, &ws); err != nil {
+		return WaitStatus{}, fmt.Errorf("runsc wait %s: %w", id, err)
+	}
+	return ws, nil
+}
+
+// CheckpointOpts are the options of Checkpoint.
+type CheckpointOpts struct {
+	// LeaveRunning keeps the sandbox running after the checkpoint.
+	LeaveRunning bool
+}
+
+// Checkpoint saves the sandbox's memory and filesystem state into dir.
+// Unless o.LeaveRunning, the sandbox exits afterwards.
+func (r *Runsc) Checkpoint(ctx context.Context, id, dir string, o CheckpointOpts) error {
+	args := []string{"--image-path", dir}
+	if o.LeaveRunning {
+		args = append(args, "--leave-running")
+	}
+	_, err := r.run(ctx, "checkpoint", append(args, id)...)
+	return err
+}
+
+// RestoreOpts are the options of Restore.
+type RestoreOpts struct {
+	// Detach returns once the sandbox runs instead of waiting for it.
+	Detach bool
+	// PidFile receives the sandbox process's host PID.
+	PidFile string
+	// Stdio of the restored init; nil means /dev/null.
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Restore starts container id from bundle with the state saved in dir.
+func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, o RestoreOpts) error {
+	args := []string{"--bundle", bundle, "--image-path", dir}
+	if o.Detach {
+		args = append(args, "--detach")
+	}
+	if o.PidFile != "" {
+		args = append(args, "--pid-file", o.PidFile)
+	}
+	cmd := r.command(ctx, "restore", append(args, id)...)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout = orFile(o.Stdin, devnull), orFile(o.Stdout, devnull)
+	errf := o.Stderr
+	if errf == nil {
+		if errf, err = os.CreateTemp("", "sbx-runsc-restore-"); err != nil {
+			return err
+		}
+		defer os.Remove(errf.Name())
+		defer errf.Close()
+	}
+	cmd.Stderr = errf
+	if err := cmd.Run(); err != nil {
+		return r.wrapErr("restore", err, errf)
+	}
+	return nil
+}
+
+// TarRootfsUpper writes the container's root filesystem changes (gVisor's
+// overlay upper layer) as a tar to file.
+func (r *Runsc) TarRootfsUpper(ctx context.Context, id, file string) error {
+	_, err := r.run(ctx, "tar", "rootfs-upper", "--file", file, id)
+	return err
+}
+
+// Version returns the first line of `runsc --version`.
+func (r *Runsc) Version(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, r.Path, "--version").Output()
+	if err != nil {
+		return "", r.wrapErr("--version", err, nil)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line), nil
+}

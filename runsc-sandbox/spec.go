@@ -1,0 +1,101 @@
+package runsc
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DefaultCapabilities is the capability set of a sandbox's processes: the
+// set a Docker container gets, so that package managers work as root inside.
+// They are capabilities within gVisor's kernel, not the host's.
+var DefaultCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// SpecConfig describes the sandbox that Spec renders. The caller owns every
+// path in it.
+type SpecConfig struct {
+	// Rootfs is the root filesystem directory. gVisor's overlay takes the
+	// sandbox's writes, so it may be shared read-only between sandboxes.
+	Rootfs string
+	// Hostname inside the sandbox.
+	Hostname string
+	// Process is the sandbox's init.
+	Process specs.Process
+	// Mounts are added after the default ones (/proc, /dev, /sys, ...).
+	Mounts []specs.Mount
+	// UserNamespace maps HostUID/HostGID to root inside, for a sandbox
+	// started by an unprivileged user (rootless).
+	UserNamespace    bool
+	HostUID, HostGID uint32
+	// CgroupsPath and Resources, when set, put the sandbox in that cgroup
+	// with those limits.
+	CgroupsPath string
+	Resources   *specs.LinuxResources
+	// Annotations are copied into the spec.
+	Annotations map[string]string
+}
+
+// Spec renders c as an OCI runtime spec for runsc.
+func Spec(c SpecConfig) *specs.Spec {
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Root:     &specs.Root{Path: c.Rootfs},
+		Hostname: c.Hostname,
+		Process:  &c.Process,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		},
+		Annotations: c.Annotations,
+		Linux: &specs.Linux{
+			CgroupsPath: c.CgroupsPath,
+			Resources:   c.Resources,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace},
+			},
+			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"},
+			ReadonlyPaths: []string{"/proc/sys", "/proc/sysrq-trigger"},
+		},
+	}
+	s.Mounts = append(s.Mounts, c.Mounts...)
+	if s.Process.Capabilities == nil {
+		caps := append([]string(nil), DefaultCapabilities...)
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: caps, Effective: caps, Permitted: caps,
+		}
+	}
+	if c.UserNamespace {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: c.HostUID, Size: 1}}
+		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: c.HostGID, Size: 1}}
+	}
+	return s
+}
+
+// WriteBundle writes s as bundle/config.json, readable by its owner only:
+// a spec can carry environment values that others must not read.
+func WriteBundle(bundle string, s *specs.Spec) error {
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "\t")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(bundle, ".config.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(bundle, "config.json"))
+}
