@@ -66,7 +66,7 @@ func busyboxBundle(t *testing.T, script string) string {
 	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"sh", "cat", "echo", "sleep", "true"} {
+	for _, a := range []string{"sh", "cat", "echo", "sleep", "true", "mv"} {
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", a)); err != nil {
 			t.Fatal(err)
 		}
@@ -114,9 +114,10 @@ func execOut(t *testing.T, r *Runsc, id string, args ...string) string {
 	return out.String()
 }
 
-// counterScript counts in /count, ten times a second, from init. Not in
-// /tmp: gVisor mounts a tmpfs there, outside the overlay's upper layer.
-const counterScript = `i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done`
+// counterScript counts in /count, ten times a second, from init, replacing
+// the file whole so that a reader never sees it half written. Not in /tmp:
+// gVisor mounts a tmpfs there, outside the overlay's upper layer.
+const counterScript = `i=0; while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done`
 
 func readCount(t *testing.T, r *Runsc, id string) int {
 	t.Helper()
