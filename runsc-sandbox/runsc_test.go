@@ -121,7 +121,7 @@ const counterScript = `i=0; while true; do i=$((i+1)); echo $i > /count.new; mv 
 
 func readCount(t *testing.T, r *Runsc, id string) int {
 	t.Helper()
-	n, err := strconv.Atoi(strings.TrimSpace(execOut(t, r, id, "cat", "/count")))
+	n, err := strconv.Atoi(strings.TrimSpace(execOut(t, r, id, "sh", "-c", "cat /count 2>/dev/null || echo 0")))
 	if err != nil {
 		t.Fatal(err)
 	}
