@@ -1,0 +1,71 @@
+// Package commands is the sbx command line: the app, its global flags, and
+// the one way every command builds its engine and reports errors.
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	"sbx.dev/sbx/cmd/sbx/commands/image"
+	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
+	"sbx.dev/sbx/cmd/sbx/commands/system"
+)
+
+// App is the sbx CLI.
+func App() *cli.App {
+	app := &cli.App{
+		Name:                   "sbx",
+		Usage:                  "run commands in disposable gVisor sandboxes",
+		Version:                system.Version(),
+		HideVersion:            true,
+		UseShortOptionHandling: true,
+		Flags:                  clix.GlobalFlags,
+		Before:                 clix.Before,
+		ExitErrHandler:         func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return clix.UsageError(err)
+		},
+	}
+	app.Commands = append(app.Commands, system.Commands...)
+	app.Commands = append(app.Commands, image.Command)
+	app.Commands = append(app.Commands, sandbox.Commands...)
+	for _, c := range app.Commands {
+		setUsageErrors(c)
+	}
+	return app
+}
+
+// setUsageErrors makes bad flags of every subcommand a runtime error
+// (exit 125) rather than urfave's default.
+func setUsageErrors(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return clix.UsageError(err) }
+	for _, s := range c.Subcommands {
+		setUsageErrors(s)
+	}
+}
+
+// Main runs the CLI and returns the process's exit status.
+func Main(args []string) int {
+	return run(App(), args, os.Stderr)
+}
+
+func run(app *cli.App, args []string, stderr io.Writer) int {
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	var st *clix.Status
+	if errors.As(err, &st) {
+		if st.Err != nil {
+			fmt.Fprintf(stderr, "sbx: %v\n", st.Err)
+		}
+		return st.Code
+	}
+	fmt.Fprintf(stderr, "sbx: %v\n", err)
+	return clix.ExitRuntime
+}

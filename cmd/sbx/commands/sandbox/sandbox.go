@@ -1,0 +1,343 @@
+// Package sandbox holds the sandbox commands: create, run, exec, ls,
+// inspect, stop, rm.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/policy"
+)
+
+// Commands are the sandbox commands, top-level verbs of sbx.
+var Commands = []*cli.Command{
+	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
+}
+
+var createFlags = []cli.Flag{
+	&cli.StringFlag{Name: "name", Usage: "a unique name for the sandbox"},
+	&cli.StringFlag{Name: "image", Usage: "image to run (default " + engine.DefaultImage + ")"},
+	&cli.StringFlag{Name: "cpus", Usage: "CPU limit, in cores (default 2)"},
+	&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512m, 2g (default 2g)"},
+	&cli.StringFlag{Name: "pids", Usage: "process limit (default 1024)"},
+	&cli.StringFlag{Name: "disk", Usage: "writable layer size, e.g. 1g (default 10g)"},
+	&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none"},
+	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
+	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
+	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
+}
+
+// createRequest renders the create flags.
+func createRequest(c *cli.Context) (engine.CreateRequest, error) {
+	req := engine.CreateRequest{
+		Name: c.String("name"), Image: c.String("image"), Network: c.String("net"),
+		Env: c.StringSlice("env"), Workdir: c.String("workdir"),
+	}
+	var err error
+	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {
+		return req, err
+	}
+	if s := c.String("cpus"); s != "" {
+		if req.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
+			return req, clix.UsageError(fmt.Errorf("--cpus %q: want a number of cores", s))
+		}
+		req.Explicit = append(req.Explicit, "cpus")
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"memory", &req.Memory}, {"disk", &req.Disk}} {
+		if s := c.String(f.name); s != "" {
+			n, err := policy.ParseSize(s)
+			if err != nil {
+				return req, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
+			}
+			*f.dst = n
+			if f.name != "disk" {
+				req.Explicit = append(req.Explicit, f.name)
+			}
+		}
+	}
+	if s := c.String("pids"); s != "" {
+		if req.Pids, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return req, clix.UsageError(fmt.Errorf("--pids %q: want a whole number", s))
+		}
+		req.Explicit = append(req.Explicit, "pids")
+	}
+	return req, nil
+}
+
+var createCommand = &cli.Command{
+	Name:      "create",
+	Usage:     "create and start a sandbox; prints its ID",
+	ArgsUsage: " ",
+	Flags:     createFlags,
+	Action: func(c *cli.Context) error {
+		if _, err := clix.Args(c, 0, 0, "[flags]"); err != nil {
+			return err
+		}
+		req, err := createRequest(c)
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		sb, err := e.Create(c.Context, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer, sb.ID)
+		return nil
+	},
+}
+
+var execFlags = []cli.Flag{
+	&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "keep stdin open and feed it to the command"},
+	&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
+}
+
+var runCommand = &cli.Command{
+	Name:                   "run",
+	Usage:                  "create a sandbox and run a command in it",
+	ArgsUsage:              "-- CMD [ARG...]",
+	UseShortOptionHandling: true,
+	Flags: append(append([]cli.Flag{
+		&cli.BoolFlag{Name: "rm", Usage: "remove the sandbox when the command exits"},
+		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "user of the command: uid[:gid] or name[:group]"},
+	}, createFlags...), execFlags...),
+	Action: func(c *cli.Context) error {
+		args := c.Args().Slice()
+		if len(args) == 0 {
+			return clix.UsageError(errors.New("usage: sbx run [flags] -- CMD [ARG...]"))
+		}
+		req, err := createRequest(c)
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		// Signals that arrive while the sandbox is being made must not
+		// leave it behind: hold them until the command runs.
+		sigs := notifySignals()
+		defer signal.Stop(sigs)
+		sb, err := e.Create(c.Context, req)
+		if err != nil {
+			return err
+		}
+		code, err := execIn(c, e, sb.ID, args, sigs)
+		if c.Bool("rm") {
+			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil {
+				return rmErr
+			}
+		}
+		return clix.Exit(code, err)
+	},
+}
+
+var execCommand = &cli.Command{
+	Name:                   "exec",
+	Usage:                  "run a command in a running sandbox",
+	ArgsUsage:              "ID -- CMD [ARG...]",
+	UseShortOptionHandling: true,
+	Flags: append([]cli.Flag{
+		&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the command and return"},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE"},
+		&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory"},
+		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "uid[:gid] or name[:group]"},
+	}, execFlags...),
+	Action: func(c *cli.Context) error {
+		id, args, err := clix.CommandAfterID(c, "ID -- CMD [ARG...]")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		sigs := notifySignals()
+		defer signal.Stop(sigs)
+		return clix.Exit(execIn(c, e, id, args, sigs))
+	},
+}
+
+func notifySignals() chan os.Signal {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	return sigs
+}
+
+// execIn runs args in sandbox id with the exec flags of c. It returns the
+// command's exit status, or 125 with an error of sbx's own.
+func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs chan os.Signal) (int, error) {
+	req := engine.ExecRequest{
+		Args: args, Workdir: c.String("workdir"), User: c.String("user"),
+		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Timeout: c.Duration("timeout"),
+		Detach: c.Bool("detach"), Signals: sigs,
+	}
+	if c.Command.Name == "exec" {
+		req.Env = c.StringSlice("env")
+	} else {
+		// run: the create flags' --workdir and --env already apply.
+		req.Workdir = ""
+	}
+	if c.Bool("interactive") {
+		req.Stdin = c.App.Reader
+	}
+	if req.Stdout == nil {
+		req.Stdout = os.Stdout
+	}
+	if req.Stderr == nil {
+		req.Stderr = os.Stderr
+	}
+	code, err := e.Exec(c.Context, id, req)
+	switch {
+	case errors.Is(err, engine.ErrTimeout):
+		return code, err
+	case err != nil && code < 0:
+		return clix.ExitRuntime, err
+	}
+	return code, err
+}
+
+var lsCommand = &cli.Command{
+	Name:    "ls",
+	Aliases: []string{"list", "ps"},
+	Usage:   "list sandboxes",
+	Flags:   []cli.Flag{clix.FormatFlag, &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print IDs only"}},
+	Action: func(c *cli.Context) error {
+		asJSON, err := clix.CheckFormat(c)
+		if err != nil {
+			return err
+		}
+		if _, err := clix.Args(c, 0, 0, "[--format json]"); err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		all, err := e.List(c.Context)
+		if err != nil {
+			return err
+		}
+		switch {
+		case asJSON:
+			if all == nil {
+				all = []*engine.Sandbox{}
+			}
+			return clix.WriteJSON(c.App.Writer, all)
+		case c.Bool("quiet"):
+			for _, sb := range all {
+				fmt.Fprintln(c.App.Writer, sb.ID)
+			}
+			return nil
+		}
+		return writeTable(c.App.Writer, all)
+	},
+}
+
+func writeTable(w io.Writer, all []*engine.Sandbox) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
+	for _, sb := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", sb.ShortID(), sb.Name, sb.Image, sb.State,
+			time.Since(sb.Created).Round(time.Second))
+	}
+	return tw.Flush()
+}
+
+var inspectCommand = &cli.Command{
+	Name:      "inspect",
+	Usage:     "show a sandbox's record as JSON",
+	ArgsUsage: "ID",
+	Flags:     []cli.Flag{&cli.StringFlag{Name: "format", Value: "json", Usage: "output format: json"}},
+	Action: func(c *cli.Context) error {
+		if f := c.String("format"); f != "json" {
+			return clix.UsageError(fmt.Errorf("--format %q: inspect prints json", f))
+		}
+		a, err := clix.Args(c, 1, 1, "ID")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		sb, err := e.Get(c.Context, a[0])
+		if err != nil {
+			return err
+		}
+		return clix.WriteJSON(c.App.Writer, sb)
+	},
+}
+
+var stopCommand = &cli.Command{
+	Name:      "stop",
+	Usage:     "stop sandboxes (their records stay until rm)",
+	ArgsUsage: "ID...",
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 1, -1, "ID...")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		return eachID(c, a, func(id string) error {
+			_, err := e.Stop(c.Context, id)
+			return err
+		})
+	},
+}
+
+var rmCommand = &cli.Command{
+	Name:      "rm",
+	Usage:     "remove sandboxes",
+	ArgsUsage: "ID...",
+	Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "stop running sandboxes first"}},
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 1, -1, "[-f] ID...")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		return eachID(c, a, func(id string) error { return e.Remove(c.Context, id, c.Bool("force")) })
+	},
+}
+
+// eachID applies fn to every ID, printing each one done; it reports every
+// failure and fails if any did.
+func eachID(c *cli.Context, ids []string, fn func(string) error) error {
+	var failed error
+	for _, id := range ids {
+		if err := fn(id); err != nil {
+			if failed != nil {
+				fmt.Fprintf(c.App.ErrWriter, "sbx: %v\n", failed)
+			}
+			failed = err
+			continue
+		}
+		fmt.Fprintln(c.App.Writer, id)
+	}
+	return failed
+}

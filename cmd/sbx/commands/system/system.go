@@ -1,0 +1,124 @@
+// Package system holds sbx's commands about itself: version and doctor.
+package system
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/urfave/cli/v2"
+
+	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	"sbx.dev/sbx/engine"
+)
+
+// version is set by the build (-ldflags -X).
+var version = ""
+
+// Version is sbx's version: the build's stamp, else the module version.
+func Version() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// Commands are version and doctor.
+var Commands = []*cli.Command{versionCommand, doctorCommand}
+
+var versionCommand = &cli.Command{
+	Name:  "version",
+	Usage: "print the versions of sbx and runsc",
+	Action: func(c *cli.Context) error {
+		fmt.Fprintf(c.App.Writer, "sbx %s\n", Version())
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		v, err := e.Version(c.Context)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.Writer, "%s (%s)\n", v, e.RunscPath())
+		return nil
+	},
+}
+
+var doctorCommand = &cli.Command{
+	Name:  "doctor",
+	Usage: "check that this host can run sandboxes, by running one",
+	Action: func(c *cli.Context) error {
+		w := c.App.Writer
+		failed := 0
+		check := func(name string, fn func() (string, error)) {
+			detail, err := fn()
+			if err != nil {
+				failed++
+				fmt.Fprintf(w, "FAIL  %-10s %v\n", name, err)
+				return
+			}
+			fmt.Fprintf(w, "ok    %-10s %s\n", name, detail)
+		}
+		var e *engine.Engine
+		check("state", func() (string, error) {
+			var err error
+			e, err = clix.Engine(c)
+			if err != nil {
+				return "", err
+			}
+			mode := "root"
+			if e.Rootless() {
+				mode = "rootless"
+			}
+			return fmt.Sprintf("%s (%s)", e.Root(), mode), nil
+		})
+		if e == nil {
+			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
+		}
+		check("runsc", func() (string, error) {
+			v, err := e.Version(c.Context)
+			return v + " at " + e.RunscPath(), err
+		})
+		check("cgroups", func() (string, error) {
+			if e.Rootless() {
+				return "not used rootless (no resource limits)", nil
+			}
+			switch cgroups.Mode() {
+			case cgroups.Unified:
+				return "v2", nil
+			case cgroups.Hybrid:
+				return "v1 + v2 (hybrid)", nil
+			case cgroups.Legacy:
+				return "v1", nil
+			}
+			return "", fmt.Errorf("no cgroup hierarchy found")
+		})
+		check("sandbox", func() (string, error) {
+			ctx, cancel := context.WithTimeout(c.Context, 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			sb, err := e.Create(ctx, engine.CreateRequest{})
+			if err != nil {
+				return "", err
+			}
+			defer e.Remove(context.Background(), sb.ID, true) //nolint:errcheck // reported below if it matters
+			var out, errb bytes.Buffer
+			code, err := e.Exec(ctx, sb.ID, engine.ExecRequest{Args: []string{"uname", "-sr"}, Stdout: &out, Stderr: &errb})
+			if err != nil || code != 0 {
+				return "", fmt.Errorf("exec uname: status %d: %v %s", code, err, strings.TrimSpace(errb.String()))
+			}
+			return fmt.Sprintf("%s (create+exec %s)", strings.TrimSpace(out.String()), time.Since(start).Round(time.Millisecond)), nil
+		})
+		if failed > 0 {
+			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
+		}
+		return nil
+	},
+}

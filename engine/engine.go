@@ -1,0 +1,221 @@
+// Package engine is sbx's Go API: what the sbx CLI does, for platforms that
+// embed sbx instead of shelling out to it.
+//
+// It orchestrates the other packages in the order of DESIGN.md: policy
+// validates and renders a request, overlay provides the image's rootfs,
+// runsc-sandbox runs it. Its state lives in files under one root directory;
+// there is no daemon, so every Engine method works from a fresh process and
+// many processes may use one root at once.
+//
+// It parses no flags and prints nothing for humans.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/overlay"
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+// DefaultImage is the image a sandbox gets when the request names none.
+const DefaultImage = "busybox:latest"
+
+// Options configure an Engine.
+type Options struct {
+	// Root is the state directory; empty means DefaultRoot().
+	Root string
+	// RunscPath is the runsc binary; empty means FindRunsc().
+	RunscPath string
+	// InitPath is the sbx-init binary mounted into every sandbox as its
+	// init; empty means "sbx-init" beside the running executable.
+	InitPath string
+	// DefaultImageArchive is an OCI archive imported as DefaultImage the
+	// first time a sandbox needs it; empty means images/busybox.tar beside
+	// the running executable.
+	DefaultImageArchive string
+	// Platform is gVisor's platform; empty means runsc's default.
+	Platform string
+	// DebugLog, if set, is a directory for runsc's debug logs.
+	DebugLog string
+}
+
+// Engine creates and drives sandboxes under one state root.
+type Engine struct {
+	opts     Options
+	images   *overlay.Store
+	rootless bool
+}
+
+// DefaultRoot is the state root for the current user: $SBX_ROOT if set,
+// /var/lib/sbx for root, else $XDG_DATA_HOME/sbx or ~/.local/share/sbx.
+func DefaultRoot() string {
+	if r := os.Getenv("SBX_ROOT"); r != "" {
+		return r
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/sbx"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "sbx")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/tmp/sbx-" + strconv.Itoa(os.Getuid())
+	}
+	return filepath.Join(home, ".local", "share", "sbx")
+}
+
+// exeDir is the directory of the running executable.
+func exeDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return filepath.Dir(exe)
+}
+
+// FindRunsc locates runsc: $SBX_RUNSC, then "runsc" beside the running
+// executable, then $PATH.
+func FindRunsc() (string, error) {
+	if p := os.Getenv("SBX_RUNSC"); p != "" {
+		return checkExecutable(p)
+	}
+	if d := exeDir(); d != "" {
+		if p, err := checkExecutable(filepath.Join(d, "runsc")); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("runsc")
+	if err != nil {
+		return "", fmt.Errorf("runsc not found beside sbx, in $SBX_RUNSC or on $PATH (run `make`, or pass --runsc): %w", errdefs.ErrNotFound)
+	}
+	return p, nil
+}
+
+func checkExecutable(p string) (string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("runsc %q: %w: %w", p, errdefs.ErrNotFound, err)
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("runsc %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+// Open opens (creating if needed) the state root described by o.
+func Open(o Options) (*Engine, error) {
+	if o.Root == "" {
+		o.Root = DefaultRoot()
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	o.Root = root
+	if o.RunscPath == "" {
+		if o.RunscPath, err = FindRunsc(); err != nil {
+			return nil, err
+		}
+	} else if o.RunscPath, err = checkExecutable(o.RunscPath); err != nil {
+		return nil, err
+	}
+	if o.InitPath == "" {
+		o.InitPath = filepath.Join(exeDir(), "sbx-init")
+	}
+	if o.DefaultImageArchive == "" {
+		o.DefaultImageArchive = filepath.Join(exeDir(), "images", "busybox.tar")
+	}
+	for _, d := range []string{o.Root, filepath.Join(o.Root, "sandboxes"), filepath.Join(o.Root, "runsc")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("state root: %w", err)
+		}
+	}
+	images, err := overlay.Open(filepath.Join(o.Root, "images"))
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{opts: o, images: images, rootless: os.Geteuid() != 0}, nil
+}
+
+// Root is the engine's state directory.
+func (e *Engine) Root() string { return e.opts.Root }
+
+// RunscPath is the runsc binary the engine drives.
+func (e *Engine) RunscPath() string { return e.opts.RunscPath }
+
+// Rootless reports whether the engine runs sandboxes as an unprivileged user.
+func (e *Engine) Rootless() bool { return e.rootless }
+
+// Images is the engine's image store.
+func (e *Engine) Images() *overlay.Store { return e.images }
+
+// Image returns the named image, importing the default image from its
+// archive the first time it is asked for.
+func (e *Engine) Image(ctx context.Context, name string) (overlay.Image, error) {
+	norm, err := overlay.ParseName(name)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	img, err := e.images.Get(ctx, norm)
+	if err == nil || !errors.Is(err, errdefs.ErrNotFound) || norm != DefaultImage {
+		return img, err
+	}
+	f, ferr := os.Open(e.opts.DefaultImageArchive)
+	if ferr != nil {
+		return img, fmt.Errorf("%w (and its archive %s is missing: run `make`)", err, e.opts.DefaultImageArchive)
+	}
+	defer f.Close()
+	return e.images.Import(ctx, norm, f)
+}
+
+// Version is the runsc version the engine drives.
+func (e *Engine) Version(ctx context.Context) (string, error) {
+	r := &runsc.Runsc{Path: e.opts.RunscPath}
+	return r.Version(ctx)
+}
+
+// sandboxesDir is where sandbox records live.
+func (e *Engine) sandboxesDir() string { return filepath.Join(e.opts.Root, "sandboxes") }
+
+func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxesDir(), id) }
+
+// runscFor is the runsc wrapper for sandbox sb: the same global flags for
+// every call on it.
+func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
+	return &runsc.Runsc{
+		Path:          e.opts.RunscPath,
+		Root:          filepath.Join(e.opts.Root, "runsc"),
+		Platform:      e.opts.Platform,
+		Network:       "none",
+		GoferNetNS:    "new",
+		Overlay:       fmt.Sprintf("root:dir=%s,size=%d", e.sandboxDir(sb.ID), sb.Disk),
+		IgnoreCgroups: sb.Rootless,
+		DebugLogDir:   e.opts.DebugLog,
+	}
+}
+
+// cgroupPath is the cgroup runsc puts sandbox id in (root only).
+func cgroupPath(id string) string { return "/sbx/" + id }
+
+// shortID is the ID as lists show it.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func quote(s string) string { return strconv.Quote(strings.TrimSpace(s)) }

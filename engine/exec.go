@@ -1,0 +1,311 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/policy"
+	runsc "sbx.dev/sbx/runsc-sandbox"
+	"sbx.dev/sbx/runsc-sandbox/agent"
+)
+
+// Exit statuses Exec reports besides the command's own.
+const (
+	// ExitNotExecutable: the command exists but cannot be executed.
+	ExitNotExecutable = 126
+	// ExitNotFound: no such command.
+	ExitNotFound = 127
+	// ExitTimeout: the command ran past ExecRequest.Timeout and was
+	// killed (as GNU timeout reports it).
+	ExitTimeout = 124
+)
+
+// ErrTimeout is returned with ExitTimeout.
+var ErrTimeout = errors.New("timed out")
+
+// ExecRequest is a command to run in a sandbox.
+type ExecRequest struct {
+	Args []string
+	// Env is added to the sandbox's environment.
+	Env []string
+	// Workdir overrides the sandbox's working directory.
+	Workdir string
+	// User is "uid[:gid]" or a user name from the image's /etc/passwd.
+	User string
+	// Stdin, if set, feeds the command's stdin; nil gives it /dev/null.
+	Stdin io.Reader
+	// Stdout and Stderr receive its output as it is produced.
+	Stdout, Stderr io.Writer
+	// Timeout, if positive, kills the command after that long.
+	Timeout time.Duration
+	// Detach starts the command and returns without waiting for it.
+	Detach bool
+	// Signals, if set, delivers each signal received to the command.
+	Signals <-chan os.Signal
+}
+
+// Exec runs req in sandbox ref and returns the command's exit status: its
+// own, 128+N if killed by signal N, ExitNotFound or ExitNotExecutable if it
+// could not start, ExitTimeout (with ErrTimeout) if it timed out. A non-nil
+// error with status -1 is sbx's own failure.
+func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, error) {
+	if len(req.Args) == 0 {
+		return -1, fmt.Errorf("exec: no command given: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, kv := range req.Env {
+		if err := policy.CheckEnv(kv); err != nil {
+			return -1, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+	}
+	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
+		return -1, fmt.Errorf("--workdir %q: must be an absolute path: %w", req.Workdir, errdefs.ErrInvalidArgument)
+	}
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return -1, err
+	}
+	if sb.State != StateRunning {
+		return -1, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	proc, err := e.process(sb, req)
+	if err != nil {
+		return -1, err
+	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	r := e.runscFor(sb)
+	p, err := r.Exec(ctx, sb.ID, proc, runsc.ExecOpts{
+		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Detach: req.Detach,
+	})
+	if err != nil {
+		return -1, err
+	}
+	stopSignals := forwardSignals(p, req.Signals)
+	code, err := p.Wait()
+	stopSignals()
+	if p.TimedOut() {
+		return ExitTimeout, fmt.Errorf("%s: %w after %s and was killed", req.Args[0], ErrTimeout, req.Timeout)
+	}
+	if errors.Is(err, runsc.ErrNotStarted) {
+		return e.whyNotStarted(context.Background(), sb, proc), nil
+	}
+	return code, err
+}
+
+func forwardSignals(p *runsc.ExecProcess, sigs <-chan os.Signal) (stop func()) {
+	if sigs == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				p.Signal(s) //nolint:errcheck // the process may have exited
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// whyNotStarted asks the sandbox's agent, with the same environment,
+// directory and user, why proc's command could not start.
+func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Process) int {
+	probe := proc
+	probe.Args = []string{agent.MountPath, "lookpath", proc.Args[0]}
+	p, err := e.runscFor(sb).Exec(ctx, sb.ID, probe, runsc.ExecOpts{})
+	if err != nil {
+		return ExitNotExecutable
+	}
+	code, err := p.Wait()
+	switch {
+	case err != nil:
+		// Even the probe could not start: the directory or user is bad.
+		return ExitNotExecutable
+	case code == agent.StatusNotFound:
+		return ExitNotFound
+	}
+	return ExitNotExecutable
+}
+
+// process renders req as the OCI process to exec in sb.
+func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
+	img, err := e.images.Get(context.Background(), sb.Image)
+	var imgEnv []string
+	imgWorkdir := ""
+	if err == nil {
+		imgEnv, imgWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
+	}
+	env := mergeEnv(imgEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
+	cwd := firstNonEmpty(req.Workdir, sb.Workdir, imgWorkdir, "/")
+	user, err := e.resolveUser(sb, req.User)
+	if err != nil {
+		return specs.Process{}, err
+	}
+	home := "/root"
+	if user.UID != 0 {
+		home = "/"
+	}
+	if h := e.homeOf(sb, user.UID); h != "" {
+		home = h
+	}
+	env = mergeEnv([]string{"HOME=" + home}, env)
+	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	pc := &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	if user.UID != 0 {
+		pc = &specs.LinuxCapabilities{Bounding: caps}
+	}
+	return specs.Process{Args: req.Args, Env: env, Cwd: cwd, User: user, Capabilities: pc}, nil
+}
+
+// mergeEnv concatenates environments; a later KEY replaces an earlier one.
+func mergeEnv(lists ...[]string) []string {
+	var out []string
+	idx := map[string]int{}
+	for _, l := range lists {
+		for _, kv := range l {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// resolveUser turns "uid[:gid]" or "name[:group]" into IDs, looking names
+// up in the image's /etc/passwd and /etc/group.
+func (e *Engine) resolveUser(sb *Sandbox, u string) (specs.User, error) {
+	if u == "" {
+		return specs.User{}, nil
+	}
+	name, group, hasGroup := strings.Cut(u, ":")
+	var out specs.User
+	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
+		out.UID, out.GID = uint32(uid), uint32(uid)
+		if ent := e.passwdEntry(sb, "", out.UID); ent != nil {
+			out.GID = ent.gid
+		}
+	} else {
+		ent := e.passwdEntry(sb, name, 0)
+		if ent == nil {
+			return out, fmt.Errorf("--user %q: no such user in the image's /etc/passwd: %w", u, errdefs.ErrInvalidArgument)
+		}
+		out.UID, out.GID = ent.uid, ent.gid
+	}
+	if hasGroup {
+		if gid, err := strconv.ParseUint(group, 10, 32); err == nil {
+			out.GID = uint32(gid)
+		} else if gid, ok := e.groupID(sb, group); ok {
+			out.GID = gid
+		} else {
+			return out, fmt.Errorf("--user %q: no such group in the image's /etc/group: %w", u, errdefs.ErrInvalidArgument)
+		}
+	}
+	return out, nil
+}
+
+type passwd struct {
+	name     string
+	uid, gid uint32
+	home     string
+}
+
+// passwdEntry finds a user by name (or, with name empty, by uid) in the
+// sandbox's base image.
+func (e *Engine) passwdEntry(sb *Sandbox, name string, uid uint32) *passwd {
+	var found *passwd
+	e.scanRootfsFile(sb, "etc/passwd", func(f []string) bool {
+		if len(f) < 6 {
+			return false
+		}
+		u, err1 := strconv.ParseUint(f[2], 10, 32)
+		g, err2 := strconv.ParseUint(f[3], 10, 32)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if (name != "" && f[0] == name) || (name == "" && uint32(u) == uid) {
+			found = &passwd{name: f[0], uid: uint32(u), gid: uint32(g), home: f[5]}
+			return true
+		}
+		return false
+	})
+	return found
+}
+
+func (e *Engine) homeOf(sb *Sandbox, uid uint32) string {
+	if p := e.passwdEntry(sb, "", uid); p != nil {
+		return p.home
+	}
+	return ""
+}
+
+func (e *Engine) groupID(sb *Sandbox, name string) (uint32, bool) {
+	var gid uint32
+	ok := false
+	e.scanRootfsFile(sb, "etc/group", func(f []string) bool {
+		if len(f) >= 3 && f[0] == name {
+			if g, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+				gid, ok = uint32(g), true
+				return true
+			}
+		}
+		return false
+	})
+	return gid, ok
+}
+
+// scanRootfsFile calls fn with the colon-separated fields of each line of
+// rel in the sandbox's rootfs until fn returns true.
+func (e *Engine) scanRootfsFile(sb *Sandbox, rel string, fn func([]string) bool) {
+	if sb.Rootfs == "" {
+		return
+	}
+	// Resolve as if the rootfs were /: an image may hold symlinks such as
+	// /etc -> /host/etc that must not lead to the host's files.
+	dir, err := unix.Open(sb.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if fn(strings.Split(s.Text(), ":")) {
+			return
+		}
+	}
+}

@@ -1,0 +1,273 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox states, as List and Get report them.
+const (
+	// StateCreating: a create is under way (or its process died; rm
+	// cleans it up).
+	StateCreating = "creating"
+	// StateRunning: the sandbox runs and accepts exec.
+	StateRunning = "running"
+	// StateStopped: the sandbox's processes are gone (stopped, or the
+	// host rebooted); its record remains until rm.
+	StateStopped = "stopped"
+)
+
+// Sandbox is the record of one sandbox. Its State is computed when read.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name,omitempty"`
+	Image       string            `json:"image"`
+	ImageDigest digest.Digest     `json:"imageDigest"`
+	Created     time.Time         `json:"created"`
+	State       string            `json:"state"`
+	CPUs        float64           `json:"cpus"`
+	Memory      int64             `json:"memory"`
+	Pids        int64             `json:"pids"`
+	Disk        int64             `json:"disk"`
+	Network     string            `json:"network"`
+	Env         []string          `json:"env,omitempty"`
+	Workdir     string            `json:"workdir"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Rootless    bool              `json:"rootless"`
+	// Rootfs is the image's shared read-only root filesystem.
+	Rootfs string `json:"rootfs,omitempty"`
+	// Pid is the host PID of the gVisor sandbox process while it runs.
+	Pid int `json:"pid,omitempty"`
+
+	// Liveness of Pid: its start time and the boot it belongs to, so a
+	// reused PID or a reboot is never mistaken for the sandbox.
+	PidStart   uint64 `json:"pidStart,omitempty"`
+	BootID     string `json:"bootID,omitempty"`
+	CreatorPid int    `json:"creatorPid,omitempty"`
+	Stopped    bool   `json:"stopped,omitempty"`
+}
+
+// ShortID is the 12-character form of the ID.
+func (s *Sandbox) ShortID() string { return shortID(s.ID) }
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// checkName validates a sandbox name.
+func checkName(n string) error {
+	if !nameRE.MatchString(n) {
+		return fmt.Errorf("sandbox name %q: want 1-63 of [a-zA-Z0-9_.-], starting with a letter or digit: %w", n, errdefs.ErrInvalidArgument)
+	}
+	if isHex(n) && len(n) >= 12 {
+		return fmt.Errorf("sandbox name %q looks like an ID: %w", n, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func newID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// lockFile takes an exclusive flock on path, creating it. The returned
+// function releases it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// lockSandbox serializes state changes (stop, rm) of one sandbox.
+func (e *Engine) lockSandbox(id string) (func(), error) {
+	return lockFile(filepath.Join(e.sandboxDir(id), "lock"))
+}
+
+// lockNames serializes name allocation across processes.
+func (e *Engine) lockNames() (func(), error) {
+	return lockFile(filepath.Join(e.opts.Root, "names.lock"))
+}
+
+func (e *Engine) recordPath(id string) string {
+	return filepath.Join(e.sandboxDir(id), "sandbox.json")
+}
+
+// save writes sb's record atomically, readable by its owner only.
+func (e *Engine) save(sb *Sandbox) error {
+	b, err := json.MarshalIndent(sb, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := e.recordPath(sb.ID) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, e.recordPath(sb.ID))
+}
+
+// load reads sandbox id's record and computes its state.
+func (e *Engine) load(id string) (*Sandbox, error) {
+	b, err := os.ReadFile(e.recordPath(id))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		return nil, err
+	}
+	var sb Sandbox
+	if err := json.Unmarshal(b, &sb); err != nil {
+		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", id, err)
+	}
+	sb.State = e.state(&sb)
+	return &sb, nil
+}
+
+// state computes a sandbox's state from its record and the host: a
+// sandbox runs while its gVisor process does.
+func (e *Engine) state(sb *Sandbox) string {
+	switch {
+	case sb.Stopped:
+		return StateStopped
+	case sb.Pid == 0:
+		if sb.CreatorPid != 0 && processAlive(sb.CreatorPid) {
+			return StateCreating
+		}
+		return StateStopped
+	case sb.BootID != bootID():
+		return StateStopped
+	}
+	if !sameProcess(sb.Pid, sb.PidStart) {
+		return StateStopped
+	}
+	return StateRunning
+}
+
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// sameProcess reports whether pid is still the live (not zombie) process
+// that started at start.
+func sameProcess(pid int, start uint64) bool {
+	got, state, err := procStat(pid)
+	return err == nil && got == start && state != "Z" && state != "X"
+}
+
+// procStartTime is the process's start time in clock ticks since boot.
+func procStartTime(pid int) (uint64, error) {
+	start, _, err := procStat(pid)
+	return start, err
+}
+
+// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
+func procStat(pid int) (start uint64, state string, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0], err
+}
+
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}
+
+// List returns every sandbox, oldest first.
+func (e *Engine) List(ctx context.Context) ([]*Sandbox, error) {
+	ents, err := os.ReadDir(e.sandboxesDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []*Sandbox
+	for _, ent := range ents {
+		if !ent.IsDir() {
+			continue
+		}
+		sb, err := e.load(ent.Name())
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				continue // being created or removed right now
+			}
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// Get resolves ref (an ID, a unique ID prefix, or a name) to a sandbox.
+func (e *Engine) Get(ctx context.Context, ref string) (*Sandbox, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("empty sandbox ID: %w", errdefs.ErrInvalidArgument)
+	}
+	if strings.ContainsAny(ref, "/\x00") || ref == "." || ref == ".." {
+		return nil, fmt.Errorf("sandbox %q: not a valid ID or name: %w", ref, errdefs.ErrInvalidArgument)
+	}
+	if sb, err := e.load(ref); err == nil {
+		return sb, nil
+	}
+	all, err := e.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var matches []*Sandbox
+	for _, sb := range all {
+		if sb.Name == ref {
+			return sb, nil
+		}
+		if strings.HasPrefix(sb.ID, ref) {
+			matches = append(matches, sb)
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return nil, fmt.Errorf("no such sandbox: %s: %w", ref, errdefs.ErrNotFound)
+	case 1:
+		return matches[0], nil
+	}
+	return nil, fmt.Errorf("sandbox ID %q is ambiguous: it matches %d sandboxes: %w", ref, len(matches), errdefs.ErrInvalidArgument)
+}

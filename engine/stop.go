@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/containerd/errdefs"
+
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+// StopTimeout is how long Stop waits for a sandbox's init to exit after
+// SIGTERM before it kills everything.
+const StopTimeout = 5 * time.Second
+
+// Stop stops a running sandbox: SIGTERM to its init, SIGKILL to all after
+// StopTimeout, then its runtime state, processes and cgroup are removed.
+// The record stays (state "stopped") until Remove.
+func (e *Engine) Stop(ctx context.Context, ref string) (*Sandbox, error) {
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := e.lockSandbox(sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.load(sb.ID); err != nil {
+		return nil, err
+	}
+	if err := e.stopLocked(ctx, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
+	if sb.State == StateRunning {
+		r := e.runscFor(sb)
+		if err := r.Kill(ctx, sb.ID, syscall.SIGTERM, runsc.KillOpts{}); err == nil {
+			deadline := time.Now().Add(StopTimeout)
+			for time.Now().Before(deadline) && e.state(sb) == StateRunning {
+				if st, err := r.State(ctx, sb.ID); err != nil || st.Status != "running" {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return err
+	}
+	sb.Stopped = true
+	sb.Pid, sb.PidStart = 0, 0
+	sb.State = StateStopped
+	return e.save(sb)
+}
+
+// Remove deletes a sandbox and everything it holds. A running sandbox is
+// refused unless force, which stops it first.
+func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	unlock, err := e.lockSandbox(sb.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if sb, err = e.load(sb.ID); err != nil {
+		return err
+	}
+	switch sb.State {
+	case StateRunning:
+		if !force {
+			return fmt.Errorf("sandbox %s is running: stop it first or use rm -f: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
+		}
+	case StateCreating:
+		if !force {
+			return fmt.Errorf("sandbox %s is being created: use rm -f: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
+		}
+	}
+	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return err
+	}
+	if err := e.images.Release(ctx, sb.ID); err != nil {
+		return err
+	}
+	return os.RemoveAll(e.sandboxDir(sb.ID))
+}
+
+// killOrphans kills the runsc processes (sandbox, gofer, or a runsc
+// command) that carry sandbox id as an argument, and waits until they are
+// gone. runsc's own state is the first way to stop a sandbox; this one is
+// for what runsc lost track of.
+func killOrphans(id string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "runsc") || !slices.Contains(args[1:], id) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range pids {
+		for i := 0; i < 200 && processAlive(pid) && !isZombie(pid); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func isZombie(pid int) bool {
+	_, state, err := procStat(pid)
+	return err == nil && state == "Z"
+}
+
+// removeCgroup deletes the sandbox's cgroup if runsc left it behind.
+// Everything still in it belongs to the sandbox and is killed first; a
+// process that is still exiting keeps the cgroup busy for a moment, so the
+// delete is retried for up to a second.
+func removeCgroup(path string) error {
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = removeCgroupOnce(path); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", path, err)
+}
+
+func removeCgroupOnce(path string) error {
+	if cgroups.Mode() == cgroups.Unified {
+		m, err := cgroup2.Load(path)
+		if err != nil {
+			return ignoreGone(err)
+		}
+		if pids, err := m.Procs(true); err == nil {
+			for _, pid := range pids {
+				syscall.Kill(int(pid), syscall.SIGKILL) //nolint:errcheck // may be gone
+			}
+		}
+		return ignoreGone(m.Delete())
+	}
+	c, err := cgroup1.Load(cgroup1.StaticPath(path))
+	if err != nil {
+		return ignoreGone(err)
+	}
+	for _, sub := range c.Subsystems() {
+		procs, _ := c.Processes(sub.Name(), true)
+		for _, p := range procs {
+			syscall.Kill(p.Pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		}
+	}
+	return ignoreGone(c.Delete())
+}
+
+func ignoreGone(err error) error {
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
