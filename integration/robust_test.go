@@ -1,0 +1,263 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond for up to 30 s: a bound for progress, not a timing
+// assertion.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached within 30s")
+}
+
+// Twenty sandboxes created at once, each exec'd ten times, all removed:
+// nothing of any of them remains.
+func TestConcurrentSandboxes(t *testing.T) {
+	e := newEnv(t)
+	e.ok("image", "import", "busybox", filepath.Join(e.bin, "images", "busybox.tar"))
+	const n, execs = 20, 10
+	ids := make([]string, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := e.run(nil, "create", "--name", fmt.Sprintf("c%d", i))
+			if r.code != 0 {
+				errs <- fmt.Errorf("create %d: %s", i, r)
+				return
+			}
+			ids[i] = strings.TrimSpace(r.stdout)
+			for j := 0; j < execs; j++ {
+				want := fmt.Sprintf("%d-%d", i, j)
+				r := e.run(nil, "exec", ids[i], "--", "echo", want)
+				if r.code != 0 || r.stdout != want+"\n" {
+					errs <- fmt.Errorf("sandbox %d exec %d: %s", i, j, r)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	ls := e.list()
+	if len(ls) != n {
+		t.Fatalf("ls shows %d sandboxes, want %d", len(ls), n)
+	}
+
+	// With 20 random hex IDs two must share a first character.
+	first := map[byte]int{}
+	for _, id := range ids {
+		first[id[0]]++
+	}
+	for c, k := range first {
+		if k > 1 {
+			assertOneLineError(t, e.run(nil, "exec", string(c), "--", "true"), "ambiguous")
+			break
+		}
+	}
+
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if r := e.run(nil, "rm", "-f", id); r.code != 0 {
+				t.Errorf("rm -f %s: %s", id, r)
+			}
+		}(ids[i])
+	}
+	wg.Wait()
+	for _, id := range ids {
+		e.assertClean(id)
+	}
+	if ls := e.list(); len(ls) != 0 {
+		t.Fatalf("after rm, ls shows %d sandboxes", len(ls))
+	}
+}
+
+// Bad input: one line naming the problem, exit 125, nothing left behind.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	stopped := e.create()
+	e.ok("stop", stopped)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown image", []string{"create", "--image", "nosuchimage"}, `"nosuchimage:latest" not found`},
+		{"bad image name", []string{"create", "--image", "UPPER/../x"}, "UPPER/../x"},
+		{"malformed memory", []string{"create", "--memory", "12q"}, "--memory"},
+		{"malformed disk", []string{"run", "--disk", "lots", "--", "true"}, "--disk"},
+		{"malformed cpus", []string{"create", "--cpus", "many"}, "--cpus"},
+		{"unknown network", []string{"create", "--net", "bogus"}, "--net"},
+		{"unknown flag", []string{"create", "--bogus"}, "bogus"},
+		{"unknown ID", []string{"exec", "0123456789ab", "--", "true"}, "no such sandbox: 0123456789ab"},
+		{"unknown ID rm", []string{"rm", "nosuch"}, "no such sandbox: nosuch"},
+		{"path as ID", []string{"inspect", "../../etc"}, "../../etc"},
+		{"exec into stopped", []string{"exec", stopped, "--", "true"}, "not running"},
+		{"exec without command", []string{"exec", stopped}, "usage"},
+		{"bad env", []string{"create", "--env", "NOEQUALS"}, "NOEQUALS"},
+		{"runsc missing", []string{"--runsc", "/nonexistent/runsc", "run", "--", "true"}, "/nonexistent/runsc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.list()
+			assertOneLineError(t, e.run(nil, tc.args...), tc.want)
+			if after := e.list(); len(after) != len(before) {
+				t.Fatalf("a failed command changed the sandbox list: %d -> %d", len(before), len(after))
+			}
+			tmp, _ := filepath.Glob(filepath.Join(e.root, "images", "rootfs", ".tmp*"))
+			if len(tmp) > 0 {
+				t.Fatalf("partial rootfs left: %v", tmp)
+			}
+		})
+	}
+	e.ok("rm", stopped)
+	e.assertClean(stopped)
+
+	// runsc missing from beside sbx and from $PATH too.
+	lone := t.TempDir()
+	copyFile(t, filepath.Join(e.bin, "sbx"), filepath.Join(lone, "sbx"))
+	c := exec.Command(filepath.Join(lone, "sbx"), "run", "--", "true")
+	c.Env = []string{"SBX_ROOT=" + e.root, "PATH=/nonexistent"}
+	out, err := c.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), "runsc not found") {
+		t.Fatalf("sbx without runsc: %v: %s", err, out)
+	}
+}
+
+// sandboxDirs lists the sandbox records under the env's root.
+func (e *env) sandboxDirs() []string {
+	m, _ := filepath.Glob(filepath.Join(e.root, "sandboxes", "*"))
+	return m
+}
+
+// A create that fails at any step leaves nothing behind.
+func TestFailedCreateLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	realRunsc := filepath.Join(e.bin, "runsc")
+	for _, tc := range []struct {
+		name string
+		// script is a runsc stand-in that fails one step, then behaves.
+		script string
+	}{
+		{"runsc create killed mid-way", `case " $* " in *" create "*)
+  "$REAL" "$@" & p=$!; sleep 0.05; kill -9 $p; kill -9 $$;; esac
+exec "$REAL" "$@"`},
+		{"runsc start killed", `case " $* " in *" start "*) kill -9 $$;; esac
+exec "$REAL" "$@"`},
+		{"runsc state fails", `case " $* " in *" state "*) echo "state: injected failure" >&2; exit 1;; esac
+exec "$REAL" "$@"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wrapper := filepath.Join(t.TempDir(), "runsc")
+			script := "#!/bin/sh\nREAL=" + realRunsc + "\n" + tc.script + "\n"
+			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cgBefore := sandboxCgroups()
+			r := e.run(nil, "--runsc", wrapper, "create", "--name", "doomed")
+			if r.code != 125 {
+				t.Fatalf("create with a failing runsc should fail with 125: %s", r)
+			}
+			waitFor(t, func() bool { return len(processesMentioning(e.root)) == 0 })
+			if d := e.sandboxDirs(); len(d) != 0 {
+				t.Fatalf("sandbox state left behind: %v", d)
+			}
+			for c := range sandboxCgroups() {
+				if !cgBefore[c] {
+					t.Fatalf("cgroup left behind: %s", c)
+				}
+			}
+			leases, _ := filepath.Glob(filepath.Join(e.root, "images", "leases", "*"))
+			if len(leases) != 0 {
+				t.Fatalf("rootfs leases left: %v", leases)
+			}
+			if m, _ := filepath.Glob(filepath.Join(e.root, "runsc", "*.state")); len(m) > 0 {
+				t.Fatalf("runsc state left: %v", m)
+			}
+		})
+	}
+}
+
+// sandboxCgroups is the set of sandbox cgroup directories on the host, in
+// any hierarchy (v1 controllers or v2).
+func sandboxCgroups() map[string]bool {
+	set := map[string]bool{}
+	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*", "/sys/fs/cgroup/sbx/*"} {
+		m, _ := filepath.Glob(pat)
+		for _, d := range m {
+			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+				set[d] = true
+			}
+		}
+	}
+	return set
+}
+
+// A full disk during create (the state root on a tiny tmpfs) fails
+// cleanly, and the store still works once there is room again.
+func TestFullDiskCreate(t *testing.T) {
+	e := newEnv(t)
+	e.root = filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(e.root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", e.root).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		e.removeAll()
+		exec.Command("umount", "-l", e.root).Run()
+	})
+	e.ok("image", "import", "busybox", filepath.Join(e.bin, "images", "busybox.tar"))
+	// Fill the disk but for a few KiB: the rootfs unpack cannot fit.
+	filler := filepath.Join(e.root, "filler")
+	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=64k").Run()
+	var st syscall.Statfs_t
+	syscall.Statfs(e.root, &st)
+	if free := st.Bavail * uint64(st.Bsize); free > 256<<10 {
+		t.Fatalf("could not fill the tmpfs: %d bytes free", free)
+	}
+	r := e.run(nil, "create")
+	if r.code != 125 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("create on a full disk: want one error line and exit 125, got %s", r)
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left on a full disk: %v", d)
+	}
+	tmp, _ := filepath.Glob(filepath.Join(e.root, "images", "rootfs", ".tmp*"))
+	chains, _ := filepath.Glob(filepath.Join(e.root, "images", "rootfs", "*"))
+	if len(tmp) > 0 || len(chains) > 0 {
+		t.Fatalf("partial rootfs left on a full disk: %v %v", tmp, chains)
+	}
+	if len(processesMentioning(e.root)) > 0 {
+		t.Fatalf("processes left: %v", processesMentioning(e.root))
+	}
+	os.Remove(filler)
+	id := e.create()
+	if out := e.ok("exec", id, "--", "echo", "recovered"); out != "recovered\n" {
+		t.Fatalf("after freeing space: %q", out)
+	}
+}

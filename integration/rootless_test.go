@@ -1,0 +1,55 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// An unprivileged user runs sandboxes with the same commands: gVisor under
+// a user namespace, state under the user's XDG data directory.
+func TestRootless(t *testing.T) {
+	e := newRootlessEnv(t).withDefaultRoot()
+	r := e.run(nil, "run", "--rm", "--", "sh", "-c", "echo hi; uname -r; id -u")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "hi\n") || !strings.Contains(r.stdout, "gvisor") || !strings.HasSuffix(r.stdout, "\n0\n") {
+		t.Fatalf("rootless run: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "images")); err != nil {
+		t.Fatalf("state is not under $XDG_DATA_HOME/sbx (%s): %v", e.root, err)
+	}
+	id := e.create()
+	out := e.ok("exec", id, "--", "sh", "-c", "echo data > /root/f && cat /root/f")
+	if out != "data\n" {
+		t.Fatalf("rootless exec: %q", out)
+	}
+	if r := e.run(nil, "exec", id, "--", "no-such-command"); r.code != 127 {
+		t.Fatalf("rootless not-found: %s", r)
+	}
+	if ls := e.list(); len(ls) != 1 || ls[0].State != "running" {
+		t.Fatalf("rootless ls: %+v", ls)
+	}
+	for _, p := range processesMentioning(id) {
+		pid := strings.Fields(strings.TrimPrefix(p, "process "))[0]
+		fi, err := os.Stat("/proc/" + pid)
+		if err == nil && fi.Sys() != nil {
+			if uid := procUID(pid); uid == "0" {
+				t.Fatalf("a rootless sandbox process runs as host root: %s", p)
+			}
+		}
+	}
+	assertOneLineError(t, e.run(nil, "create", "--memory", "1g"), "--memory")
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+}
+
+// procUID is the real UID of a host process.
+func procUID(pid string) string {
+	b, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Uid:") {
+			return strings.Fields(l)[1]
+		}
+	}
+	return ""
+}

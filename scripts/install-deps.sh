@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian packages sbx and its tests need, if missing.
+set -eu
+need=""
+for p in busybox-static; do
+	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "missing packages:$need (run as root, or: sudo apt-get install$need)" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $need
