@@ -26,8 +26,13 @@ type CreateRequest struct {
 	Memory int64
 	Pids   int64
 	Disk   int64
-	// Network is the network mode ("none").
+	// Network is the network mode: none (default), open or allow.
 	Network string
+	// Allow are the --allow rules: CIDR[:PORT] or DOMAIN[:PORT].
+	Allow []string
+	// DNS are upstream resolvers for the sandbox's resolver; empty means
+	// the host's.
+	DNS []string
 	// Env is added to the image's environment for every process.
 	Env []string
 	// Workdir is the default working directory of exec'd processes.
@@ -53,9 +58,13 @@ func (c *cleanup) clean() {
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
 // error it leaves nothing behind: no record, lease, cgroup or process.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	allow, err := policy.ParseAllowList(req.Allow)
+	if err != nil {
+		return nil, err
+	}
 	pr, err := policy.Validate(policy.Request{
 		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
-		Network: req.Network, Env: req.Env, Workdir: req.Workdir,
+		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
 		Rootless: e.rootless, Explicit: req.Explicit,
 	})
 	if err != nil {
@@ -84,7 +93,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	sb := &Sandbox{
 		ID: id, Name: req.Name, Image: img.Name, ImageDigest: img.Digest,
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
-		Disk: pr.Disk, Network: pr.Network, Env: pr.Env, Workdir: req.Workdir,
+		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
@@ -106,6 +115,11 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	}
 	sb.Rootfs = rootfs
 
+	netns, netMounts, err := e.setupNetwork(ctx, sb, allow, &undo)
+	if err != nil {
+		return nil, err
+	}
+
 	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
 	spec := runsc.Spec(runsc.SpecConfig{
 		Rootfs:   rootfs,
@@ -115,15 +129,16 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 			Env:  env,
 			Cwd:  "/",
 		},
-		Mounts: []specs.Mount{{
+		Mounts: append([]specs.Mount{{
 			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
-		}},
-		UserNamespace: e.rootless,
-		HostUID:       uint32(os.Getuid()),
-		HostGID:       uint32(os.Getgid()),
-		CgroupsPath:   e.cgroupsPath(id),
-		Annotations:   map[string]string{"dev.sbx.sandbox.id": id},
+		}}, netMounts...),
+		NetworkNamespace: netns,
+		UserNamespace:    e.rootless,
+		HostUID:          uint32(os.Getuid()),
+		HostGID:          uint32(os.Getgid()),
+		CgroupsPath:      e.cgroupsPath(id),
+		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
 	if err := policy.Resources(pr)(spec); err != nil {
 		return nil, err
@@ -224,6 +239,9 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 		if err := removeCgroup(cgroupPath(sb.ID)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := e.teardownNetwork(ctx, sb); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -46,6 +46,10 @@ type Options struct {
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
 	DebugLog string
+	// SbxPath is the sbx binary, which runs a sandbox's helper processes
+	// (its DNS resolver); empty means the running executable. Programs
+	// that embed the engine set it to an sbx binary.
+	SbxPath string
 }
 
 // Engine creates and drives sandboxes under one state root.
@@ -132,6 +136,11 @@ func Open(o Options) (*Engine, error) {
 	} else if o.RunscPath, err = checkExecutable(o.RunscPath); err != nil {
 		return nil, err
 	}
+	if o.SbxPath == "" {
+		if o.SbxPath, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
 	if o.InitPath == "" {
 		o.InitPath = filepath.Join(exeDir(), "sbx-init")
 	}
@@ -199,7 +208,7 @@ func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
 		Path:          e.opts.RunscPath,
 		Root:          filepath.Join(e.opts.Root, "runsc"),
 		Platform:      e.opts.Platform,
-		Network:       "none",
+		Network:       runscNetwork(sb.Linked),
 		GoferNetNS:    "new",
 		Overlay:       fmt.Sprintf("root:dir=%s,size=%d", e.sandboxDir(sb.ID), sb.Disk),
 		IgnoreCgroups: sb.Rootless,

@@ -34,21 +34,28 @@ const (
 
 // Sandbox is the record of one sandbox. Its State is computed when read.
 type Sandbox struct {
-	ID          string            `json:"id"`
-	Name        string            `json:"name,omitempty"`
-	Image       string            `json:"image"`
-	ImageDigest digest.Digest     `json:"imageDigest"`
-	Created     time.Time         `json:"created"`
-	State       string            `json:"state"`
-	CPUs        float64           `json:"cpus"`
-	Memory      int64             `json:"memory"`
-	Pids        int64             `json:"pids"`
-	Disk        int64             `json:"disk"`
-	Network     string            `json:"network"`
-	Env         []string          `json:"env,omitempty"`
-	Workdir     string            `json:"workdir"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Rootless    bool              `json:"rootless"`
+	ID          string        `json:"id"`
+	Name        string        `json:"name,omitempty"`
+	Image       string        `json:"image"`
+	ImageDigest digest.Digest `json:"imageDigest"`
+	Created     time.Time     `json:"created"`
+	State       string        `json:"state"`
+	CPUs        float64       `json:"cpus"`
+	Memory      int64         `json:"memory"`
+	Pids        int64         `json:"pids"`
+	Disk        int64         `json:"disk"`
+	Network     string        `json:"network"`
+	Allow       []string      `json:"allow,omitempty"`
+	DNS         []string      `json:"dns,omitempty"`
+	// Linked: the sandbox has a network link (it was created with a
+	// network mode other than none; an update to none firewalls it shut).
+	Linked bool `json:"linked,omitempty"`
+	// IP is the sandbox's address on its link.
+	IP       string            `json:"ip,omitempty"`
+	Env      []string          `json:"env,omitempty"`
+	Workdir  string            `json:"workdir"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Rootless bool              `json:"rootless"`
 	// Rootfs is the image's shared read-only root filesystem.
 	Rootfs string `json:"rootfs,omitempty"`
 	// Pid is the host PID of the gVisor sandbox process while it runs.
@@ -59,7 +66,10 @@ type Sandbox struct {
 	PidStart   uint64 `json:"pidStart,omitempty"`
 	BootID     string `json:"bootID,omitempty"`
 	CreatorPid int    `json:"creatorPid,omitempty"`
-	Stopped    bool   `json:"stopped,omitempty"`
+	// The DNS resolver process of a sandbox with a network.
+	ResolverPid   int    `json:"resolverPid,omitempty"`
+	ResolverStart uint64 `json:"resolverStart,omitempty"`
+	Stopped       bool   `json:"stopped,omitempty"`
 }
 
 // ShortID is the 12-character form of the ID.

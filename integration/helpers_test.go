@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"sbx.dev/sbx/policy/hostnet"
 )
 
 // requiresRoot fails the test when the suite runs under `make test`
@@ -129,6 +132,7 @@ type sandboxRecord struct {
 	State  string `json:"state"`
 	Pid    int    `json:"pid"`
 	Rootfs string `json:"rootfs"`
+	IP     string `json:"ip"`
 }
 
 func (e *env) inspect(id string) sandboxRecord {
@@ -175,6 +179,9 @@ func (e *env) leftovers(id string) []string {
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.root, "runsc", id+"*")); len(m) > 0 {
 		left = append(left, "runsc state: "+strings.Join(m, " "))
+	}
+	if e.cred == nil {
+		left = append(left, hostnet.Leftovers(context.Background(), id)...)
 	}
 	return left
 }

@@ -31,10 +31,8 @@ const (
 	MaxPids   = 1 << 22
 )
 
-// Network modes.
-const (
-	NetNone = "none"
-)
+// NetNone is the default network mode: loopback only.
+const NetNone = "none"
 
 // Request is what a user asks of a new sandbox. Zero values mean the
 // defaults.
@@ -44,6 +42,11 @@ type Request struct {
 	Pids    int64
 	Disk    int64
 	Network string
+	// Allow holds the parsed --allow rules.
+	Allow []AllowRule
+	// DNS are upstream resolvers for the sandbox's DNS resolver; empty
+	// means the host's.
+	DNS     []string
 	Env     []string
 	Workdir string
 	// Rootless is true when the sandbox is started by an unprivileged
@@ -110,12 +113,7 @@ var checks = []check{
 		}
 		return nil
 	}},
-	{"network", func(r Request) error {
-		if r.Network != NetNone {
-			return fmt.Errorf("--net %q: only %q is supported", r.Network, NetNone)
-		}
-		return nil
-	}},
+	{"network", checkNetwork},
 	{"env", func(r Request) error {
 		for _, kv := range r.Env {
 			if err := CheckEnv(kv); err != nil {

@@ -29,6 +29,10 @@ type SpecConfig struct {
 	Process specs.Process
 	// Mounts are added after the default ones (/proc, /dev, /sys, ...).
 	Mounts []specs.Mount
+	// NetworkNamespace is the path of an existing network namespace to
+	// run in (runsc --network=sandbox takes over its interfaces); empty
+	// means a new, empty one.
+	NetworkNamespace string
 	// UserNamespace maps HostUID/HostGID to root inside, for a sandbox
 	// started by an unprivileged user (rootless).
 	UserNamespace    bool
@@ -62,7 +66,7 @@ func Spec(c SpecConfig) *specs.Spec {
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
-				{Type: specs.NetworkNamespace},
+				{Type: specs.NetworkNamespace, Path: c.NetworkNamespace},
 			},
 			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"},
 			ReadonlyPaths: []string{"/proc/sys", "/proc/sysrq-trigger"},

@@ -55,7 +55,7 @@ func Main(args []string) int {
 }
 
 func run(app *cli.App, args []string, stderr io.Writer) int {
-	err := app.Run(args)
+	err := app.Run(clix.Intersperse(app, args))
 	if err == nil {
 		return 0
 	}

@@ -24,6 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
+	updateCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -33,7 +34,9 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512m, 2g (default 2g)"},
 	&cli.StringFlag{Name: "pids", Usage: "process limit (default 1024)"},
 	&cli.StringFlag{Name: "disk", Usage: "writable layer size, e.g. 1g (default 10g)"},
-	&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none"},
+	&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none (loopback only), open (anything but private, link-local and host addresses), allow (only --allow)"},
+	&cli.StringSliceFlag{Name: "allow", Usage: "allow egress to CIDR[:PORT], IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT]"},
+	&cli.StringSliceFlag{Name: "dns", Usage: "upstream DNS server for the sandbox's resolver (default: the host's)"},
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
@@ -43,6 +46,7 @@ var createFlags = []cli.Flag{
 func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	req := engine.CreateRequest{
 		Name: c.String("name"), Image: c.String("image"), Network: c.String("net"),
+		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"),
 		Env: c.StringSlice("env"), Workdir: c.String("workdir"),
 	}
 	var err error

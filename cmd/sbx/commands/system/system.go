@@ -31,7 +31,7 @@ func Version() string {
 }
 
 // Commands are version and doctor.
-var Commands = []*cli.Command{versionCommand, doctorCommand}
+var Commands = []*cli.Command{versionCommand, doctorCommand, resolverCommand}
 
 var versionCommand = &cli.Command{
 	Name:  "version",

@@ -1,0 +1,296 @@
+// Package hostnet applies a sandbox's network policy on the host: a network
+// namespace and veth pair per sandbox, an address pair from a host-wide
+// pool, the nftables table that policy.RenderFirewall renders, and the DNS
+// resolver that admits the addresses of allowed domains.
+//
+// Unlike package policy, it changes the host. It never runs a sandbox:
+// runsc is handed the namespace this package prepares.
+package hostnet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"sbx.dev/sbx/policy"
+)
+
+// Pool is the address space sandboxes take their /30 links from: the host
+// end is .1, the sandbox .2 of each.
+var Pool = netip.MustParsePrefix("10.200.0.0/16")
+
+// LeaseDir holds one file per allocated /30, named by its index. It is on
+// a tmpfs: after a reboot every netns is gone and so are the leases.
+var LeaseDir = "/run/sbx/net"
+
+const sandboxIf = "eth0"
+
+// Network is one sandbox's host network set-up. Every name in it derives
+// from the sandbox ID, so it can be torn down from the ID alone.
+type Network struct {
+	ID        string
+	Index     int
+	NetnsName string
+	HostIf    string
+	Table     string
+	HostIP    netip.Addr
+	SandboxIP netip.Addr
+}
+
+// NetnsPath is where the sandbox's network namespace is bind-mounted.
+func (n *Network) NetnsPath() string { return filepath.Join("/var/run/netns", n.NetnsName) }
+
+// setAddrs derives the link's addresses from the lease index.
+func (n *Network) setAddrs() {
+	base := Pool.Addr().As4()
+	off := n.Index * 4
+	base[2] += byte(off >> 8)
+	base[3] += byte(off)
+	n.HostIP = netip.AddrFrom4(base).Next()
+	n.SandboxIP = n.HostIP.Next()
+}
+
+// Lookup returns the set-up Setup made for id.
+func Lookup(id string) (*Network, error) {
+	n := names(id)
+	idx, ok := leaseOf(id)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s has no network set-up: %w", id, errdefs.ErrNotFound)
+	}
+	n.Index = idx
+	n.setAddrs()
+	return n, nil
+}
+
+// leaseOf finds the lease index id holds.
+func leaseOf(id string) (int, bool) {
+	ents, _ := os.ReadDir(LeaseDir)
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(LeaseDir, e.Name())); err == nil && string(b) == id {
+			i, err := strconv.Atoi(e.Name())
+			return i, err == nil
+		}
+	}
+	return 0, false
+}
+
+// names fills the ID-derived names.
+func names(id string) *Network {
+	short := id
+	if len(short) > 12 {
+		short = short[:12]
+	}
+	return &Network{
+		ID:        id,
+		NetnsName: "sbx-" + id,
+		HostIf:    "sbx" + short[:min(len(short), 11)],
+		Table:     "sbx_" + short,
+	}
+}
+
+// Setup allocates an address pair and creates the sandbox's namespace and
+// link, with the firewall in place before the link is up. On error it
+// leaves nothing behind.
+func Setup(ctx context.Context, id string, fw policy.FirewallConfig) (n *Network, err error) {
+	n = names(id)
+	defer func() {
+		if err != nil {
+			Teardown(ctx, id) //nolint:errcheck // best effort; the first error matters
+		}
+	}()
+	if n.Index, err = allocate(id); err != nil {
+		return nil, err
+	}
+	n.setAddrs()
+
+	fw.Table, fw.HostIf, fw.HostIP, fw.SandboxIP = n.Table, n.HostIf, n.HostIP, n.SandboxIP
+	if err := ApplyFirewall(ctx, fw); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
+	}
+	ns, err := newNamedNetns(n.NetnsName)
+	if err != nil {
+		return nil, fmt.Errorf("create network namespace: %w", err)
+	}
+	defer ns.Close()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: n.HostIf},
+		PeerName:      sandboxIf,
+		PeerNamespace: netlink.NsFd(int(ns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("create veth %s: %w", n.HostIf, err)
+	}
+	host, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return nil, err
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipnet(n.HostIP, 30)}); err != nil {
+		return nil, fmt.Errorf("address %s: %w", n.HostIP, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return nil, err
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := configureSandboxSide(h, n); err != nil {
+		return nil, fmt.Errorf("configure %s in %s: %w", sandboxIf, n.NetnsName, err)
+	}
+	return n, nil
+}
+
+func configureSandboxSide(h *netlink.Handle, n *Network) error {
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return err
+	}
+	eth, err := h.LinkByName(sandboxIf)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet(n.SandboxIP, 30)}); err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return err
+	}
+	return h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(n.HostIP.AsSlice())})
+}
+
+// newNamedNetns creates a network namespace bind-mounted under
+// /var/run/netns, without moving the calling goroutine into it.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name)
+	if serr := netns.Set(orig); serr != nil {
+		// This thread is in the wrong namespace; do not let Go reuse it.
+		runtime.LockOSThread()
+		return 0, fmt.Errorf("return to the host network namespace: %w", serr)
+	}
+	return ns, err
+}
+
+func ipnet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
+}
+
+// allocate takes the lowest free /30 of the pool for id.
+func allocate(id string) (int, error) {
+	if err := os.MkdirAll(LeaseDir, 0o700); err != nil {
+		return 0, err
+	}
+	slots := 1 << (32 - Pool.Bits() - 2)
+	for i := 1; i < slots; i++ {
+		f, err := os.OpenFile(filepath.Join(LeaseDir, strconv.Itoa(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		_, err = f.WriteString(id)
+		f.Close()
+		return i, err
+	}
+	return 0, fmt.Errorf("address pool %s exhausted: %w", Pool, errdefs.ErrUnavailable)
+}
+
+// release frees the lease held by id, if any.
+func release(id string) error {
+	if i, ok := leaseOf(id); ok {
+		return os.Remove(filepath.Join(LeaseDir, strconv.Itoa(i)))
+	}
+	return nil
+}
+
+// Teardown removes everything Setup made for id. It is idempotent and
+// safe on a half-made set-up.
+func Teardown(ctx context.Context, id string) error {
+	n := names(id)
+	var errs []error
+	if err := nft(ctx, fmt.Sprintf("add table inet %s\ndelete table inet %s\n", n.Table, n.Table)); err != nil {
+		errs = append(errs, err)
+	}
+	if l, err := netlink.LinkByName(n.HostIf); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", n.HostIf, err))
+		}
+	}
+	if _, err := os.Stat(n.NetnsPath()); err == nil {
+		if err := netns.DeleteNamed(n.NetnsName); err != nil {
+			errs = append(errs, fmt.Errorf("delete netns %s: %w", n.NetnsName, err))
+		}
+	}
+	if err := release(id); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ApplyFirewall replaces the sandbox's nftables table with the one the
+// policy renders, atomically.
+func ApplyFirewall(ctx context.Context, fw policy.FirewallConfig) error {
+	return nft(ctx, policy.RenderFirewall(fw))
+}
+
+// nft runs an nft script as one transaction.
+func nft(ctx context.Context, script string) error {
+	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("nft not found (install nftables): %w", errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("nft: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// Leftovers lists what of id's set-up exists on the host; empty means
+// none. For tests and doctor.
+func Leftovers(ctx context.Context, id string) []string {
+	n := names(id)
+	var left []string
+	if _, err := netlink.LinkByName(n.HostIf); err == nil {
+		left = append(left, "link "+n.HostIf)
+	}
+	if _, err := os.Stat(n.NetnsPath()); err == nil {
+		left = append(left, "netns "+n.NetnsName)
+	}
+	if err := exec.CommandContext(ctx, "nft", "list", "table", "inet", n.Table).Run(); err == nil {
+		left = append(left, "nftables table "+n.Table)
+	}
+	if i, ok := leaseOf(id); ok {
+		left = append(left, "address lease "+strconv.Itoa(i))
+	}
+	return left
+}

@@ -1,0 +1,332 @@
+package hostnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"sbx.dev/sbx/policy"
+)
+
+// ResolverConfig is the DNS resolver's configuration file. The engine
+// replaces it when a sandbox's policy changes; the resolver notices before
+// its next answer.
+type ResolverConfig struct {
+	// Listen is the host end of the sandbox's link, port 53.
+	Listen string `json:"listen"`
+	// Upstreams are the resolvers queries are forwarded to (ip:port).
+	Upstreams []string `json:"upstreams"`
+	// Mode is the sandbox's network mode.
+	Mode  string             `json:"mode"`
+	Allow []policy.AllowRule `json:"allow,omitempty"`
+	// Table is the sandbox's nftables table, whose DNS sets receive the
+	// addresses of allowed names.
+	Table string `json:"table"`
+}
+
+// WriteResolverConfig writes c to path atomically.
+func WriteResolverConfig(path string, c ResolverConfig) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadResolverConfig reads the file WriteResolverConfig wrote.
+func ReadResolverConfig(path string) (*ResolverConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c ResolverConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("resolver config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// HostUpstreams are the host's nameservers from /etc/resolv.conf.
+func HostUpstreams() []string {
+	cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range cc.Servers {
+		out = append(out, net.JoinHostPort(s, cc.Port))
+	}
+	return out
+}
+
+// minAdmit is the shortest time an answered address stays admitted, so a
+// connect right after a TTL-0 answer still passes.
+const minAdmit = 2 * time.Second
+
+type resolver struct {
+	path string
+	// mu guards cfg and stamp: the config as last read, and the file's
+	// identity when it was read.
+	mu    sync.Mutex
+	cfg   *ResolverConfig
+	stamp fileStamp
+}
+
+type fileStamp struct {
+	ino   uint64
+	mtime time.Time
+	size  int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	var ino uint64
+	if st != nil {
+		ino = st.Ino
+	}
+	return fileStamp{ino: ino, mtime: fi.ModTime(), size: fi.Size()}, nil
+}
+
+// current returns the policy in force: the file is re-read whenever it was
+// replaced (WriteResolverConfig renames, so the inode changes).
+func (r *resolver) current() *ResolverConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, err := stampOf(r.path); err == nil && st != r.stamp {
+		if c, err := ReadResolverConfig(r.path); err == nil {
+			r.cfg, r.stamp = c, st
+		} else {
+			fmt.Fprintf(os.Stderr, "reload: %v\n", err)
+		}
+	}
+	return r.cfg
+}
+
+// ServeResolver runs the resolver described by the file at cfgPath until
+// ctx ends, following changes to the file. ready, if non-nil, receives nil
+// once it listens, or the error that stopped it from listening.
+func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) error {
+	if ready == nil {
+		ready = func(error) {}
+	}
+	r := &resolver{path: cfgPath}
+	c := r.current()
+	if c == nil {
+		err := fmt.Errorf("resolver config %s unreadable", cfgPath)
+		ready(err)
+		return err
+	}
+
+	udp, err := net.ListenPacket("udp4", c.Listen)
+	if err != nil {
+		ready(err)
+		return err
+	}
+	tcp, err := net.Listen("tcp4", c.Listen)
+	if err != nil {
+		udp.Close()
+		ready(err)
+		return err
+	}
+	servers := []*dns.Server{
+		{PacketConn: udp, Handler: r},
+		{Listener: tcp, Handler: r},
+	}
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func(s *dns.Server) { errc <- s.ActivateAndServe() }(s)
+	}
+	ready(nil)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		for _, s := range servers {
+			s.Shutdown() //nolint:errcheck // exiting
+		}
+		return nil
+	}
+}
+
+// ServeDNS answers one query under the current policy.
+func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	c := r.current()
+	reply := func(rcode int) {
+		m := new(dns.Msg)
+		m.SetRcode(q, rcode)
+		w.WriteMsg(m) //nolint:errcheck // client may be gone
+	}
+	if len(q.Question) != 1 {
+		reply(dns.RcodeFormatError)
+		return
+	}
+	question := q.Question[0]
+	var rules []policy.AllowRule
+	for _, rule := range c.Allow {
+		if rule.MatchName(question.Name) {
+			rules = append(rules, rule)
+		}
+	}
+	switch {
+	case c.Mode == policy.NetNone:
+		reply(dns.RcodeRefused)
+		return
+	case c.Mode == policy.NetAllow && len(rules) == 0:
+		// A name the policy does not allow does not exist for the
+		// sandbox.
+		reply(dns.RcodeNameError)
+		return
+	case question.Qtype == dns.TypeAAAA:
+		// Sandboxes have no IPv6: an empty answer makes clients use
+		// IPv4 at once.
+		reply(dns.RcodeSuccess)
+		return
+	}
+	resp, err := forward(q, c.Upstreams, w.RemoteAddr().Network())
+	if err != nil {
+		reply(dns.RcodeServerFailure)
+		return
+	}
+	if len(rules) > 0 {
+		if err := admit(c.Table, rules, resp); err != nil {
+			fmt.Fprintf(os.Stderr, "admit %s: %v\n", question.Name, err)
+			reply(dns.RcodeServerFailure)
+			return
+		}
+	}
+	resp.Id = q.Id
+	w.WriteMsg(resp) //nolint:errcheck // client may be gone
+}
+
+// forward asks the upstreams in turn, over TCP when UDP truncates.
+func forward(q *dns.Msg, upstreams []string, network string) (*dns.Msg, error) {
+	if len(upstreams) == 0 {
+		return nil, errors.New("no upstream resolvers")
+	}
+	var lastErr error
+	for _, up := range upstreams {
+		cl := &dns.Client{Net: "udp", Timeout: 3 * time.Second}
+		if network == "tcp" {
+			cl.Net = "tcp"
+		}
+		resp, _, err := cl.Exchange(q, up)
+		if err == nil && resp.Truncated && cl.Net == "udp" {
+			cl.Net = "tcp"
+			resp, _, err = cl.Exchange(q, up)
+		}
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// admit adds the answer's IPv4 addresses to the sandbox's DNS sets for the
+// records' TTL, before the answer reaches the sandbox.
+func admit(table string, rules []policy.AllowRule, resp *dns.Msg) error {
+	var anyPort, port []string
+	for _, rr := range resp.Answer {
+		a, ok := rr.(*dns.A)
+		if !ok {
+			continue
+		}
+		ttl := time.Duration(a.Hdr.Ttl) * time.Second
+		if ttl < minAdmit {
+			ttl = minAdmit
+		}
+		for _, rule := range rules {
+			if rule.Port == 0 {
+				anyPort = append(anyPort, fmt.Sprintf("%s timeout %ds", a.A, int(ttl.Seconds())))
+			} else {
+				port = append(port, fmt.Sprintf("%s . %d timeout %ds", a.A, rule.Port, int(ttl.Seconds())))
+			}
+		}
+	}
+	var script strings.Builder
+	if len(anyPort) > 0 {
+		fmt.Fprintf(&script, "add element inet %s %s { %s }\n", table, policy.DNSSetAny, strings.Join(anyPort, ", "))
+	}
+	if len(port) > 0 {
+		fmt.Fprintf(&script, "add element inet %s %s { %s }\n", table, policy.DNSSetPort, strings.Join(port, ", "))
+	}
+	if script.Len() == 0 {
+		return nil
+	}
+	return nft(context.Background(), script.String())
+}
+
+// StartResolver starts `exe args...` (an sbx binary whose args make it call
+// ServeResolver) as a detached process with its output appended to
+// logPath, and waits until it listens. It returns the process's PID.
+func StartResolver(exe string, args []string, logPath string) (int, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{wr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		wr.Close()
+		return 0, fmt.Errorf("start DNS resolver: %w", err)
+	}
+	wr.Close()
+	rd.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // pipes support deadlines
+	msg := make([]byte, 512)
+	n, _ := rd.Read(msg)
+	if got := strings.TrimSpace(string(msg[:n])); got != "ok" {
+		cmd.Process.Kill() //nolint:errcheck // failed start
+		cmd.Wait()         //nolint:errcheck // reap
+		if got == "" {
+			got = "exited without listening"
+		}
+		return 0, fmt.Errorf("DNS resolver: %s", got)
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Release() //nolint:errcheck // detached on purpose
+	return pid, nil
+}
+
+// ReadyPipe is the ready callback of a resolver started by StartResolver:
+// it reports on file descriptor 3.
+func ReadyPipe() func(error) {
+	f := os.NewFile(3, "ready")
+	return func(err error) {
+		if f == nil {
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(f, err)
+		} else {
+			fmt.Fprintln(f, "ok")
+		}
+		f.Close()
+		f = nil
+	}
+}

@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+)
+
+// Network modes beyond NetNone.
+const (
+	// NetOpen: egress anywhere except DeniedRanges and the host itself,
+	// unless an allow rule names them.
+	NetOpen = "open"
+	// NetAllow: egress only to what the allow rules name.
+	NetAllow = "allow"
+)
+
+// NetworkModes lists the valid --net values.
+var NetworkModes = []string{NetNone, NetOpen, NetAllow}
+
+// DeniedRanges are unreachable in open mode unless an allow rule names
+// them: link-local (cloud metadata lives at 169.254.169.254), private and
+// shared address space, loopback, and non-unicast ranges. A sandbox has no
+// IPv6 at all, so fd00:ec2::254 and every other IPv6 address are out of
+// reach by construction.
+var DeniedRanges = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// AllowRule is one --allow entry: a CIDR or a domain name, optionally
+// limited to one port (TCP and UDP).
+type AllowRule struct {
+	// Prefix is set for address rules.
+	Prefix netip.Prefix `json:"prefix,omitzero"`
+	// Domain is set for name rules: "example.com" or "*.example.com"
+	// (any name below example.com, not example.com itself).
+	Domain string `json:"domain,omitempty"`
+	// Port limits the rule to one port; 0 means any.
+	Port uint16 `json:"port,omitempty"`
+}
+
+func (r AllowRule) String() string {
+	s := r.Domain
+	if r.Prefix.IsValid() {
+		s = r.Prefix.String()
+	}
+	if r.Port != 0 {
+		s += ":" + strconv.Itoa(int(r.Port))
+	}
+	return s
+}
+
+// IsDomain reports whether r names a domain rather than addresses.
+func (r AllowRule) IsDomain() bool { return r.Domain != "" }
+
+// MatchName reports whether the DNS name (with or without the final dot)
+// falls under r.
+func (r AllowRule) MatchName(name string) bool {
+	if r.Domain == "" {
+		return false
+	}
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	if base, ok := strings.CutPrefix(r.Domain, "*."); ok {
+		return strings.HasSuffix(name, "."+base)
+	}
+	return name == r.Domain
+}
+
+// ParseAllow parses an --allow entry: CIDR[:PORT], IP[:PORT],
+// DOMAIN[:PORT] or *.DOMAIN[:PORT].
+func ParseAllow(s string) (AllowRule, error) {
+	bad := func(why string) (AllowRule, error) {
+		return AllowRule{}, fmt.Errorf("%w: --allow %q: %s", errdefs.ErrInvalidArgument, s, why)
+	}
+	if s == "" {
+		return bad("empty rule")
+	}
+	if strings.HasPrefix(s, "[") || strings.Count(s, ":") > 1 {
+		return bad("IPv6 is not supported: sandboxes have IPv4 only")
+	}
+	host, portStr, hasPort := strings.Cut(s, ":")
+	var r AllowRule
+	if hasPort {
+		p, err := strconv.ParseUint(portStr, 10, 16)
+		if err != nil || p == 0 {
+			return bad("port must be 1-65535")
+		}
+		r.Port = uint16(p)
+	}
+	if strings.Contains(host, "/") {
+		p, err := netip.ParsePrefix(host)
+		if err != nil || !p.Addr().Is4() {
+			return bad("not an IPv4 CIDR")
+		}
+		r.Prefix = p.Masked()
+		return r, nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if !a.Is4() {
+			return bad("IPv6 is not supported: sandboxes have IPv4 only")
+		}
+		r.Prefix = netip.PrefixFrom(a, 32)
+		return r, nil
+	}
+	d := strings.ToLower(strings.TrimSuffix(host, "."))
+	if err := checkDomain(strings.TrimPrefix(d, "*.")); err != nil {
+		return bad(err.Error())
+	}
+	if strings.Contains(strings.TrimPrefix(d, "*."), "*") {
+		return bad("a wildcard may only be a leading \"*.\"")
+	}
+	r.Domain = d
+	return r, nil
+}
+
+// checkDomain validates a DNS name of at least two labels.
+func checkDomain(d string) error {
+	if len(d) > 253 {
+		return fmt.Errorf("domain name too long")
+	}
+	labels := strings.Split(d, ".")
+	if len(labels) < 2 {
+		return fmt.Errorf("not an address, CIDR or domain name (a domain needs a dot)")
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("bad domain label %q", l)
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '*') {
+				return fmt.Errorf("bad character %q in domain", c)
+			}
+		}
+	}
+	return nil
+}
+
+// ParseAllowList parses every entry, failing on the first bad one.
+func ParseAllowList(entries []string) ([]AllowRule, error) {
+	var out []AllowRule
+	for _, e := range entries {
+		r, err := ParseAllow(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// checkNetwork is the validator's network rule: a known mode, and allow
+// rules only where they mean something.
+func checkNetwork(r Request) error {
+	switch r.Network {
+	case NetNone:
+		if len(r.Allow) > 0 {
+			return fmt.Errorf("--allow needs --net open or allow")
+		}
+	case NetOpen, NetAllow:
+		if r.Rootless {
+			return fmt.Errorf("--net %s needs root (rootless sandboxes have network none)", r.Network)
+		}
+	default:
+		return fmt.Errorf("--net %q: want one of %s", r.Network, strings.Join(NetworkModes, ", "))
+	}
+	for _, d := range r.DNS {
+		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
+			return fmt.Errorf("--dns %q: want an IPv4 address", d)
+		}
+	}
+	return nil
+}
+
+// FirewallConfig is what RenderFirewall needs to know of one sandbox.
+type FirewallConfig struct {
+	// Table is the nftables table (family inet) that holds every rule of
+	// the sandbox, so that deleting it removes them all.
+	Table string
+	// HostIf is the host side of the sandbox's veth pair.
+	HostIf string
+	// HostIP is the host's address on that link: the sandbox's gateway
+	// and DNS resolver. SandboxIP is the sandbox's.
+	HostIP, SandboxIP netip.Addr
+	Mode              string
+	Allow             []AllowRule
+}
+
+// Names of the sets the DNS resolver fills with the addresses it answers
+// for allowed domains (with the answer's TTL as timeout).
+const (
+	DNSSetAny  = "dns_any"  // ipv4_addr: a domain allowed on any port
+	DNSSetPort = "dns_port" // ipv4_addr . inet_service: a domain allowed on one port
+)
+
+// RenderFirewall renders the sandbox's nftables table as an nft script that
+// replaces any earlier version atomically. Denials reject rather than
+// drop, so a denied connect fails at once instead of hanging.
+//
+// Traffic from the sandbox to the host itself (any of its addresses) meets
+// the input chain: only DNS to the resolver passes. Traffic through the
+// host meets the forward chain: the mode and allow rules decide. Nothing
+// may open a connection into the sandbox.
+func RenderFirewall(c FirewallConfig) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	// "add" then "delete" makes the script work whether or not the table
+	// exists; the whole script is one transaction.
+	w("add table inet %s", c.Table)
+	w("delete table inet %s", c.Table)
+	w("table inet %s {", c.Table)
+	w("\tset %s { type ipv4_addr; flags timeout; }", DNSSetAny)
+	w("\tset %s { type ipv4_addr . inet_service; flags timeout; }", DNSSetPort)
+	w("\tset denied { type ipv4_addr; flags interval; elements = { %s } }", joinPrefixes(DeniedRanges))
+	w("\tchain input {")
+	w("\t\ttype filter hook input priority filter; policy accept;")
+	w("\t\tiifname %q jump from_sandbox_to_host", c.HostIf)
+	w("\t}")
+	w("\tchain from_sandbox_to_host {")
+	w("\t\tct state established,related accept")
+	if c.Mode != NetNone {
+		w("\t\tip daddr %s meta l4proto { tcp, udp } th dport 53 accept", c.HostIP)
+	}
+	rejectAll(w)
+	w("\t}")
+	w("\tchain forward {")
+	w("\t\ttype filter hook forward priority filter; policy accept;")
+	w("\t\tiifname %q jump egress", c.HostIf)
+	w("\t\toifname %q jump ingress", c.HostIf)
+	w("\t}")
+	w("\tchain ingress {")
+	w("\t\tct state established,related accept")
+	rejectAll(w)
+	w("\t}")
+	w("\tchain egress {")
+	w("\t\tct state established,related accept")
+	w("\t\tmeta nfproto ipv6 reject with icmpx type admin-prohibited")
+	w("\t\tip saddr != %s reject with icmpx type admin-prohibited", c.SandboxIP)
+	if c.Mode != NetNone {
+		for _, r := range sortedRules(c.Allow) {
+			if r.IsDomain() {
+				continue
+			}
+			if r.Port != 0 {
+				w("\t\tip daddr %s meta l4proto { tcp, udp } th dport %d accept", r.Prefix, r.Port)
+			} else {
+				w("\t\tip daddr %s accept", r.Prefix)
+			}
+		}
+		w("\t\tip daddr @%s accept", DNSSetAny)
+		w("\t\tmeta l4proto { tcp, udp } ip daddr . th dport @%s accept", DNSSetPort)
+	}
+	if c.Mode == NetOpen {
+		w("\t\tip daddr @denied reject with icmpx type admin-prohibited")
+		w("\t\taccept")
+	}
+	rejectAll(w)
+	w("\t}")
+	w("\tchain postrouting {")
+	w("\t\ttype nat hook postrouting priority srcnat; policy accept;")
+	w("\t\tip saddr %s oifname != %q masquerade", c.SandboxIP, c.HostIf)
+	w("\t}")
+	w("}")
+	return b.String()
+}
+
+func rejectAll(w func(string, ...any)) {
+	w("\t\tmeta l4proto tcp reject with tcp reset")
+	w("\t\treject with icmpx type admin-prohibited")
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// sortedRules orders rules so that rendering is deterministic.
+func sortedRules(rs []AllowRule) []AllowRule {
+	out := append([]AllowRule(nil), rs...)
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
