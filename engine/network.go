@@ -112,18 +112,11 @@ type UpdateRequest struct {
 // are dropped with it) and the resolver answers under the new policy from
 // its next query.
 func (e *Engine) Update(ctx context.Context, ref string, req UpdateRequest) (*Sandbox, error) {
-	sb, err := e.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.lockSandbox(sb.ID)
+	sb, unlock, err := e.getLocked(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.load(sb.ID); err != nil {
-		return nil, err
-	}
 	if sb.State != StateRunning {
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
 	}

@@ -124,6 +124,22 @@ func (e *Engine) lockSandbox(id string) (func(), error) {
 	return lockFile(filepath.Join(e.sandboxDir(id), "lock"))
 }
 
+// getLocked resolves ref, locks the sandbox and re-reads its record under
+// the lock. The caller must call unlock.
+func (e *Engine) getLocked(ctx context.Context, ref string) (sb *Sandbox, unlock func(), err error) {
+	if sb, err = e.Get(ctx, ref); err != nil {
+		return nil, nil, err
+	}
+	if unlock, err = e.lockSandbox(sb.ID); err != nil {
+		return nil, nil, err
+	}
+	if sb, err = e.load(sb.ID); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return sb, unlock, nil
+}
+
 // lockNames serializes name allocation across processes.
 func (e *Engine) lockNames() (func(), error) {
 	return lockFile(filepath.Join(e.opts.Root, "names.lock"))

@@ -28,18 +28,11 @@ const StopTimeout = 5 * time.Second
 // StopTimeout, then its runtime state, processes and cgroup are removed.
 // The record stays (state "stopped") until Remove.
 func (e *Engine) Stop(ctx context.Context, ref string) (*Sandbox, error) {
-	sb, err := e.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.lockSandbox(sb.ID)
+	sb, unlock, err := e.getLocked(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.load(sb.ID); err != nil {
-		return nil, err
-	}
 	if err := e.stopLocked(ctx, sb); err != nil {
 		return nil, err
 	}
@@ -71,18 +64,11 @@ func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
 // Remove deletes a sandbox and everything it holds. A running sandbox is
 // refused unless force, which stops it first.
 func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
-	sb, err := e.Get(ctx, ref)
-	if err != nil {
-		return err
-	}
-	unlock, err := e.lockSandbox(sb.ID)
+	sb, unlock, err := e.getLocked(ctx, ref)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if sb, err = e.load(sb.ID); err != nil {
-		return err
-	}
 	switch sb.State {
 	case StateRunning:
 		if !force {

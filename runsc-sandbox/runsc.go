@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,33 +198,38 @@ func (r *Runsc) Create(ctx context.Context, id, bundle string, o CreateOpts) err
 	if o.ConsoleSocket != "" {
 		args = append(args, "--console-socket", o.ConsoleSocket)
 	}
-	args = append(args, id)
-	cmd := r.command(ctx, "create", args...)
+	return r.runDetaching(ctx, "create", append(args, id), o.Stdin, o.Stdout, o.Stderr)
+}
+
+// runDetaching runs a runsc command that leaves a sandbox behind (create,
+// restore): the sandbox inherits the given stdio as its init's (nil means
+// /dev/null). runsc's own error goes to the same stderr, so it is read
+// back from a file (the caller's, from where it stood, or a temporary one)
+// rather than a pipe, which the sandbox would hold open forever.
+func (r *Runsc) runDetaching(ctx context.Context, sub string, args []string, stdin, stdout, stderr *os.File) error {
+	cmd := r.command(ctx, sub, args...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer devnull.Close()
-	cmd.Stdin, cmd.Stdout = orFile(o.Stdin, devnull), orFile(o.Stdout, devnull)
-	// runsc's own error is written to its stderr, which the sandbox also
-	// inherits as the init's stderr. Capture it through a file.
-	errf := o.Stderr
+	cmd.Stdin, cmd.Stdout = orFile(stdin, devnull), orFile(stdout, devnull)
+	errf := stderr
 	if errf == nil {
-		if errf, err = os.CreateTemp("", "sbx-runsc-create-"); err != nil {
+		if errf, err = os.CreateTemp("", "sbx-runsc-"+sub+"-"); err != nil {
 			return err
 		}
 		defer os.Remove(errf.Name())
 		defer errf.Close()
 	}
-	start, _ := errf.Seek(0, 2)
+	from, _ := errf.Seek(0, io.SeekEnd)
 	cmd.Stderr = errf
 	if err := cmd.Run(); err != nil {
-		e := r.wrapErr("create", err, nil)
+		e := r.wrapErr(sub, err, nil)
 		var re *Error
 		if errors.As(e, &re) {
-			b, _ := os.ReadFile(errf.Name())
-			if int64(len(b)) >= start {
-				re.Stderr = string(b[start:])
+			if b, rerr := os.ReadFile(errf.Name()); rerr == nil && int64(len(b)) >= from {
+				re.Stderr = string(b[from:])
 			}
 		}
 		return e
@@ -417,26 +423,7 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, o RestoreOp
 	if o.PidFile != "" {
 		args = append(args, "--pid-file", o.PidFile)
 	}
-	cmd := r.command(ctx, "restore", append(args, id)...)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devnull.Close()
-	cmd.Stdin, cmd.Stdout = orFile(o.Stdin, devnull), orFile(o.Stdout, devnull)
-	errf := o.Stderr
-	if errf == nil {
-		if errf, err = os.CreateTemp("", "sbx-runsc-restore-"); err != nil {
-			return err
-		}
-		defer os.Remove(errf.Name())
-		defer errf.Close()
-	}
-	cmd.Stderr = errf
-	if err := cmd.Run(); err != nil {
-		return r.wrapErr("restore", err, errf)
-	}
-	return nil
+	return r.runDetaching(ctx, "restore", append(args, id), o.Stdin, o.Stdout, o.Stderr)
 }
 
 // TarRootfsUpper writes the container's root filesystem changes (gVisor's
