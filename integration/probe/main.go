@@ -209,10 +209,16 @@ func main() {
 	})
 	run("netlink_route", func() error { _, err := net.Interfaces(); return err })
 	run("file_io", func() error {
-		if err := os.WriteFile("/tmp/probe-file", []byte("data"), 0o600); err != nil {
+		f, err := os.CreateTemp("", "probe-")
+		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile("/tmp/probe-file")
+		defer os.Remove(f.Name())
+		if _, err := f.Write([]byte("data")); err != nil {
+			return err
+		}
+		f.Close()
+		b, err := os.ReadFile(f.Name())
 		if err == nil && string(b) != "data" {
 			err = fmt.Errorf("read back %q", b)
 		}
