@@ -144,7 +144,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		}
 	}
 	if !e.rootless {
-		// sbx owns the cgroup; runsc joins it (docs/decisions).
+		// sbx owns the cgroup; runsc joins it (docs/decisions/0004).
 		if err := createCgroup(cgroupPath(id), spec.Linux.Resources); err != nil {
 			return nil, err
 		}
