@@ -41,6 +41,11 @@ type CreateRequest struct {
 	// Explicit names the limits the caller set (e.g. "memory"), so
 	// that a rootless create can refuse limits it cannot enforce.
 	Explicit []string
+	// Secrets are "NAME=@FILE" or "NAME=env:VAR": read by Create from
+	// this process's files and environment, they reach the sandbox's
+	// processes as environment and as files in /run/secrets, and are
+	// kept nowhere else (docs/security.md).
+	Secrets []string
 }
 
 // cleanup runs its functions in reverse unless released: the undo stack of
@@ -62,10 +67,14 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := policy.LoadSecrets(req.Secrets, os.ReadFile, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	pr, err := policy.Validate(policy.Request{
 		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
 		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
-		Rootless: e.rootless, Explicit: req.Explicit,
+		Rootless: e.rootless, Explicit: req.Explicit, Secrets: secrets,
 	})
 	if err != nil {
 		return nil, err
@@ -95,6 +104,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
 		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
+		Secrets: secretNames(secrets),
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
 
@@ -140,8 +150,24 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		CgroupsPath:      e.cgroupsPath(id),
 		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
-	if err := policy.Resources(pr)(spec); err != nil {
-		return nil, err
+	if len(secrets) > 0 {
+		spec.Mounts = append(spec.Mounts, secretsMount())
+	}
+	for _, opt := range []policy.SpecOpt{policy.Resources(pr), policy.Seccomp()} {
+		if err := opt(spec); err != nil {
+			return nil, err
+		}
+	}
+	if !e.rootless {
+		// sbx owns the cgroup; runsc joins it (docs/decisions/0004).
+		if err := createCgroup(cgroupPath(id), spec.Linux.Resources); err != nil {
+			return nil, err
+		}
+		undo.add(func() {
+			if err := removeCgroup(cgroupPath(id)); err != nil {
+				log.G(ctx).WithError(err).Warn("remove cgroup")
+			}
+		})
 	}
 	bundle := filepath.Join(e.sandboxDir(id), "bundle")
 	if err := runsc.WriteBundle(bundle, spec); err != nil {
@@ -178,6 +204,11 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		return nil, fmt.Errorf("sandbox process %d: %w", st.Pid, err)
 	}
 	sb.BootID = bootID()
+	if len(secrets) > 0 {
+		if err := e.writeSecrets(ctx, sb, secrets); err != nil {
+			return nil, err
+		}
+	}
 	sb.CreatorPid = 0
 	if err := e.save(sb); err != nil {
 		return nil, err

@@ -213,6 +213,7 @@ func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
 		Overlay:       fmt.Sprintf("root:dir=%s,size=%d", e.sandboxDir(sb.ID), sb.Disk),
 		IgnoreCgroups: sb.Rootless,
 		DebugLogDir:   e.opts.DebugLog,
+		OCISeccomp:    true,
 	}
 }
 

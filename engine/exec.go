@@ -76,11 +76,17 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 		return -1, err
 	}
 	if sb.State != StateRunning {
+		if sb.OOMKilled {
+			return -1, fmt.Errorf("%w: %w", oomError(sb), errdefs.ErrFailedPrecondition)
+		}
 		return -1, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
 	}
 	proc, err := e.process(sb, req)
 	if err != nil {
 		return -1, err
+	}
+	if len(sb.Secrets) > 0 {
+		proc = withSecrets(proc)
 	}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -102,6 +108,9 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	}
 	if errors.Is(err, runsc.ErrNotStarted) {
 		return e.whyNotStarted(context.Background(), sb, proc), nil
+	}
+	if now, lerr := e.load(sb.ID); lerr == nil && now.OOMKilled {
+		return ExitOOMKilled, oomError(now)
 	}
 	return code, err
 }

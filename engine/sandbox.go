@@ -66,10 +66,17 @@ type Sandbox struct {
 	PidStart   uint64 `json:"pidStart,omitempty"`
 	BootID     string `json:"bootID,omitempty"`
 	CreatorPid int    `json:"creatorPid,omitempty"`
+	Stopped    bool   `json:"stopped,omitempty"`
 	// The DNS resolver process of a sandbox with a network.
 	ResolverPid   int    `json:"resolverPid,omitempty"`
 	ResolverStart uint64 `json:"resolverStart,omitempty"`
-	Stopped       bool   `json:"stopped,omitempty"`
+
+	// Secrets are the names of the sandbox's secrets; their values are
+	// only inside the sandbox (docs/security.md).
+	Secrets []string `json:"secrets,omitempty"`
+	// OOMKilled: the host's OOM killer ended the sandbox when it reached
+	// its memory limit.
+	OOMKilled bool `json:"oomKilled,omitempty"`
 }
 
 // ShortID is the 12-character form of the ID.
@@ -176,6 +183,7 @@ func (e *Engine) load(id string) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", id, err)
 	}
 	sb.State = e.state(&sb)
+	e.checkOOM(&sb)
 	return &sb, nil
 }
 

@@ -52,6 +52,7 @@ func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
 			}
 		}
 	}
+	e.checkOOM(sb) // before its cgroup, which counted it, is gone
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ type Request struct {
 	// Explicit names the limits the user set rather than defaulted; a
 	// rootless request may not set them.
 	Explicit []string
+	// Secrets are the --secret values, loaded (LoadSecrets).
+	Secrets []Secret
 }
 
 // WithDefaults returns r with zero values replaced by the defaults.
@@ -140,7 +142,7 @@ var checks = []check{
 // first rule that failed and wraps errdefs.ErrInvalidArgument.
 func Validate(r Request) (Request, error) {
 	r = r.WithDefaults()
-	for _, c := range checks {
+	for _, c := range append(checks[:len(checks):len(checks)], secretChecks...) {
 		if err := c.fn(r); err != nil {
 			return r, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
@@ -160,8 +162,10 @@ func CheckEnv(kv string) error {
 // SpecOpt changes a spec; policy renders a request as a list of them.
 type SpecOpt func(*specs.Spec) error
 
-// Resources renders r's CPU, memory and pids limits. Rootless requests get
-// none: the sandbox runs without cgroups.
+// Resources renders r's limits: the host cgroup's (HostResources) in
+// spec.linux.resources, from which runsc sizes the sandbox (CPUs and
+// /proc/meminfo inside), and the in-sandbox process limit (ProcessLimit).
+// Rootless requests get none: the sandbox runs without cgroups.
 func Resources(r Request) SpecOpt {
 	return func(s *specs.Spec) error {
 		if r.Rootless {
@@ -170,16 +174,8 @@ func Resources(r Request) SpecOpt {
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
 		}
-		const period = 100000
-		quota := int64(math.Ceil(r.CPUs * period))
-		p := uint64(period)
-		mem, pids := r.Memory, r.Pids
-		s.Linux.Resources = &specs.LinuxResources{
-			CPU:    &specs.LinuxCPU{Quota: &quota, Period: &p},
-			Memory: &specs.LinuxMemory{Limit: &mem},
-			Pids:   &specs.LinuxPids{Limit: &pids},
-		}
-		return nil
+		s.Linux.Resources = HostResources(r)
+		return ProcessLimit(r)(s)
 	}
 }
 

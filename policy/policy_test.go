@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 func TestParseSize(t *testing.T) {
@@ -106,5 +108,58 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate error = %v, want invalid argument mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestResourcesAndSeccomp(t *testing.T) {
+	r, err := Validate(Request{CPUs: 0.5, Memory: 256 << 20, Pids: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &specs.Spec{}
+	for _, opt := range []SpecOpt{Resources(r), Seccomp()} {
+		if err := opt(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := s.Linux.Resources
+	if *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 || *res.Memory.Limit != 256<<20 || *res.Pids.Limit != HostPids(100) {
+		t.Fatalf("resources %+v %+v %+v", *res.CPU, *res.Memory, *res.Pids)
+	}
+	if HostPids(100) <= 100 {
+		t.Fatalf("host pids backstop %d is not above the sandbox's limit", HostPids(100))
+	}
+	if l := s.Process.Rlimits; len(l) != 1 || l[0].Type != "RLIMIT_NPROC" || l[0].Hard != 100 || l[0].Soft != 100 {
+		t.Fatalf("rlimits %+v", l)
+	}
+	sc := s.Linux.Seccomp
+	if sc.DefaultAction != specs.ActAllow || len(sc.Syscalls) != len(SeccompRules) {
+		t.Fatalf("seccomp %+v", sc)
+	}
+	denied := map[string]bool{}
+	for _, sys := range sc.Syscalls {
+		if sys.Action != specs.ActErrno || *sys.ErrnoRet != uint(unix.EPERM) {
+			t.Fatalf("rule %v: action %s", sys.Names, sys.Action)
+		}
+		if len(sys.Args) == 0 {
+			for _, n := range sys.Names {
+				denied[n] = true
+			}
+		}
+	}
+	for _, n := range []string{"bpf", "keyctl", "add_key", "mount", "unshare", "setns", "perf_event_open", "userfaultfd", "kexec_load", "init_module"} {
+		if !denied[n] {
+			t.Errorf("%s is not denied outright", n)
+		}
+	}
+	for _, n := range []string{"socket", "clone", "ptrace", "clone3"} {
+		if denied[n] {
+			t.Errorf("%s is denied outright; only some of its uses should be", n)
+		}
+	}
+	// Rootless: no cgroup, no limits.
+	s = &specs.Spec{}
+	if err := Resources(Request{Rootless: true})(s); err != nil || s.Linux != nil {
+		t.Fatalf("rootless resources: %v %+v", err, s.Linux)
 	}
 }

@@ -55,6 +55,9 @@ type Runsc struct {
 	// DebugLogDir, if set, turns on --debug and writes per-command debug
 	// logs there (--debug-log=DIR/).
 	DebugLogDir string
+	// OCISeccomp passes --oci-seccomp: the spec's seccomp profile is
+	// applied inside gVisor, to the init and every exec'd process.
+	OCISeccomp bool
 	// ExtraFlags are appended to the global flags verbatim.
 	ExtraFlags []string
 }
@@ -76,6 +79,9 @@ func (r *Runsc) globalArgs() []string {
 	}
 	if r.IgnoreCgroups {
 		args = append(args, "--ignore-cgroups")
+	}
+	if r.OCISeccomp {
+		args = append(args, "--oci-seccomp")
 	}
 	if r.LogPath != "" {
 		args = append(args, "--log="+r.LogPath, "--log-format=text")

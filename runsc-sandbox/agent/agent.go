@@ -38,6 +38,12 @@ func Main() {
 		}
 		os.Exit(LookPath(os.Args[2]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == CmdWriteSecrets {
+		os.Exit(writeSecrets(os.Stdin))
+	}
+	if len(os.Args) > 1 && os.Args[1] == CmdWithSecrets {
+		os.Exit(withSecrets(os.Args[2:]))
+	}
 	os.Exit(initLoop())
 }
 

@@ -24,7 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
-	updateCommand,
+	updateCommand, statsCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -40,6 +40,7 @@ var createFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
+	&cli.StringSliceFlag{Name: "secret", Usage: "secret NAME=@FILE or NAME=env:VAR: in every command's environment and in /run/secrets/NAME"},
 }
 
 // createRequest renders the create flags.
@@ -48,6 +49,7 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 		Name: c.String("name"), Image: c.String("image"), Network: c.String("net"),
 		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"),
 		Env: c.StringSlice("env"), Workdir: c.String("workdir"),
+		Secrets: c.StringSlice("secret"),
 	}
 	var err error
 	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {

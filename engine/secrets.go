@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/policy"
+	runsc "sbx.dev/sbx/runsc-sandbox"
+	"sbx.dev/sbx/runsc-sandbox/agent"
+)
+
+// Secrets reach a sandbox without touching the host's disk: sbx reads them
+// (from a file or its environment) at create, pipes them to the agent
+// inside the sandbox, which writes them to a tmpfs in gVisor's memory
+// (agent.SecretsDir), and every later exec reads them from there into the
+// command's environment (agent with-secrets). sbx keeps only their names.
+
+// secretsMount is the tmpfs that holds a sandbox's secrets.
+func secretsMount() specs.Mount {
+	return specs.Mount{
+		Destination: agent.SecretsDir, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "noexec", "mode=0755", "size=8m"},
+	}
+}
+
+// secretNames lists the names of secrets.
+func secretNames(secrets []policy.Secret) []string {
+	var n []string
+	for _, s := range secrets {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+// writeSecrets hands the secrets to the sandbox's agent through a pipe.
+// Its error never holds a value: the agent prints none.
+func (e *Engine) writeSecrets(ctx context.Context, sb *Sandbox, secrets []policy.Secret) error {
+	files := make([]agent.SecretFile, 0, len(secrets))
+	for _, s := range secrets {
+		files = append(files, agent.SecretFile{Name: s.Name, Value: s.Value})
+	}
+	payload, err := json.Marshal(files)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	p, err := e.runscFor(sb).Exec(ctx, sb.ID, specs.Process{
+		Args: []string{agent.MountPath, agent.CmdWriteSecrets}, Cwd: "/",
+		Env:          []string{"PATH=/usr/bin:/bin"},
+		Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
+	}, runsc.ExecOpts{Stdin: bytes.NewReader(payload), Stderr: &stderr})
+	if err != nil {
+		return fmt.Errorf("writing secrets: %w", err)
+	}
+	if code, err := p.Wait(); err != nil || code != 0 {
+		return fmt.Errorf("writing secrets into the sandbox failed (status %d): %s", code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// withSecrets wraps proc so that the agent adds the sandbox's secrets to
+// its environment. The agent starts as root to read them and drops to
+// proc's user itself.
+func withSecrets(proc specs.Process) specs.Process {
+	args := []string{agent.MountPath, agent.CmdWithSecrets}
+	if proc.User.UID != 0 || proc.User.GID != 0 {
+		args = append(args, "--user", fmt.Sprintf("%d:%d", proc.User.UID, proc.User.GID))
+	}
+	proc.Args = append(append(args, "--"), proc.Args...)
+	proc.User = specs.User{}
+	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	if proc.Capabilities != nil && len(proc.Capabilities.Effective) == 0 {
+		// A non-root user: the agent needs root's capabilities to
+		// change user; setuid to non-root clears them again.
+		proc.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	}
+	return proc
+}

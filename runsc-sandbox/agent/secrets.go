@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// SecretsDir is the tmpfs (in gVisor's memory) that holds a sandbox's
+// secrets, one file per secret, mode 0400, owned by root.
+const SecretsDir = "/run/secrets"
+
+// Subcommands of the agent for secrets.
+const (
+	// CmdWriteSecrets reads SecretFiles as JSON on stdin and writes them
+	// into SecretsDir.
+	CmdWriteSecrets = "write-secrets"
+	// CmdWithSecrets runs a command with the secrets in its environment:
+	// sbx-init with-secrets [--user UID:GID] -- CMD [ARG...]
+	CmdWithSecrets = "with-secrets"
+)
+
+// SecretFile is one secret as sbx hands it to write-secrets.
+type SecretFile struct {
+	Name  string `json:"name"`
+	Value []byte `json:"value"`
+}
+
+var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// writeSecrets is the write-secrets subcommand. It never prints a value.
+func writeSecrets(stdin io.Reader) int {
+	var secrets []SecretFile
+	if err := json.NewDecoder(stdin).Decode(&secrets); err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-init: write-secrets: bad input")
+		return 2
+	}
+	for _, s := range secrets {
+		if !secretNameRE.MatchString(s.Name) {
+			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: bad name %q\n", s.Name)
+			return 2
+		}
+		tmp := filepath.Join(SecretsDir, "."+s.Name+".tmp")
+		if err := os.WriteFile(tmp, s.Value, 0o400); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
+			return 1
+		}
+		if err := os.Rename(tmp, filepath.Join(SecretsDir, s.Name)); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
+			return 1
+		}
+	}
+	return 0
+}
+
+func errnoOf(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// SecretsEnv reads dir's secrets as KEY=VALUE entries, sorted by name.
+func SecretsEnv(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !secretNameRE.MatchString(e.Name()) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, e.Name()+"="+string(b))
+	}
+	sort.Strings(env)
+	return env, nil
+}
+
+// withSecrets is the with-secrets subcommand: it adds the secrets to its
+// environment, drops to --user if given (it starts as root so that it can
+// read the 0400 files), and execs the command in place, so the command
+// keeps its PID, stdio and signals. It fails as a shell would: 127 not
+// found, 126 not executable.
+func withSecrets(args []string) int {
+	var uid, gid = -1, -1
+	if len(args) >= 2 && args[0] == "--user" {
+		u, g, ok := strings.Cut(args[1], ":")
+		var err1, err2 error
+		uid, err1 = strconv.Atoi(u)
+		gid, err2 = strconv.Atoi(g)
+		if !ok || err1 != nil || err2 != nil {
+			fmt.Fprintln(os.Stderr, "sbx-init: with-secrets: --user UID:GID")
+			return 2
+		}
+		args = args[2:]
+	}
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: sbx-init with-secrets [--user UID:GID] -- CMD [ARG...]")
+		return 2
+	}
+	args = args[1:]
+	secrets, err := SecretsEnv(SecretsDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sbx-init: reading %s: %v\n", SecretsDir, errnoOf(err))
+		return 126
+	}
+	env := append(os.Environ(), secrets...)
+	if uid >= 0 {
+		if err := syscall.Setgroups(nil); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-init: setgroups: %v\n", err)
+			return 126
+		}
+		if err := syscall.Setresgid(gid, gid, gid); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-init: setgid %d: %v\n", gid, err)
+			return 126
+		}
+		if err := syscall.Setresuid(uid, uid, uid); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-init: setuid %d: %v\n", uid, err)
+			return 126
+		}
+	}
+	if st := LookPath(args[0]); st != StatusFound {
+		return st
+	}
+	path := args[0]
+	if !strings.Contains(path, "/") {
+		if path, err = exec.LookPath(args[0]); err != nil {
+			return StatusNotFound
+		}
+	}
+	err = syscall.Exec(path, args, env)
+	fmt.Fprintf(os.Stderr, "sbx-init: exec %s: %v\n", args[0], err)
+	return StatusNotExecutable
+}
