@@ -44,6 +44,22 @@ func createCgroup2(mount, path string, res *specs.LinuxResources) error {
 	return nil
 }
 
+// updateCgroup replaces the limits of the sandbox's cgroup at path.
+func updateCgroup(path string, res *specs.LinuxResources) error {
+	if cgroups.Mode() == cgroups.Unified {
+		m, err := cgroup2.Load(path, cgroup2.WithMountpoint(cgroup2Mount))
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", path, err)
+		}
+		return m.Update(cgroup2.ToResources(res))
+	}
+	c, err := cgroup1.Load(cgroup1.StaticPath(path))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return c.Update(res)
+}
+
 // cgroupStats are the counters of a sandbox's cgroup that sbx reports.
 type cgroupStats struct {
 	CPUUsageNS  uint64

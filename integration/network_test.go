@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -324,4 +325,35 @@ func TestNetworkBadInput(t *testing.T) {
 func networkLeases() []string {
 	m, _ := filepath.Glob("/run/sbx/net/*")
 	return m
+}
+
+// Limits change on a running sandbox: the host cgroup takes the new values
+// at once; what cannot change is refused.
+func TestUpdateLimits(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("--memory", "256m", "--cpus", "1")
+	e.ok("update", id, "--memory", "512m", "--cpus", "0.5")
+	mem, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/sbx", id, "memory.limit_in_bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(mem)) != fmt.Sprint(512<<20) {
+		t.Fatalf("memory limit after update: %s", mem)
+	}
+	quota, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/sbx", id, "cpu.cfs_quota_us"))
+	if strings.TrimSpace(string(quota)) != "50000" {
+		t.Fatalf("cpu quota after update: %s", quota)
+	}
+	var rec struct {
+		CPUs   float64 `json:"cpus"`
+		Memory int64   `json:"memory"`
+	}
+	if err := json.Unmarshal([]byte(e.ok("inspect", id)), &rec); err != nil || rec.CPUs != 0.5 || rec.Memory != 512<<20 {
+		t.Fatalf("inspect after update: %+v %v", rec, err)
+	}
+	assertOneLineError(t, e.run(nil, "update", id, "--pids", "10"), "--pids")
+	assertOneLineError(t, e.run(nil, "update", id, "--memory", "1k"), "--memory")
+	if out := e.ok("exec", id, "--", "echo", "alive"); out != "alive\n" {
+		t.Fatalf("sandbox after updates: %q", out)
+	}
 }
