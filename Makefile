@@ -18,7 +18,7 @@ deps: ## install the host packages sbx and its tests need (Debian)
 	@scripts/install-deps.sh
 
 $(BIN)/sbx: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X sbx.dev/sbx/cmd/sbx/commands/system.version=$(SBX_VERSION)" -o $@ ./cmd/sbx
+	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X sbx.dev/sbx/cmd/sbx/commands/system.version=$(SBX_VERSION)" -o $@ ./cmd/sbx
 
 # sbx-init runs inside gVisor: static, no cgo.
 $(BIN)/sbx-init: $(GO_SOURCES)

@@ -124,6 +124,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		return nil, err
 	}
 	sb.Rootfs = rootfs
+	// Exec needs the image's environment and directory every time: keep
+	// them in the record rather than reading the image store per exec.
+	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
 
 	netns, netMounts, err := e.setupNetwork(ctx, sb, allow, &undo)
 	if err != nil {
@@ -192,16 +195,13 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err := r.Start(ctx, id); err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	st, err := r.State(ctx, id)
-	if err != nil {
-		return nil, err
+	// runsc wrote the sandbox process's PID at create; a started sandbox
+	// whose process is gone fails the liveness check below.
+	if sb.Pid, err = readPidFile(pidFile); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
 	}
-	if st.Status != runsc.StatusRunning {
-		return nil, fmt.Errorf("sandbox %s is %s right after start", sb.ShortID(), st.Status)
-	}
-	sb.Pid = st.Pid
-	if sb.PidStart, err = procStartTime(st.Pid); err != nil {
-		return nil, fmt.Errorf("sandbox process %d: %w", st.Pid, err)
+	if sb.PidStart, err = procStartTime(sb.Pid); err != nil {
+		return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 	}
 	sb.BootID = bootID()
 	if len(secrets) > 0 {
@@ -275,4 +275,17 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// readPidFile reads a PID runsc wrote.
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 0 {
+		return 0, fmt.Errorf("bad pid file %s: %q", path, b)
+	}
+	return pid, nil
 }

@@ -109,8 +109,12 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	if errors.Is(err, runsc.ErrNotStarted) {
 		return e.whyNotStarted(context.Background(), sb, proc), nil
 	}
-	if now, lerr := e.load(sb.ID); lerr == nil && now.OOMKilled {
-		return ExitOOMKilled, oomError(now)
+	// A sandbox killed for memory takes its processes with it: only an
+	// abnormal end can mean that.
+	if code >= 128 || err != nil {
+		if now, lerr := e.load(sb.ID); lerr == nil && now.OOMKilled {
+			return ExitOOMKilled, oomError(now)
+		}
 	}
 	return code, err
 }
@@ -155,14 +159,8 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Proc
 
 // process renders req as the OCI process to exec in sb.
 func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
-	img, err := e.images.Get(context.Background(), sb.Image)
-	var imgEnv []string
-	imgWorkdir := ""
-	if err == nil {
-		imgEnv, imgWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
-	}
-	env := mergeEnv(imgEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
-	cwd := firstNonEmpty(req.Workdir, sb.Workdir, imgWorkdir, "/")
+	env := mergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
+	cwd := firstNonEmpty(req.Workdir, sb.Workdir, sb.ImageWorkdir, "/")
 	user, err := e.resolveUser(sb, req.User)
 	if err != nil {
 		return specs.Process{}, err

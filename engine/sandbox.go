@@ -58,6 +58,9 @@ type Sandbox struct {
 	Rootless bool              `json:"rootless"`
 	// Rootfs is the image's shared read-only root filesystem.
 	Rootfs string `json:"rootfs,omitempty"`
+	// ImageEnv and ImageWorkdir are the image's, for every exec.
+	ImageEnv     []string `json:"imageEnv,omitempty"`
+	ImageWorkdir string   `json:"imageWorkdir,omitempty"`
 	// Pid is the host PID of the gVisor sandbox process while it runs.
 	Pid int `json:"pid,omitempty"`
 

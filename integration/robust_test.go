@@ -167,7 +167,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 exec "$REAL" "$@"`},
 		{"runsc start killed", `case " $* " in *" start "*) kill -9 $$;; esac
 exec "$REAL" "$@"`},
-		{"runsc state fails", `case " $* " in *" state "*) echo "state: injected failure" >&2; exit 1;; esac
+		{"runsc create fails", `case " $* " in *" create "*) echo "create: injected failure" >&2; exit 1;; esac
 exec "$REAL" "$@"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +180,9 @@ exec "$REAL" "$@"`},
 			r := e.run(nil, "--runsc", wrapper, "create", "--name", "doomed")
 			if r.code != 125 {
 				t.Fatalf("create with a failing runsc should fail with 125: %s", r)
+			}
+			if strings.Contains(tc.script, "injected failure") && !strings.Contains(r.stderr, "injected failure") {
+				t.Fatalf("runsc's own message should reach the user: %s", r)
 			}
 			waitFor(t, func() bool { return len(processesMentioning(e.root)) == 0 })
 			if d := e.sandboxDirs(); len(d) != 0 {

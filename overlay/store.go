@@ -75,11 +75,7 @@ func Open(root string) (*Store, error) {
 			return nil, fmt.Errorf("create image store: %w", err)
 		}
 	}
-	cs, err := contentStore(s.ociDir())
-	if err != nil {
-		return nil, fmt.Errorf("open content store: %w", err)
-	}
-	s.content = cs
+	s.content = newLazyContent(s.ociDir())
 
 	if _, err := os.Stat(s.indexPath()); err == nil {
 		return s, nil
