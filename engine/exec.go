@@ -148,13 +148,14 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Proc
 func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
 	img, err := e.images.Get(context.Background(), sb.Image)
 	var imgEnv []string
-	imgWorkdir := ""
+	imgWorkdir, imgUser := "", ""
 	if err == nil {
 		imgEnv, imgWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
+		imgUser = img.Config.Config.User // the image's USER, as docker runs it
 	}
 	env := mergeEnv(imgEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
 	cwd := firstNonEmpty(req.Workdir, sb.Workdir, imgWorkdir, "/")
-	user, err := e.resolveUser(sb, req.User)
+	user, err := e.resolveUser(sb, firstNonEmpty(req.User, imgUser))
 	if err != nil {
 		return specs.Process{}, err
 	}

@@ -96,6 +96,11 @@ var createCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
+		if req.Image == "" {
+			if err := clix.EnsureDefaultImage(c, e); err != nil {
+				return err
+			}
+		}
 		sb, err := e.Create(c.Context, req)
 		if err != nil {
 			return err
@@ -131,6 +136,11 @@ var runCommand = &cli.Command{
 		e, err := clix.Engine(c)
 		if err != nil {
 			return err
+		}
+		if req.Image == "" {
+			if err := clix.EnsureDefaultImage(c, e); err != nil {
+				return err
+			}
 		}
 		// Signals that arrive while the sandbox is being made must not
 		// leave it behind: hold them until the command runs.
