@@ -248,8 +248,15 @@ func Supervise(ctx context.Context, d Daemon) error {
 	cmd.Env = append(os.Environ(), worker.Env()...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// No network: the daemon resolves images only from sbx's store, and
-	// build steps run with gVisor's --network=none anyway.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	// build steps run with gVisor's --network=none anyway. Its own mount
+	// namespace (private: Go remounts / with MS_PRIVATE for CLONE_NEWNS
+	// in Unshareflags): the snapshot mounts of its steps never show on the
+	// host and vanish with it, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:   syscall.CLONE_NEWNET,
+		Unshareflags: syscall.CLONE_NEWNS,
+		Pdeathsig:    syscall.SIGKILL,
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start buildkitd: %w", err)
 	}

@@ -53,18 +53,9 @@ func (c *cleanup) clean() {
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
 // error it leaves nothing behind: no record, lease, cgroup or process.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	pr, err := policy.Validate(policy.Request{
-		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
-		Network: req.Network, Env: req.Env, Workdir: req.Workdir,
-		Rootless: e.rootless, Explicit: req.Explicit,
-	})
+	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
-	}
-	if req.Name != "" {
-		if err := checkName(req.Name); err != nil {
-			return nil, err
-		}
 	}
 	imageName := req.Image
 	if imageName == "" {
@@ -170,6 +161,31 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	undo.release()
 	sb.State = StateRunning
 	return sb, nil
+}
+
+// ValidateCreate returns the error Create would return for req's flat
+// checks (limits, network, names), without creating anything: callers run
+// it before slow preparations such as building the default image.
+func (e *Engine) ValidateCreate(req CreateRequest) error {
+	_, err := e.validate(req)
+	return err
+}
+
+func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
+	pr, err := policy.Validate(policy.Request{
+		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
+		Network: req.Network, Env: req.Env, Workdir: req.Workdir,
+		Rootless: e.rootless, Explicit: req.Explicit,
+	})
+	if err != nil {
+		return pr, err
+	}
+	if req.Name != "" {
+		if err := checkName(req.Name); err != nil {
+			return pr, err
+		}
+	}
+	return pr, nil
 }
 
 // reserve creates sb's directory and record, checking that its name is

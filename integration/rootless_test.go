@@ -11,7 +11,7 @@ import (
 // a user namespace, state under the user's XDG data directory.
 func TestRootless(t *testing.T) {
 	e := newRootlessEnv(t).withDefaultRoot()
-	r := e.run(nil, "run", "--rm", "--", "sh", "-c", "echo hi; uname -r; id -u")
+	r := e.run(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "echo hi; uname -r; id -u")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "hi\n") || !strings.Contains(r.stdout, "gvisor") || !strings.HasSuffix(r.stdout, "\n0\n") {
 		t.Fatalf("rootless run: %s", r)
 	}

@@ -93,7 +93,7 @@ func (c Config) known(id string) bool {
 }
 
 func (c Config) runsc() *runsc.Runsc {
-	return &runsc.Runsc{Path: c.Runsc, Root: c.Root, Platform: c.Platform, Network: "none", Overlay: "none"}
+	return &runsc.Runsc{Path: c.Runsc, Root: c.Root, Platform: c.Platform, Network: "none", Overlay: "none", GoferNetNS: "new"}
 }
 
 // Env is the environment that makes the runtime use c.
@@ -122,7 +122,7 @@ func (c Config) Cleanup(ctx context.Context) {
 // runsc's. It returns the new arguments, the subcommand and the container
 // ID for delete.
 func (c Config) Translate(in []string) (out []string, sub, id string) {
-	out = []string{"--root", c.Root, "--overlay2=none", "--network=none"}
+	out = []string{"--root", c.Root, "--overlay2=none", "--network=none", "--gofer-network-namespace=new"}
 	if c.Platform != "" {
 		out = append(out, "--platform="+c.Platform)
 	}

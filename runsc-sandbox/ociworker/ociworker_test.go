@@ -7,7 +7,7 @@ import (
 
 func TestTranslate(t *testing.T) {
 	c := Config{Runsc: "/bin/runsc", Root: "/r"}
-	pre := []string{"--root", "/r", "--overlay2=none", "--network=none"}
+	pre := []string{"--root", "/r", "--overlay2=none", "--network=none", "--gofer-network-namespace=new"}
 	for _, tc := range []struct {
 		name    string
 		in      []string

@@ -49,8 +49,15 @@ func Progress(c *cli.Context, w io.Writer) (chan *client.SolveStatus, func(), er
 }
 
 // EnsureDefaultImage builds the default image with progress on stderr if
-// the store lacks it, saying so first: the first sandbox on a fresh host.
-func EnsureDefaultImage(c *cli.Context, e *engine.Engine) error {
+// req names no image and the store lacks the default, saying so first: the
+// first sandbox on a fresh host. req's own errors come first.
+func EnsureDefaultImage(c *cli.Context, e *engine.Engine, req engine.CreateRequest) error {
+	if req.Image != "" {
+		return nil
+	}
+	if err := e.ValidateCreate(req); err != nil {
+		return err
+	}
 	if _, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
 		return nil
 	}

@@ -96,10 +96,8 @@ var createCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		if req.Image == "" {
-			if err := clix.EnsureDefaultImage(c, e); err != nil {
-				return err
-			}
+		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
+			return err
 		}
 		sb, err := e.Create(c.Context, req)
 		if err != nil {
@@ -137,10 +135,8 @@ var runCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		if req.Image == "" {
-			if err := clix.EnsureDefaultImage(c, e); err != nil {
-				return err
-			}
+		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
+			return err
 		}
 		// Signals that arrive while the sandbox is being made must not
 		// leave it behind: hold them until the command runs.
