@@ -7,7 +7,7 @@ SBX_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
-.PHONY: help build builder base-rootfs deps demo test test-unit test-integration bench lint clean
+.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,7 +52,8 @@ $(BIN)/sbx-buildkit-runtime: $(GO_SOURCES)
 # runs mmdebstrap on demand.
 base-rootfs: $(BIN)/images/bookworm-rootfs.tar ## install Debian for the default image once (mmdebstrap), for sbx and the tests
 
-$(BIN)/images/bookworm-rootfs.tar: $(BIN)/sbx-mkimage buildimg/base.go
+# Rebuilt when the package list changes, not on every change to Go code.
+$(BIN)/images/bookworm-rootfs.tar: buildimg/base.go | $(BIN)/sbx-mkimage
 	$(BIN)/sbx-mkimage -bootstrap -o $@
 
 $(BIN)/sbx-mkimage: $(GO_SOURCES)
@@ -66,8 +67,8 @@ $(BIN)/images/busybox.tar: $(BIN)/sbx-mkimage /bin/busybox
 /bin/busybox:
 	@scripts/install-deps.sh
 
-demo: deps build ## build, then run a command in a gVisor sandbox on the default image
-	$(BIN)/sbx run --rm -- sh -c 'uname -a; echo "hello from $$(hostname) in gVisor"'
+demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
+	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
 test: deps build base-rootfs ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
@@ -80,8 +81,11 @@ test-unit: ## run the unit tests only
 test-integration: build base-rootfs ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
-bench: deps build ## measure sbx against raw runsc; writes docs/benchmarks.md
+bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+
+bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
+	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

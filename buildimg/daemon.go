@@ -299,8 +299,13 @@ func Supervise(ctx context.Context, d Daemon) error {
 				continue
 			}
 			use, err := flock(d.path("use.lock"), unix.LOCK_EX|unix.LOCK_NB)
-			if err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
 				continue // a build is running
+			}
+			if err != nil {
+				// The state directory is gone or broken: nobody can
+				// use this daemon any more.
+				return stop(err.Error())
 			}
 			err = stop("idle")
 			// The socket goes before the lock: a waiting client then
