@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -71,6 +70,13 @@ func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, er
 // BuildBase builds the default image (buildimg.BaseImage) if the store
 // lacks it, and returns it.
 func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image, error) {
+	if e.rootless {
+		if req.Status != nil {
+			close(req.Status)
+		}
+		return overlay.Image{}, fmt.Errorf("the default image %s is not in this store and building images needs root: import one (sbx image import base FILE.tar) or use --image busybox: %w",
+			DefaultImage, errdefs.ErrNotImplemented)
+	}
 	img, err := e.builder().BuildBase(ctx, buildimg.BaseOptions{
 		WorkDir:       filepath.Join(e.opts.Root, "buildkit"),
 		RootfsArchive: e.opts.BaseRootfsArchive,
@@ -78,9 +84,6 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 		Status:        req.Status,
 	})
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotImplemented) && e.rootless {
-			return img, fmt.Errorf("the default image %s is missing and %w; build it once as root, or use --image busybox", DefaultImage, err)
-		}
 		return img, fmt.Errorf("building the default image %s: %w", DefaultImage, err)
 	}
 	return img, nil

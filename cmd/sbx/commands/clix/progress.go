@@ -61,6 +61,10 @@ func EnsureDefaultImage(c *cli.Context, e *engine.Engine, req engine.CreateReque
 	if _, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
 		return nil
 	}
+	if e.Rootless() {
+		_, err := e.BuildBase(c.Context, engine.BaseRequest{}) // says why it cannot
+		return err
+	}
 	w := c.App.ErrWriter
 	if w == nil {
 		w = os.Stderr
