@@ -7,12 +7,12 @@ SBX_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
-.PHONY: help build deps demo test test-unit test-integration bench lint clean
+.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: $(BIN)/sbx $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar ## build sbx, sbx-init, the pinned runsc and the default image
+build: $(BIN)/sbx $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build sbx, sbx-init, the pinned runsc, BuildKit and the test image
 
 deps: ## install the host packages sbx and its tests need (Debian)
 	@scripts/install-deps.sh
@@ -32,6 +32,30 @@ $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
 		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_VERSION)" \
 		-o $(CURDIR)/$@ gvisor.dev/gvisor/runsc
 
+# Image builds: buildkitd from the module pinned in go.mod (the same
+# version as the client in sbx), the supervisor sbx starts it under, and the
+# OCI runtime through which its RUN steps run under gVisor.
+builder: $(BIN)/buildkitd $(BIN)/sbx-buildkitd $(BIN)/sbx-buildkit-runtime
+
+$(BIN)/buildkitd: go.mod go.sum
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ github.com/moby/buildkit/cmd/buildkitd
+
+$(BIN)/sbx-buildkitd: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-buildkitd
+
+$(BIN)/sbx-buildkit-runtime: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-buildkit-runtime
+
+# The Debian root filesystem of the default image, from Debian's packages
+# (mmdebstrap, a few minutes, once). sbx imports it instead of running
+# mmdebstrap itself when the default image is first needed; without it sbx
+# runs mmdebstrap on demand.
+base-rootfs: $(BIN)/images/bookworm-rootfs.tar ## install Debian for the default image once (mmdebstrap), for sbx and the tests
+
+# Rebuilt when the package list changes, not on every change to Go code.
+$(BIN)/images/bookworm-rootfs.tar: buildimg/base.go | $(BIN)/sbx-mkimage
+	$(BIN)/sbx-mkimage -bootstrap -o $@
+
 $(BIN)/sbx-mkimage: $(GO_SOURCES)
 	$(GO) build -o $@ ./cmd/sbx-mkimage
 
@@ -43,10 +67,10 @@ $(BIN)/images/busybox.tar: $(BIN)/sbx-mkimage /bin/busybox
 /bin/busybox:
 	@scripts/install-deps.sh
 
-demo: deps build ## build, then run a command in a gVisor sandbox on the default image
-	$(BIN)/sbx run --rm -- sh -c 'uname -a; echo "hello from $$(hostname) in gVisor"'
+demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
+	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build base-rootfs ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m ./...
@@ -54,11 +78,14 @@ test: deps build ## run every test: unit, then integration with real runsc (root
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build ## run the integration tests only
+test-integration: build base-rootfs ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
-bench: deps build ## measure sbx against raw runsc; writes docs/benchmarks.md
+bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+
+bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
+	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

@@ -63,26 +63,9 @@ func (c *cleanup) clean() {
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
 // error it leaves nothing behind: no record, lease, cgroup or process.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	allow, err := policy.ParseAllowList(req.Allow)
+	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
-	}
-	secrets, err := policy.LoadSecrets(req.Secrets, os.ReadFile, os.LookupEnv)
-	if err != nil {
-		return nil, err
-	}
-	pr, err := policy.Validate(policy.Request{
-		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
-		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
-		Rootless: e.rootless, Explicit: req.Explicit, Secrets: secrets,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if req.Name != "" {
-		if err := checkName(req.Name); err != nil {
-			return nil, err
-		}
 	}
 	imageName := req.Image
 	if imageName == "" {
@@ -104,7 +87,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
 		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
-		Secrets: secretNames(secrets),
+		Secrets: secretNames(pr.Secrets),
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
 
@@ -127,8 +110,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	// Exec needs the image's environment and directory every time: keep
 	// them in the record rather than reading the image store per exec.
 	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
+	sb.ImageUser = img.Config.Config.User
 
-	netns, netMounts, err := e.setupNetwork(ctx, sb, allow, &undo)
+	netns, netMounts, err := e.setupNetwork(ctx, sb, pr.Allow, &undo)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +137,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		CgroupsPath:      e.cgroupsPath(id),
 		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
-	if len(secrets) > 0 {
+	if len(pr.Secrets) > 0 {
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
 	for _, opt := range []policy.SpecOpt{policy.Resources(pr), policy.Seccomp()} {
@@ -204,8 +188,8 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 	}
 	sb.BootID = bootID()
-	if len(secrets) > 0 {
-		if err := e.writeSecrets(ctx, sb, secrets); err != nil {
+	if len(pr.Secrets) > 0 {
+		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
 			return nil, err
 		}
 	}
@@ -216,6 +200,39 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	undo.release()
 	sb.State = StateRunning
 	return sb, nil
+}
+
+// ValidateCreate returns the error Create would return for req's flat
+// checks (limits, network, names), without creating anything: callers run
+// it before slow preparations such as building the default image.
+func (e *Engine) ValidateCreate(req CreateRequest) error {
+	_, err := e.validate(req)
+	return err
+}
+
+func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
+	allow, err := policy.ParseAllowList(req.Allow)
+	if err != nil {
+		return policy.Request{}, err
+	}
+	secrets, err := policy.LoadSecrets(req.Secrets, os.ReadFile, os.LookupEnv)
+	if err != nil {
+		return policy.Request{}, err
+	}
+	pr, err := policy.Validate(policy.Request{
+		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
+		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
+		Rootless: e.rootless, Explicit: req.Explicit, Secrets: secrets,
+	})
+	if err != nil {
+		return pr, err
+	}
+	if req.Name != "" {
+		if err := checkName(req.Name); err != nil {
+			return pr, err
+		}
+	}
+	return pr, nil
 }
 
 // reserve creates sb's directory and record, checking that its name is

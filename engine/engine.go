@@ -19,15 +19,22 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 
+	"sbx.dev/sbx/buildimg"
 	"sbx.dev/sbx/overlay"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
-// DefaultImage is the image a sandbox gets when the request names none.
-const DefaultImage = "busybox:latest"
+// DefaultImage is the image a sandbox gets when the request names none:
+// Debian with Python, Node and git, built on first use (BuildBase).
+const DefaultImage = buildimg.BaseImage
+
+// TestImage is a small busybox image imported from an archive beside sbx
+// the first time it is asked for.
+const TestImage = "busybox:latest"
 
 // Options configure an Engine.
 type Options struct {
@@ -38,10 +45,20 @@ type Options struct {
 	// InitPath is the sbx-init binary mounted into every sandbox as its
 	// init; empty means "sbx-init" beside the running executable.
 	InitPath string
-	// DefaultImageArchive is an OCI archive imported as DefaultImage the
+	// DefaultImageArchive is an OCI archive imported as TestImage the
 	// first time a sandbox needs it; empty means images/busybox.tar beside
 	// the running executable.
 	DefaultImageArchive string
+	// BaseRootfsArchive, if the file exists, is imported as the Debian
+	// root filesystem of the default image instead of running mmdebstrap;
+	// empty means images/bookworm-rootfs.tar beside the running executable.
+	BaseRootfsArchive string
+	// BuildkitAddr is an existing buildkitd to build with; empty: sbx runs
+	// its own under <Root>/buildkit, started on demand.
+	BuildkitAddr string
+	// BuildkitIdle is how long sbx's own buildkitd outlives its last build;
+	// 0 means buildimg.DefaultIdle.
+	BuildkitIdle time.Duration
 	// Platform is gVisor's platform; empty means runsc's default.
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
@@ -147,6 +164,9 @@ func Open(o Options) (*Engine, error) {
 	if o.DefaultImageArchive == "" {
 		o.DefaultImageArchive = filepath.Join(exeDir(), "images", "busybox.tar")
 	}
+	if o.BaseRootfsArchive == "" {
+		o.BaseRootfsArchive = filepath.Join(exeDir(), "images", "bookworm-rootfs.tar")
+	}
 	for _, d := range []string{o.Root, filepath.Join(o.Root, "sandboxes"), filepath.Join(o.Root, "runsc")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("state root: %w", err)
@@ -171,15 +191,22 @@ func (e *Engine) Rootless() bool { return e.rootless }
 // Images is the engine's image store.
 func (e *Engine) Images() *overlay.Store { return e.images }
 
-// Image returns the named image, importing the default image from its
-// archive the first time it is asked for.
+// Image returns the named image. The first time it is asked for, the
+// default image is built (BuildBase, with no progress shown) and the test
+// image imported from its archive.
 func (e *Engine) Image(ctx context.Context, name string) (overlay.Image, error) {
 	norm, err := overlay.ParseName(name)
 	if err != nil {
 		return overlay.Image{}, err
 	}
 	img, err := e.images.Get(ctx, norm)
-	if err == nil || !errors.Is(err, errdefs.ErrNotFound) || norm != DefaultImage {
+	if err == nil || !errors.Is(err, errdefs.ErrNotFound) {
+		return img, err
+	}
+	if norm == DefaultImage {
+		return e.BuildBase(ctx, BaseRequest{})
+	}
+	if norm != TestImage {
 		return img, err
 	}
 	f, ferr := os.Open(e.opts.DefaultImageArchive)

@@ -161,7 +161,8 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Proc
 func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
 	env := mergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
 	cwd := firstNonEmpty(req.Workdir, sb.Workdir, sb.ImageWorkdir, "/")
-	user, err := e.resolveUser(sb, req.User)
+	// Without --user, the image's USER, as docker runs it.
+	user, err := e.resolveUser(sb, firstNonEmpty(req.User, sb.ImageUser))
 	if err != nil {
 		return specs.Process{}, err
 	}

@@ -61,6 +61,7 @@ type Sandbox struct {
 	// ImageEnv and ImageWorkdir are the image's, for every exec.
 	ImageEnv     []string `json:"imageEnv,omitempty"`
 	ImageWorkdir string   `json:"imageWorkdir,omitempty"`
+	ImageUser    string   `json:"imageUser,omitempty"`
 	// Pid is the host PID of the gVisor sandbox process while it runs.
 	Pid int `json:"pid,omitempty"`
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/policy/hostnet"
 )
@@ -80,6 +81,36 @@ func (e *env) removeAll() {
 	for _, id := range strings.Fields(out.stdout) {
 		e.run(nil, "rm", "-f", id)
 	}
+	e.stopBuilder()
+}
+
+// builderPid is the PID of the buildkitd supervisor sbx started for the
+// env's root, or 0.
+func (e *env) builderPid() int {
+	b, err := os.ReadFile(filepath.Join(e.root, "buildkit", "supervisor.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// stopBuilder stops the env's buildkitd, if sbx started one, and waits
+// until nothing of it runs: no daemon outlives its test.
+func (e *env) stopBuilder() {
+	if pid := e.builderPid(); pid > 0 {
+		syscall.Kill(pid, syscall.SIGTERM)
+	}
+	dir := filepath.Join(e.root, "buildkit")
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if len(processesMentioning(dir)) == 0 {
+			return
+		}
+	}
+	e.t.Errorf("buildkitd of %s still runs:\n%s", dir, strings.Join(processesMentioning(dir), "\n"))
 }
 
 func (e *env) cmd(stdin io.Reader, args ...string) *exec.Cmd {
@@ -119,10 +150,16 @@ func (e *env) ok(args ...string) string {
 	return r.stdout
 }
 
-// create makes a sandbox and returns its ID.
+// create makes a sandbox on the busybox test image (unless args name
+// another) and returns its ID. Tests of the default image pass --image base.
 func (e *env) create(args ...string) string {
 	e.t.Helper()
-	return strings.TrimSpace(e.ok(append([]string{"create"}, args...)...))
+	for _, a := range args {
+		if a == "--image" {
+			return strings.TrimSpace(e.ok(append([]string{"create"}, args...)...))
+		}
+	}
+	return strings.TrimSpace(e.ok(append([]string{"create", "--image", "busybox"}, args...)...))
 }
 
 // sandboxRecord is the part of `sbx inspect` the tests read.

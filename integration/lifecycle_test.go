@@ -15,7 +15,7 @@ import (
 // separated by stream, and exit status come back.
 func TestRunInGVisor(t *testing.T) {
 	e := newEnv(t)
-	r := e.run(nil, "run", "--rm", "--", "sh", "-c", "uname -sr; echo to-stdout; echo to-stderr >&2; exit 3")
+	r := e.run(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "uname -sr; echo to-stdout; echo to-stderr >&2; exit 3")
 	if r.code != 3 {
 		t.Fatalf("want the command's exit status 3, got %s", r)
 	}
@@ -163,7 +163,7 @@ func TestLifecycleAcrossProcesses(t *testing.T) {
 	if out := e.ok("exec", id, "--", "cat", "/root/note"); out != "kept\n" {
 		t.Fatalf("a file written by one exec is gone for the next: %q", out)
 	}
-	if r := e.run(nil, "create", "--name", "keeper"); r.code != 125 || !strings.Contains(r.stderr, "keeper") {
+	if r := e.run(nil, "create", "--image", "busybox", "--name", "keeper"); r.code != 125 || !strings.Contains(r.stderr, "keeper") {
 		t.Fatalf("a second sandbox with the same name: %s", r)
 	}
 	if r := e.run(nil, "rm", id); r.code != 125 || !strings.Contains(r.stderr, "running") {

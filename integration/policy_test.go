@@ -198,7 +198,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		return r
 	}
 
-	r := record(e.run(nil, "create", "--secret", "API_KEY=@"+secretFile, "--secret", "TOKEN=env:SBX_TEST_TOKEN"))
+	r := record(e.run(nil, "create", "--image", "busybox", "--secret", "API_KEY=@"+secretFile, "--secret", "TOKEN=env:SBX_TEST_TOKEN"))
 	if r.code != 0 {
 		t.Fatalf("create: %s", r)
 	}

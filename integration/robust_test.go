@@ -37,7 +37,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			r := e.run(nil, "create", "--name", fmt.Sprintf("c%d", i))
+			r := e.run(nil, "create", "--image", "busybox", "--name", fmt.Sprintf("c%d", i))
 			if r.code != 0 {
 				errs <- fmt.Errorf("create %d: %s", i, r)
 				return
@@ -177,7 +177,7 @@ exec "$REAL" "$@"`},
 				t.Fatal(err)
 			}
 			cgBefore := sandboxCgroups()
-			r := e.run(nil, "--runsc", wrapper, "create", "--name", "doomed")
+			r := e.run(nil, "--runsc", wrapper, "create", "--image", "busybox", "--name", "doomed")
 			if r.code != 125 {
 				t.Fatalf("create with a failing runsc should fail with 125: %s", r)
 			}
@@ -243,7 +243,7 @@ func TestFullDiskCreate(t *testing.T) {
 	if free := st.Bavail * uint64(st.Bsize); free > 256<<10 {
 		t.Fatalf("could not fill the tmpfs: %d bytes free", free)
 	}
-	r := e.run(nil, "create")
+	r := e.run(nil, "create", "--image", "busybox")
 	if r.code != 125 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Fatalf("create on a full disk: want one error line and exit 125, got %s", r)
 	}

@@ -11,7 +11,7 @@ import (
 // a user namespace, state under the user's XDG data directory.
 func TestRootless(t *testing.T) {
 	e := newRootlessEnv(t).withDefaultRoot()
-	r := e.run(nil, "run", "--rm", "--", "sh", "-c", "echo hi; uname -r; id -u")
+	r := e.run(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "echo hi; uname -r; id -u")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "hi\n") || !strings.Contains(r.stdout, "gvisor") || !strings.HasSuffix(r.stdout, "\n0\n") {
 		t.Fatalf("rootless run: %s", r)
 	}
@@ -39,6 +39,12 @@ func TestRootless(t *testing.T) {
 		}
 	}
 	assertOneLineError(t, e.run(nil, "create", "--memory", "1g"), "--memory")
+	// Builds need root; so does making the default image.
+	ctxDir := filepath.Join(e.root, "..", "ctx")
+	os.MkdirAll(ctxDir, 0o755)
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM scratch\nCOPY Dockerfile /\n"), 0o644)
+	assertOneLineError(t, e.run(nil, "image", "build", "-t", "x", ctxDir), "needs root")
+	assertOneLineError(t, e.run(nil, "run", "--rm", "--", "true"), "--image busybox")
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
 }

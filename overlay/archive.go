@@ -101,28 +101,9 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader) (Image, er
 	if err := json.Unmarshal(indexJSON, &idx); err != nil {
 		return Image{}, fmt.Errorf("import %s: parse index.json: %v: %w", name, err, errdefs.ErrInvalidArgument)
 	}
-	desc, err := s.selectManifest(ctx, idx.Manifests)
-	if err != nil {
-		return Image{}, fmt.Errorf("import %s: %w", name, err)
-	}
-	img, err := s.loadImage(ctx, name, desc)
+	img, err := s.tagChecked(ctx, name, idx.Manifests)
 	if err != nil {
 		return Image{}, fmt.Errorf("import: %w", err)
-	}
-	for _, l := range img.Layers {
-		if !isLayerType(l.MediaType) {
-			return Image{}, fmt.Errorf("import %s: layer %s has unsupported media type %q: %w", name, l.Digest, l.MediaType, errdefs.ErrNotImplemented)
-		}
-		info, err := s.content.Info(ctx, l.Digest)
-		if err != nil {
-			return Image{}, fmt.Errorf("import %s: layer %s missing from archive: %w", name, l.Digest, err)
-		}
-		if info.Size != l.Size {
-			return Image{}, fmt.Errorf("import %s: layer %s is %d bytes, manifest says %d: %w", name, l.Digest, info.Size, l.Size, ErrCorrupt)
-		}
-	}
-	if err := s.tag(name, desc); err != nil {
-		return Image{}, fmt.Errorf("import %s: %w", name, err)
 	}
 	return img, nil
 }

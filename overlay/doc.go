@@ -14,8 +14,9 @@
 //	                       processes
 //
 // It imports and exports OCI archives, commits new layers on top of
-// images, assembles root filesystems and garbage-collects what no image or
-// lease references. Every blob is verified against its digest when it is
+// images, lets an image builder read and write its content directly and tag
+// the result (Content, TagManifest), assembles root filesystems and
+// garbage-collects what no image or lease references. Every blob is verified against its digest when it is
 // written and again when it is unpacked or exported.
 //
 // The package stores and assembles; it never runs a sandbox and never

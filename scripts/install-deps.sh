@@ -2,7 +2,7 @@
 # Installs the Debian packages sbx and its tests need, if missing.
 set -eu
 need=""
-for p in busybox-static nftables iproute2; do
+for p in busybox-static nftables iproute2 mmdebstrap; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -51,6 +51,8 @@ var GlobalFlags = []cli.Flag{
 	&cli.StringFlag{Name: "runsc", Usage: "runsc binary (default: beside sbx, then $PATH)", EnvVars: []string{"SBX_RUNSC"}},
 	&cli.StringFlag{Name: "log-level", Value: "error", Usage: "log level: debug, info, warn, error"},
 	&cli.StringFlag{Name: "runsc-debug-log", Usage: "directory for runsc debug logs", Hidden: true},
+	&cli.StringFlag{Name: "buildkit-addr", Usage: "build with this buildkitd (default: sbx runs its own, on demand)", EnvVars: []string{"SBX_BUILDKIT_ADDR"}},
+	&cli.DurationFlag{Name: "buildkit-idle", Usage: "how long sbx's own buildkitd stays up after a build", EnvVars: []string{"SBX_BUILDKIT_IDLE"}, Hidden: true},
 }
 
 // Before applies the global flags.
@@ -67,6 +69,9 @@ func Engine(c *cli.Context) (*engine.Engine, error) {
 		Root:      c.String("root"),
 		RunscPath: c.String("runsc"),
 		DebugLog:  c.String("runsc-debug-log"),
+
+		BuildkitAddr: c.String("buildkit-addr"),
+		BuildkitIdle: c.Duration("buildkit-idle"),
 	})
 }
 

@@ -20,7 +20,7 @@ var Command = &cli.Command{
 	Name:  "image",
 	Usage: "manage images",
 	Subcommands: []*cli.Command{
-		lsCommand, rmCommand, pruneCommand, importCommand, exportCommand,
+		buildCommand, lsCommand, rmCommand, pruneCommand, importCommand, exportCommand,
 	},
 }
 

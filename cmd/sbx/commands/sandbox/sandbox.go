@@ -102,6 +102,9 @@ var createCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
+		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
+			return err
+		}
 		sb, err := e.Create(c.Context, req)
 		if err != nil {
 			return err
@@ -136,6 +139,9 @@ var runCommand = &cli.Command{
 		}
 		e, err := clix.Engine(c)
 		if err != nil {
+			return err
+		}
+		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
 			return err
 		}
 		// Signals that arrive while the sandbox is being made must not

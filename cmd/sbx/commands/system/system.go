@@ -14,6 +14,7 @@ import (
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/policy"
 )
 
 // version is set by the build (-ldflags -X).
@@ -104,7 +105,7 @@ var doctorCommand = &cli.Command{
 			ctx, cancel := context.WithTimeout(c.Context, 60*time.Second)
 			defer cancel()
 			start := time.Now()
-			sb, err := e.Create(ctx, engine.CreateRequest{})
+			sb, err := e.Create(ctx, engine.CreateRequest{Image: engine.TestImage})
 			if err != nil {
 				return "", err
 			}
@@ -115,6 +116,12 @@ var doctorCommand = &cli.Command{
 				return "", fmt.Errorf("exec uname: status %d: %v %s", code, err, strings.TrimSpace(errb.String()))
 			}
 			return fmt.Sprintf("%s (create+exec %s)", strings.TrimSpace(out.String()), time.Since(start).Round(time.Millisecond)), nil
+		})
+		check("base", func() (string, error) {
+			if img, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
+				return fmt.Sprintf("%s built (%s)", img.Name, policy.FormatSize(img.Size)), nil
+			}
+			return engine.DefaultImage + " not built yet: the first sandbox without --image builds it", nil
 		})
 		if failed > 0 {
 			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))

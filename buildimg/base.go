@@ -1,0 +1,170 @@
+package buildimg
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/buildkit/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/overlay"
+)
+
+// The default image and the Debian root filesystem it is built on.
+const (
+	BaseImage   = "base:latest"
+	RootfsImage = "bookworm-rootfs:latest"
+	// Suite is the Debian release of both.
+	Suite = "bookworm"
+)
+
+// BaseDockerfile is buildimg/base/Dockerfile: the layers BuildKit adds on
+// top of RootfsImage to make BaseImage.
+//
+//go:embed base/Dockerfile
+var BaseDockerfile []byte
+
+// BasePackages are the Debian packages mmdebstrap installs into
+// RootfsImage, with their dependencies.
+var BasePackages = []string{
+	"bash", "coreutils", "procps", "python3", "python3-pip", "python3-venv",
+	"nodejs", "npm", "git", "curl", "ca-certificates", "build-essential",
+	"less", "nano", "xz-utils", "unzip",
+}
+
+// BaseOptions describe how BuildBase makes the base image.
+type BaseOptions struct {
+	// WorkDir holds temporary files (the mmdebstrap tarball, the build
+	// context) and the lock that serialises base builds.
+	WorkDir string
+	// RootfsArchive, if it names an existing OCI archive, is imported as
+	// RootfsImage instead of running mmdebstrap (`make` writes one).
+	RootfsArchive string
+	// Log receives mmdebstrap's output and one line per stage.
+	Log io.Writer
+	// Status receives BuildKit's progress; BuildBase closes it.
+	Status chan *client.SolveStatus
+}
+
+// BuildBase makes BaseImage in b's store: RootfsImage first if it is
+// missing (from o.RootfsArchive, else with mmdebstrap from Debian's
+// packages), then BaseDockerfile on top with BuildKit. Concurrent calls on
+// one WorkDir build once; later ones find the image.
+func (b *Builder) BuildBase(ctx context.Context, o BaseOptions) (img overlay.Image, err error) {
+	status := o.Status
+	defer func() {
+		if status != nil {
+			close(status)
+		}
+	}()
+	logw := o.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o700); err != nil {
+		return img, err
+	}
+	l, err := flock(filepath.Join(o.WorkDir, "base.lock"), unix.LOCK_EX)
+	if err != nil {
+		return img, err
+	}
+	defer l.Close()
+	if img, err := b.Store.Get(ctx, BaseImage); err == nil {
+		return img, nil
+	}
+	if _, err := b.Store.Get(ctx, RootfsImage); errdefs.IsNotFound(err) {
+		if err := b.rootfs(ctx, o, logw); err != nil {
+			return img, err
+		}
+	} else if err != nil {
+		return img, err
+	}
+	dir, err := os.MkdirTemp(o.WorkDir, "base-context-")
+	if err != nil {
+		return img, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), BaseDockerfile, 0o644); err != nil {
+		return img, err
+	}
+	fmt.Fprintf(logw, "building %s from %s with BuildKit\n", BaseImage, RootfsImage)
+	status = nil // Build closes it
+	return b.Build(ctx, Options{ContextDir: dir, Tag: BaseImage, Status: o.Status})
+}
+
+// rootfs makes RootfsImage from the archive or with mmdebstrap.
+func (b *Builder) rootfs(ctx context.Context, o BaseOptions, logw io.Writer) error {
+	if o.RootfsArchive != "" {
+		if f, err := os.Open(o.RootfsArchive); err == nil {
+			defer f.Close()
+			fmt.Fprintf(logw, "importing %s from %s\n", RootfsImage, o.RootfsArchive)
+			_, err := b.Store.Import(ctx, RootfsImage, f)
+			return err
+		}
+	}
+	fmt.Fprintf(logw, "installing Debian %s from Debian's packages with mmdebstrap (a few minutes)\n", Suite)
+	_, err := Bootstrap(ctx, b.Store, RootfsImage, o.WorkDir, logw)
+	return err
+}
+
+// Bootstrap installs Debian Suite with BasePackages with mmdebstrap, as
+// root, and stores it as the one-layer image name. mmdebstrap's output goes
+// to logw. Temporary files go under workDir and are removed.
+func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, logw io.Writer) (overlay.Image, error) {
+	mm, err := exec.LookPath("mmdebstrap")
+	if err != nil {
+		return overlay.Image{}, fmt.Errorf("mmdebstrap not found (apt-get install mmdebstrap, or `make deps`): %w", errdefs.ErrNotFound)
+	}
+	if os.Geteuid() != 0 {
+		return overlay.Image{}, fmt.Errorf("making the Debian root filesystem needs root: %w", errdefs.ErrNotImplemented)
+	}
+	if err := os.MkdirAll(workDir, 0o700); err != nil {
+		return overlay.Image{}, err
+	}
+	tmp, err := os.MkdirTemp(workDir, "mmdebstrap-")
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "rootfs.tar")
+	args := []string{
+		"--mode=root", "--variant=apt", "--format=tar",
+		"--include=" + strings.Join(BasePackages, ","),
+		"--dpkgopt=path-exclude=/usr/share/man/*",
+		"--dpkgopt=path-exclude=/usr/share/doc/*",
+		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
+		"--aptopt=Acquire::Retries \"3\"",
+		Suite, out,
+	}
+	cmd := exec.CommandContext(ctx, mm, args...)
+	cmd.Stdout, cmd.Stderr = logw, logw
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "DEBIAN_FRONTEND=noninteractive")
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return overlay.Image{}, fmt.Errorf("mmdebstrap interrupted: %w", ctx.Err())
+		}
+		return overlay.Image{}, fmt.Errorf("mmdebstrap %s: %w", Suite, err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	defer f.Close()
+	return store.Commit(ctx, overlay.CommitOptions{
+		Name:  name,
+		Layer: f,
+		Config: &ocispec.ImageConfig{
+			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Cmd: []string{"/bin/bash"},
+		},
+		History: "mmdebstrap --variant=apt " + Suite + " " + strings.Join(BasePackages, " "),
+	})
+}

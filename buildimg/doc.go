@@ -1,0 +1,29 @@
+// Package buildimg builds images for sbx with BuildKit and makes the
+// default image, base.
+//
+// Builds go through BuildKit's Go client (client.Solve with the dockerfile
+// frontend) to a buildkitd that the package runs for sbx when the caller
+// names none: Daemon starts it on demand under a small supervisor
+// (Supervise, the sbx-buildkitd binary), which stops it when it has been
+// idle for a while. That buildkitd has no network (its own network
+// namespace), and its OCI worker runs every RUN step under gVisor through
+// sbx-buildkit-runtime (runsc-sandbox/ociworker).
+//
+// Images come from and go to sbx's own store (overlay): every stored image
+// is offered to the build as a named context, so `FROM <image>` resolves
+// locally and never reaches a registry, and the result is exported straight
+// into the store's content and tagged there.
+//
+// Its state lives under one directory (Daemon.Dir, <root>/buildkit):
+//
+//	buildkitd.sock   the daemon's socket
+//	state/           buildkitd's own state and build cache
+//	runsc/           runsc's state for running build steps
+//	supervisor.pid   the supervisor's PID while it runs
+//	lock, use.lock   flock(2) files: starting, and builds in progress
+//	last-used        touched when a build ends: the idle clock
+//	buildkitd.log    the daemon's and supervisor's log
+//
+// The package parses no flags and prints nothing for humans: progress goes
+// to the caller as BuildKit's own status stream.
+package buildimg

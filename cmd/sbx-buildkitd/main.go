@@ -1,0 +1,31 @@
+// Command sbx-buildkitd runs buildkitd for sbx and stops it when it has
+// been idle; sbx starts it on demand (buildimg.Daemon.Acquire).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"sbx.dev/sbx/buildimg"
+)
+
+func main() {
+	var d buildimg.Daemon
+	flag.StringVar(&d.Dir, "dir", "", "state directory")
+	flag.StringVar(&d.Buildkitd, "buildkitd", "", "buildkitd binary")
+	flag.StringVar(&d.Runtime, "runtime", "", "sbx-buildkit-runtime binary")
+	flag.StringVar(&d.Runsc, "runsc", "", "runsc binary")
+	flag.StringVar(&d.Platform, "platform", "", "gVisor platform")
+	flag.DurationVar(&d.Idle, "idle", buildimg.DefaultIdle, "stop after this long without a build")
+	flag.Parse()
+	if d.Dir == "" || d.Buildkitd == "" || d.Runtime == "" || d.Runsc == "" {
+		fmt.Fprintln(os.Stderr, "usage: sbx-buildkitd --dir DIR --buildkitd PATH --runtime PATH --runsc PATH [--idle D]")
+		os.Exit(2)
+	}
+	if err := buildimg.Supervise(context.Background(), d); err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-buildkitd:", err)
+		os.Exit(1)
+	}
+}

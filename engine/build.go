@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/buildkit/client"
+
+	"sbx.dev/sbx/buildimg"
+	"sbx.dev/sbx/overlay"
+)
+
+// BuildRequest is one Dockerfile build into the engine's image store.
+type BuildRequest struct {
+	// ContextDir is the build context directory.
+	ContextDir string
+	// Dockerfile is the Dockerfile's path; empty: ContextDir/Dockerfile.
+	Dockerfile string
+	// Tag names the resulting image; empty keeps the result only in
+	// BuildKit's cache.
+	Tag string
+	// BuildArgs set the Dockerfile's ARGs.
+	BuildArgs map[string]string
+	// Status, if set, receives BuildKit's progress and is closed when the
+	// build ends.
+	Status chan *client.SolveStatus
+}
+
+// BaseRequest is a build of the default image.
+type BaseRequest struct {
+	// Log receives a line per stage and mmdebstrap's output.
+	Log io.Writer
+	// Status, if set, receives BuildKit's progress and is closed when the
+	// build ends.
+	Status chan *client.SolveStatus
+}
+
+// builder is the engine's BuildKit client: Options.BuildkitAddr, or the
+// buildkitd sbx runs under <root>/buildkit.
+func (e *Engine) builder() *buildimg.Builder {
+	dir := exeDir()
+	return &buildimg.Builder{
+		Store: e.images,
+		Addr:  e.opts.BuildkitAddr,
+		Daemon: &buildimg.Daemon{
+			Dir:        filepath.Join(e.opts.Root, "buildkit"),
+			Buildkitd:  filepath.Join(dir, "buildkitd"),
+			Supervisor: filepath.Join(dir, "sbx-buildkitd"),
+			Runtime:    filepath.Join(dir, "sbx-buildkit-runtime"),
+			Runsc:      e.opts.RunscPath,
+			Platform:   e.opts.Platform,
+			Idle:       e.opts.BuildkitIdle,
+		},
+	}
+}
+
+// Build builds a Dockerfile with BuildKit; every RUN step runs under
+// gVisor. FROM names images in the engine's store. Bad input fails before
+// any build starts; on any error nothing is tagged.
+func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, error) {
+	return e.builder().Build(ctx, buildimg.Options{
+		ContextDir: req.ContextDir, Dockerfile: req.Dockerfile, Tag: req.Tag,
+		BuildArgs: req.BuildArgs, Status: req.Status,
+	})
+}
+
+// BuildBase builds the default image (buildimg.BaseImage) if the store
+// lacks it, and returns it.
+func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image, error) {
+	if e.rootless {
+		if req.Status != nil {
+			close(req.Status)
+		}
+		return overlay.Image{}, fmt.Errorf("the default image %s is not in this store and building images needs root: import one (sbx image import base FILE.tar) or use --image busybox: %w",
+			DefaultImage, errdefs.ErrNotImplemented)
+	}
+	img, err := e.builder().BuildBase(ctx, buildimg.BaseOptions{
+		WorkDir:       filepath.Join(e.opts.Root, "buildkit"),
+		RootfsArchive: e.opts.BaseRootfsArchive,
+		Log:           req.Log,
+		Status:        req.Status,
+	})
+	if err != nil {
+		return img, fmt.Errorf("building the default image %s: %w", DefaultImage, err)
+	}
+	return img, nil
+}
+
+// StopBuilder stops the buildkitd sbx runs for this root, if it runs.
+func (e *Engine) StopBuilder(ctx context.Context) error {
+	return e.builder().Daemon.Stop(ctx)
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSummarize(t *testing.T) {
+	s := summarize([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	if s.n != 10 || s.median != 5.5 || s.p90 != 9 || s.min != 1 {
+		t.Errorf("summarize = %+v, want n 10, median 5.5, p90 9, min 1", s)
+	}
+	if s := summarize([]float64{3, 1, 2}); s.median != 2 || s.p90 != 3 {
+		t.Errorf("summarize odd = %+v, want median 2, p90 3", s)
+	}
+}
+
+func TestWriteSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	section := func(body string) string { return startMarker + "\n" + body + "\n" + endMarker + "\n" }
+
+	if err := writeSection(path, section("one")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.HasPrefix(string(b), "# Benchmarks\n") || !strings.Contains(string(b), "make bench") ||
+		!strings.HasSuffix(string(b), section("one")) {
+		t.Fatalf("new file:\n%s", b)
+	}
+
+	// Other sections, before and after, are kept as they are.
+	other := "# Benchmarks\n\nintro\n\n" + section("old") + "\n<!-- bench:images:start -->\nimages\n<!-- bench:images:end -->\n"
+	if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, section("new")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	want := "# Benchmarks\n\nintro\n\n" + section("new") + "\n<!-- bench:images:start -->\nimages\n<!-- bench:images:end -->\n"
+	if string(b) != want {
+		t.Fatalf("replaced:\n%s\nwant:\n%s", b, want)
+	}
+
+	// A file without the section gets it appended.
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nintro\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, section("x")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if string(b) != "# Benchmarks\n\nintro\n\n"+section("x") {
+		t.Fatalf("appended:\n%s", b)
+	}
+
+	// Half a section is an error, not a guess.
+	if err := os.WriteFile(path, []byte(startMarker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, section("y")); err == nil {
+		t.Fatal("unbalanced markers accepted")
+	}
+}
+
+func TestRunscFlags(t *testing.T) {
+	var r rawSide
+	r.root, r.dir = "/r", "/d"
+	sbxFlags := []string{"--root=/s/runsc", "--overlay2=root:dir=/s/sandboxes/x,size=64", "--network=none", "--gofer-network-namespace=new"}
+	if err := r.setGlobals(sbxFlags); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(r.globals("c1"), " ")
+	want := "--root=/r --overlay2=root:dir=/d/c1,size=64 --network=none --gofer-network-namespace=new"
+	if got != want {
+		t.Errorf("globals = %q, want %q", got, want)
+	}
+	if err := r.setGlobals([]string{"--network=none"}); err == nil {
+		t.Error("flags without --root accepted")
+	}
+	if got := placeholders(sbxFlags, "R", "D"); got != "--root=R --overlay2=root:dir=D,size=64 --network=none --gofer-network-namespace=new" {
+		t.Errorf("placeholders = %q", got)
+	}
+	if got := runscSubcommand([]string{"--root", "/x", "--network=none", "state", "id"}); got != "state" {
+		t.Errorf("runscSubcommand = %q, want state", got)
+	}
+}
+
+func TestKBField(t *testing.T) {
+	status := []byte("Name:\tsbx\nVmHWM:\t   9876 kB\nVmRSS:\t   1234 kB\n")
+	if v, err := kBField(status, "VmRSS"); err != nil || v != 1234*1024 {
+		t.Errorf("VmRSS = %d, %v", v, err)
+	}
+	if _, err := kBField(status, "Pss"); err == nil {
+		t.Error("missing field found")
+	}
+}

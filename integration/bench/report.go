@@ -1,0 +1,408 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// aim is the target ratio of sbx's median to raw runsc's for latencies.
+const aim = 1.3
+
+// Section markers: this program owns the text between them; other
+// benchmark programs own other sections of the same file.
+const (
+	startMarker = "<!-- bench:lifecycle:start -->"
+	endMarker   = "<!-- bench:lifecycle:end -->"
+)
+
+// stats summarizes samples (seconds, bytes, ...).
+type stats struct {
+	n                int
+	median, p90, min float64
+}
+
+func summarize(v []float64) stats {
+	if len(v) == 0 {
+		return stats{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	med := s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	// p90 by nearest rank.
+	p90 := s[int(math.Ceil(0.9*float64(n)))-1]
+	return stats{n: n, median: med, p90: p90, min: s[0]}
+}
+
+func firstByte(r result) time.Duration { return r.firstByte }
+func exitTime(r result) time.Duration  { return r.exit }
+
+// seconds extracts a duration from each result, in seconds.
+func seconds(rs []result, f func(result) time.Duration) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r).Seconds()
+	}
+	return out
+}
+
+func values(rs []result, f func(result) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+func memValues(ms []hostMemory, f func(hostMemory) float64) []float64 {
+	out := make([]float64, len(ms))
+	for i, m := range ms {
+		out[i] = f(m)
+	}
+	return out
+}
+
+// row is one sbx-against-runsc comparison.
+type row struct {
+	sbx, raw stats
+}
+
+func (r row) ratio() float64 { return r.sbx.median / r.raw.median }
+
+type streamResult struct {
+	sbxHWM, sbxMaxRSS, rawMaxRSS stats
+	sbxRate, rawRate             stats
+	sbxTime, rawTime             stats
+}
+
+type idleResult struct {
+	sbxPSS, rawPSS     stats
+	sbxRSS, rawRSS     stats
+	sbxProcs, rawProcs stats
+}
+
+// report is everything one run measured. Durations are in seconds, sizes
+// in bytes.
+type report struct {
+	cfg     config
+	started time.Time
+	elapsed time.Duration
+
+	nproc                                 int
+	kernel, runscVersion, sbxVersion, cpu string
+	memTotal                              int64
+	loadStart, loadEnd                    string
+
+	targetGlobals []string
+	resources     *specs.LinuxResources
+	mounts        []string
+	sbxInit       []string
+
+	// The latencies the aim applies to.
+	run, execTrue, execEcho row
+
+	// The steps of sbx run and fixed costs.
+	runCycle, create, firstExec, rm row
+	cliFloor                        stats
+	// rawRunDeletes counts the runs after which `runsc run` had left
+	// state for `runsc delete` to remove.
+	rawRunDeletes int
+
+	// Inside sbx create, exec and rm, phase by phase.
+	createPhases, execPhases, rmPhases *phaseSeries
+	shimOverhead                       float64
+
+	stream streamResult
+	idle   idleResult
+}
+
+// aimRow is a latency the aim applies to.
+type aimRow struct {
+	label, short string
+	row
+}
+
+func (r *report) aimRows() []aimRow {
+	return []aimRow{
+		{"create → first output (`run`, `echo hi`)", "create → first output", r.run},
+		{"exec `true` → exit", "exec `true`", r.execTrue},
+		{"exec `echo hi` → first output", "exec `echo hi` → first output", r.execEcho},
+	}
+}
+
+func ms(s float64) string {
+	v := s * 1000
+	switch {
+	case v >= 10000:
+		return fmt.Sprintf("%.1f s", s)
+	case v < 10 && v > -10:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+func signedMs(s float64) string {
+	if s >= 0 {
+		return "+" + ms(s)
+	}
+	return "−" + ms(-s)
+}
+
+func laterOrSooner(s float64) string {
+	if s >= 0 {
+		return ms(s) + " later"
+	}
+	return ms(-s) + " sooner"
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+func mark(ratio float64) string {
+	if ratio <= aim {
+		return "✅ pass"
+	}
+	return "❌ miss"
+}
+
+// render writes the report as the lifecycle section of the markdown file.
+func render(r *report) string {
+	var w strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
+
+	p("%s\n", startMarker)
+	p("## Sandbox lifecycle: sbx against raw runsc\n\n")
+	p("Produced by %s on %s, as root, in %s. The two sides run interleaved "+
+		"(sbx first in even pairs, runsc first in odd ones) after %d untimed warm-up runs each; "+
+		"create/run benchmarks take %d pairs, exec benchmarks %d.\n\n",
+		r.cfg.command, r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second),
+		r.cfg.warmup, r.cfg.n, r.cfg.execN)
+	p("Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s; %s; %s. Load average (1 min) at start %s, at end %s.\n\n",
+		r.nproc, r.cpu, float64(r.memTotal)/(1<<30), r.kernel, r.runscVersion, r.sbxVersion, r.loadStart, r.loadEnd)
+
+	// The aim.
+	all := true
+	var summary []string
+	for _, l := range r.aimRows() {
+		all = all && l.ratio() <= aim
+		summary = append(summary, fmt.Sprintf("%s %.2fx", l.short, l.ratio()))
+	}
+	verdict := "✅ pass"
+	if !all {
+		verdict = "❌ miss"
+	}
+	p("**Aim: sbx within %.1fx of raw runsc** (ratio of medians, each latency below): %s — %s.\n\n",
+		aim, verdict, strings.Join(summary, ", "))
+
+	p("### Latency\n\n")
+	p("| measurement | sbx median | sbx p90 | sbx min | runsc median | runsc p90 | runsc min | sbx/runsc | aim ≤ %.1fx |\n", aim)
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, l := range r.aimRows() {
+		p("| %s | %s | %s | %s | %s | %s | %s | %.2fx | %s |\n", l.label,
+			ms(l.sbx.median), ms(l.sbx.p90), ms(l.sbx.min),
+			ms(l.raw.median), ms(l.raw.p90), ms(l.raw.min), l.ratio(), mark(l.ratio()))
+	}
+	p("\n")
+
+	p("What each side does:\n\n")
+	p("- **create → first output**: from just before fork until the first byte of `hi` is read from the command's stdout pipe.\n")
+	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. "+
+		"`run` creates a sandbox as `sbx create` does (its own files, then the runsc calls %s, with sbx-init as the sandbox's init), "+
+		"then runs `echo hi` in it with `runsc exec`; the removal (`--rm`) comes after the first byte.\n", runscCalls(r.createPhases))
+	p("  - runsc: `runsc %s run --bundle B ID`: sbx's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
+		"B/config.json is the spec sbx generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
+		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one sbx unpacked), the same mounts (%s), "+
+		"namespaces and capabilities, and the same cgroup limits (%s). "+
+		"The bundle and D are made before the clock starts; `runsc delete`, where runsc left state, runs after it stops.\n",
+		placeholders(r.targetGlobals, "R", "D"), rawCgroupPrefix+"RUN", strings.Join(r.mounts, ", "), describeResources(r.resources))
+	p("- **exec**: both sides exec into the same running sbx sandbox (default limits, otherwise idle). "+
+		"sbx: `sbx exec ID -- CMD`. runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
+		"`true` is timed to the CLI process's exit, `echo hi` to the first byte of output.\n\n",
+		placeholders(r.targetGlobals, "SBX_ROOT/runsc", "SBX_ROOT/sandboxes/ID"))
+
+	// Where the time goes.
+	p("### Where the time goes\n\n")
+	p("The steps of `sbx run`, each timed on its own against its runsc counterpart, in the same %d pairs as the create → first output "+
+		"latency above (medians): after its `sbx run --rm`, each sbx pass runs `sbx create`, a first `sbx exec ID -- echo hi` "+
+		"into the sandbox just created, and `sbx rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
+		"from sbx's exact spec (sbx-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
+	p("| step | sbx | runsc | sbx median | runsc median | difference |\n")
+	p("|---|---|---|---:|---:|---:|\n")
+	step := func(name, sbxCmd, rawCmd string, l row) {
+		p("| %s | %s | %s | %s | %s | %s |\n", name, sbxCmd, rawCmd, ms(l.sbx.median), ms(l.raw.median), signedMs(l.sbx.median-l.raw.median))
+	}
+	step("create and start", "`sbx create`", "`runsc create` + `runsc start`", r.create)
+	step("first exec, to first output", "`sbx exec ID -- echo hi`", "`runsc exec ID echo hi`", r.firstExec)
+	step("remove", "`sbx rm -f`", "`runsc delete --force`", r.rm)
+	step("whole cycle, to exit", "`sbx run --rm -- echo hi`",
+		fmt.Sprintf("`runsc run`, then `runsc delete` if state is left (after %d of %d runs)", r.rawRunDeletes, r.cfg.n), r.runCycle)
+	p("| CLI start-up | `sbx ls -q` (reads the state root, runs no runsc) | — | %s | — | — |\n\n", ms(r.cliFloor.median))
+
+	p("#### Inside `sbx create`, `sbx exec` and `sbx rm`\n\n")
+	p("Here sbx runs with `--runsc SHIM`, SHIM being this benchmark program: it notes the time of each runsc call, "+
+		"then execs the real runsc. Each phase runs from one call to the next; the shim adds about %s to each call "+
+		"(`runsc state` through it against directly), included below. Medians of %d pairs each: "+
+		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec.\n\n",
+		ms(r.shimOverhead), r.cfg.n)
+	phaseTable(p, "`sbx create`", r.createPhases, "`runsc create` + `runsc start`")
+	phaseTable(p, "`sbx exec ID -- true`", r.execPhases, "`runsc exec`")
+	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
+
+	over := r.run.sbx.median - r.run.raw.median
+	createOver := r.create.sbx.median - r.create.raw.median
+	execOver := r.firstExec.sbx.median - r.firstExec.raw.median
+	design := r.create.raw.median + r.firstExec.raw.median - r.run.raw.median
+	rest := over - createOver - execOver - design
+	p("Reading it: `sbx run` reaches its first output %s than `runsc run` (%s against %s). Split by the steps above:\n\n",
+		laterOrSooner(over), ms(r.run.sbx.median), ms(r.run.raw.median))
+	p("- %s: `sbx create` against `runsc create` + `runsc start` of the same spec; see its phases above;\n", signedMs(createOver))
+	p("- %s: the first `sbx exec` against the first `runsc exec` into a just-started sandbox;\n", signedMs(execOver))
+	p("- %s: the design itself, measured on runsc alone: create + start with sbx-init as init, then exec the command, "+
+		"against `runsc run` with the command as init (%s + %s against %s);\n",
+		signedMs(design), ms(r.create.raw.median), ms(r.firstExec.raw.median), ms(r.run.raw.median))
+	p("- %s: the rest (`sbx run` does both steps in one process; noise).\n\n", signedMs(rest))
+	p("Exec into a running sandbox: sbx adds %s to `runsc exec` (`true` to exit) and %s (`echo hi` to first output); "+
+		"starting any sbx process costs %s (`sbx ls -q`).\n\n",
+		signedMs(r.execTrue.sbx.median-r.execTrue.raw.median), signedMs(r.execEcho.sbx.median-r.execEcho.raw.median),
+		ms(r.cliFloor.median))
+
+	// Memory.
+	s := r.stream
+	p("### Memory\n\n")
+	p("Streaming exec: `head -c %d /dev/zero` in the sandbox, stdout read and counted by the benchmark through a pipe; "+
+		"%d run(s) per side (median), no warm-up: it follows the exec benchmarks in the same sandbox.\n\n",
+		r.cfg.streamBytes, r.cfg.streamN)
+	p("| measurement | sbx | runsc |\n")
+	p("|---|---:|---:|\n")
+	p("| peak RSS of the `sbx` process itself (VmHWM, sampled every 10 ms) | %s | — |\n", mib(s.sbxHWM.median))
+	p("| getrusage ru_maxrss of the CLI child (sbx: the larger of sbx and the `runsc exec` it waits for; runsc: `runsc exec`) | %s | %s |\n",
+		mib(s.sbxMaxRSS.median), mib(s.rawMaxRSS.median))
+	p("| time to stream it | %s | %s |\n", ms(s.sbxTime.median), ms(s.rawTime.median))
+	p("| throughput | %.0f MB/s | %.0f MB/s |\n\n", s.sbxRate.median, s.rawRate.median)
+
+	i := r.idle
+	p("Idle sandbox, host side: a fresh `sbx create` (`%s` as init) against `runsc create` + `runsc start` "+
+		"of the same spec with busybox `sleep 1000000` as init, read %s after start. "+
+		"Summed over the host processes whose command line contains the sandbox ID (runsc's sandbox and gofer) and their descendants "+
+		"(systrap stubs); PSS divides shared pages among the processes sharing them, RSS counts them in full in each. "+
+		"Medians of %d sandboxes per side.\n\n",
+		strings.Join(r.sbxInit, " "), r.cfg.settle, r.cfg.memN)
+	p("| measurement | sbx | runsc | sbx/runsc |\n")
+	p("|---|---:|---:|---:|\n")
+	p("| PSS | %s | %s | %.2fx |\n", mib(i.sbxPSS.median), mib(i.rawPSS.median), i.sbxPSS.median/i.rawPSS.median)
+	p("| RSS | %s | %s | %.2fx |\n", mib(i.sbxRSS.median), mib(i.rawRSS.median), i.sbxRSS.median/i.rawRSS.median)
+	p("| host processes | %.0f | %.0f | |\n\n", i.sbxProcs.median, i.rawProcs.median)
+	p("%s\n", endMarker)
+	return w.String()
+}
+
+// phaseTable writes the phases of one sbx command next to the same runsc
+// calls made directly in the same pairs.
+func phaseTable(p func(string, ...any), cmd string, s *phaseSeries, rawWhat string) {
+	p("| phase of %s | sbx median | runsc median |\n", cmd)
+	p("|---|---:|---:|\n")
+	total := 0.0
+	for _, ph := range s.phases {
+		st := summarize(ph.samples)
+		total += st.median
+		raw := "—"
+		if d, ok := s.direct[ph.sub]; ok {
+			raw = ms(summarize(d).median)
+		}
+		p("| %s | %s | %s |\n", ph.name, ms(st.median), raw)
+	}
+	p("| total (sbx: sum of the medians above; runsc: %s) | %s | %s |\n\n", rawWhat, ms(total), ms(summarize(s.rawTotal).median))
+}
+
+// runscCalls lists the runsc subcommands of an sbx command's phases.
+func runscCalls(s *phaseSeries) string {
+	var calls []string
+	for _, ph := range s.phases {
+		if ph.sub != "" {
+			calls = append(calls, "`"+ph.sub+"`")
+		}
+	}
+	if len(calls) == 0 {
+		return "(none seen)"
+	}
+	return strings.Join(calls, ", ")
+}
+
+// placeholders shows runsc global flags with the run's temporary paths
+// replaced by the names root and dir, so the report reads the same from
+// run to run.
+func placeholders(globals []string, root, dir string) string {
+	out := make([]string, len(globals))
+	for i, g := range globals {
+		switch {
+		case strings.HasPrefix(g, "--root="):
+			g = "--root=" + root
+		case strings.HasPrefix(g, "--overlay2=root:dir="):
+			_, size, _ := strings.Cut(g, ",")
+			g = "--overlay2=root:dir=" + dir + "," + size
+		}
+		out[i] = g
+	}
+	return strings.Join(out, " ")
+}
+
+func describeResources(res *specs.LinuxResources) string {
+	if res == nil {
+		return "none"
+	}
+	var parts []string
+	if c := res.CPU; c != nil && c.Quota != nil && c.Period != nil {
+		parts = append(parts, fmt.Sprintf("cpu quota %d/%d µs", *c.Quota, *c.Period))
+	}
+	if m := res.Memory; m != nil && m.Limit != nil {
+		parts = append(parts, fmt.Sprintf("memory %s", mib(float64(*m.Limit))))
+	}
+	if p := res.Pids; p != nil && p.Limit != nil {
+		parts = append(parts, fmt.Sprintf("pids %d", *p.Limit))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeSection replaces the lifecycle section of the markdown file at
+// path, creating the file if needed and appending the section if the file
+// has none.
+func writeSection(path, section string) error {
+	old, err := os.ReadFile(path)
+	var doc string
+	switch {
+	case os.IsNotExist(err):
+		doc = "# Benchmarks\n\n" +
+			"Every number on this page is written by a benchmark program in a real run; " +
+			"regenerate them with `make bench` (as root).\n\n" + section
+	case err != nil:
+		return err
+	default:
+		doc = string(old)
+		i := strings.Index(doc, startMarker)
+		j := strings.Index(doc, endMarker)
+		switch {
+		case i >= 0 && j > i:
+			doc = doc[:i] + section + strings.TrimPrefix(doc[j+len(endMarker):], "\n")
+		case i < 0 && j < 0:
+			doc = strings.TrimRight(doc, "\n") + "\n\n" + section
+		default:
+			return fmt.Errorf("%s: unbalanced %s / %s markers", path, startMarker, endMarker)
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

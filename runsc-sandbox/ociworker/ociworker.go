@@ -1,0 +1,174 @@
+// Package ociworker is the runtime binary behind sbx's BuildKit: buildkitd
+// execs it where it would exec runc (--oci-worker-binary), so that every
+// RUN step of a Dockerfile runs under gVisor.
+//
+// It speaks the part of runc's command line that BuildKit's OCI worker uses
+// (run, create, start, exec, kill, state, delete) and execs runsc with it,
+// changed in three ways that runsc needs:
+//
+//   - runc-only flags (--keep, --no-pivot, --no-new-keyring, --rootless) are
+//     dropped; runsc removes a container when its init exits, which is what
+//     BuildKit asks for after a step anyway;
+//   - delete of a container runsc no longer knows succeeds, as it does for
+//     runc after --keep;
+//   - every sandbox gets --overlay2=none, so that a step's writes reach the
+//     BuildKit snapshot mounted as its rootfs (with gVisor's own overlay they
+//     stay inside the sandbox and the layer comes out empty), and
+//     --network=none: build steps have no network.
+//
+// Its configuration comes from the environment of buildkitd, which sbx
+// sets: EnvRunsc (the runsc binary), EnvRoot (runsc's state directory) and
+// EnvPlatform (gVisor's platform, optional).
+//
+// It knows nothing of images or of sbx's store; it only rewrites a command
+// line.
+package ociworker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/containerd/log"
+
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+// Environment variables the runtime reads.
+const (
+	EnvRunsc    = "SBX_OCIWORKER_RUNSC"
+	EnvRoot     = "SBX_OCIWORKER_ROOT"
+	EnvPlatform = "SBX_OCIWORKER_PLATFORM"
+)
+
+// globalWithValue are runc's global flags that take a separate value.
+var globalWithValue = map[string]bool{"--root": true, "--log": true, "--log-format": true, "--criu": true}
+
+// dropped are flags runsc does not know, with whether they take a value.
+var dropped = map[string]bool{
+	"--keep": false, "--no-pivot": false, "--no-new-keyring": false,
+	"--rootless": true, "--criu": true, "--root": true, "--preserve-fds": true,
+}
+
+// Config is what the runtime adds to every runsc call.
+type Config struct {
+	Runsc    string
+	Root     string
+	Platform string
+}
+
+// ConfigFromEnv reads the Config from the environment.
+func ConfigFromEnv() (Config, error) {
+	c := Config{Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform)}
+	if c.Runsc == "" || c.Root == "" {
+		return c, fmt.Errorf("%s and %s must be set (this program is run by sbx's buildkitd)", EnvRunsc, EnvRoot)
+	}
+	return c, nil
+}
+
+// Main runs the runtime with os.Args and never returns.
+func Main() {
+	c, err := ConfigFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-buildkit-runtime:", err)
+		os.Exit(2)
+	}
+	args, sub, id := c.Translate(os.Args[1:])
+	if sub == "delete" && id != "" && !c.known(id) {
+		// Already gone: runsc deleted it when its init exited.
+		os.Exit(0)
+	}
+	argv := append([]string{c.Runsc}, args...)
+	err = syscall.Exec(c.Runsc, argv, os.Environ())
+	fmt.Fprintf(os.Stderr, "sbx-buildkit-runtime: exec %s: %v\n", c.Runsc, err)
+	os.Exit(2)
+}
+
+// known reports whether runsc has state for container id.
+func (c Config) known(id string) bool {
+	return c.runsc().Exists(id)
+}
+
+func (c Config) runsc() *runsc.Runsc {
+	return &runsc.Runsc{Path: c.Runsc, Root: c.Root, Platform: c.Platform, Network: "none", Overlay: "none", GoferNetNS: "new"}
+}
+
+// Env is the environment that makes the runtime use c.
+func (c Config) Env() []string {
+	env := []string{EnvRunsc + "=" + c.Runsc, EnvRoot + "=" + c.Root}
+	if c.Platform != "" {
+		env = append(env, EnvPlatform+"="+c.Platform)
+	}
+	return env
+}
+
+// Cleanup force-deletes every container runsc still has state for under
+// c.Root: the build steps of a buildkitd that died. Failures are logged.
+func (c Config) Cleanup(ctx context.Context) {
+	states, _ := filepath.Glob(filepath.Join(c.Root, "*_sandbox:*.state"))
+	r := c.runsc()
+	for _, st := range states {
+		id, _, _ := strings.Cut(filepath.Base(st), "_sandbox:")
+		if err := r.Delete(ctx, id, true); err != nil {
+			log.G(ctx).WithError(err).WithField("container", id).Warn("removing a build step's sandbox")
+		}
+	}
+}
+
+// Translate turns a runc command line (without the program name) into
+// runsc's. It returns the new arguments, the subcommand and the container
+// ID for delete.
+func (c Config) Translate(in []string) (out []string, sub, id string) {
+	out = []string{"--root", c.Root, "--overlay2=none", "--network=none", "--gofer-network-namespace=new"}
+	if c.Platform != "" {
+		out = append(out, "--platform="+c.Platform)
+	}
+	i := 0
+	// Global flags, up to the subcommand.
+	for ; i < len(in) && strings.HasPrefix(in[i], "-"); i++ {
+		name, _, hasValue := strings.Cut(in[i], "=")
+		if name == "--version" || name == "-v" || name == "--help" || name == "-h" {
+			return []string{in[i]}, "", ""
+		}
+		takesValue := globalWithValue[name] && !hasValue
+		if _, drop := dropped[name]; drop {
+			if takesValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, in[i])
+		if takesValue && i+1 < len(in) {
+			i++
+			out = append(out, in[i])
+		}
+	}
+	if i == len(in) {
+		return out, "", ""
+	}
+	sub = in[i]
+	out = append(out, sub)
+	for i++; i < len(in); i++ {
+		a := in[i]
+		if a == "--" {
+			out = append(out, in[i:]...)
+			break
+		}
+		name, _, hasValue := strings.Cut(a, "=")
+		if takesValue, drop := dropped[name]; drop {
+			if takesValue && !hasValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	if sub == "delete" && !strings.HasPrefix(out[len(out)-1], "-") {
+		// delete's only flag, --force, takes no value: the ID is last.
+		id = out[len(out)-1]
+	}
+	return out, sub, id
+}
