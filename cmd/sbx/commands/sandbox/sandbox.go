@@ -24,6 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
+	shellCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -107,6 +108,7 @@ var createCommand = &cli.Command{
 
 var execFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "keep stdin open and feed it to the command"},
+	ttyFlag,
 	&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 }
 
@@ -198,6 +200,13 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 	}
 	if c.Bool("interactive") {
 		req.Stdin = c.App.Reader
+	}
+	if c.Bool("tty") {
+		restore, err := attachTerminal(&req, c.Bool("interactive"))
+		if err != nil {
+			return clix.ExitRuntime, err
+		}
+		defer restore()
 	}
 	if req.Stdout == nil {
 		req.Stdout = os.Stdout
