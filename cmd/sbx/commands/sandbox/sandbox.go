@@ -24,7 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
-	shellCommand,
+	shellCommand, cpCommand, psCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -226,7 +226,7 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 
 var lsCommand = &cli.Command{
 	Name:    "ls",
-	Aliases: []string{"list", "ps"},
+	Aliases: []string{"list"},
 	Usage:   "list sandboxes",
 	Flags:   []cli.Flag{clix.FormatFlag, &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print IDs only"}},
 	Action: func(c *cli.Context) error {
