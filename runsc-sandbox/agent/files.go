@@ -44,6 +44,8 @@ func init() {
 func fail(err error) int {
 	fmt.Fprintln(os.Stderr, err)
 	switch {
+	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it also is
+		return StatusNotEmpty
 	case errors.Is(err, fs.ErrNotExist):
 		return StatusNotExist
 	case errors.Is(err, fs.ErrExist):
@@ -56,8 +58,6 @@ func fail(err error) int {
 		return StatusPermission
 	case errors.Is(err, ErrUnsafePath):
 		return StatusUnsafe
-	case errors.Is(err, syscall.ENOTEMPTY):
-		return StatusNotEmpty
 	}
 	return StatusFailed
 }
@@ -284,6 +284,13 @@ func watchMain(args []string) int {
 			if !ok {
 				return 0
 			}
+			// A new directory is watched before its event is out, so
+			// that whoever sees the event sees what happens in it.
+			if recursive && ev.Has(fsnotify.Create) {
+				if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
+					add(ev.Name) //nolint:errcheck // it may be gone already
+				}
+			}
 			for _, op := range []struct {
 				op   fsnotify.Op
 				name string
@@ -292,11 +299,6 @@ func watchMain(args []string) int {
 					if err := enc.Encode(WatchEvent{Path: ev.Name, Op: op.name}); err != nil {
 						return 0 // the reader is gone
 					}
-				}
-			}
-			if recursive && ev.Has(fsnotify.Create) {
-				if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
-					add(ev.Name) //nolint:errcheck // it may be gone already
 				}
 			}
 		case err, ok := <-w.Errors:
