@@ -46,6 +46,10 @@ type Options struct {
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
 	DebugLog string
+	// ForwarderPath is the program run as a sandbox's detached port
+	// forwarder (see Engine.ForwarderArgs); empty means the running
+	// executable, which must then be sbx.
+	ForwarderPath string
 }
 
 // Engine creates and drives sandboxes under one state root.

@@ -60,6 +60,11 @@ type Sandbox struct {
 	BootID     string `json:"bootID,omitempty"`
 	CreatorPid int    `json:"creatorPid,omitempty"`
 	Stopped    bool   `json:"stopped,omitempty"`
+
+	// Ports are the published ports, with the host ports they got, and
+	// Forwarder the detached process that serves them.
+	Ports     []PortMapping `json:"ports,omitempty"`
+	Forwarder *ForwarderRef `json:"forwarder,omitempty"`
 }
 
 // ShortID is the 12-character form of the ID.

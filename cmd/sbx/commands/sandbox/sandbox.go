@@ -24,7 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
-	shellCommand, cpCommand, psCommand,
+	shellCommand, cpCommand, psCommand, portForwardCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -38,6 +38,7 @@ var createFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
+	publishFlag,
 }
 
 // createRequest renders the create flags.
@@ -48,6 +49,9 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	}
 	var err error
 	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {
+		return req, err
+	}
+	if req.Ports, err = portMappings(c.StringSlice("publish")); err != nil {
 		return req, err
 	}
 	if s := c.String("cpus"); s != "" {
