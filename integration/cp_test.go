@@ -106,6 +106,9 @@ func TestCpRoundTrip(t *testing.T) {
 	}
 	e.ok("cp", id+":/tmp/contents", into)
 	assertSameTree(t, src, filepath.Join(into, "contents"))
+	fresh := filepath.Join(host, "fresh")
+	e.ok("cp", id+":/tmp/contents/.", fresh)
+	assertSameTree(t, src, fresh)
 }
 
 func assertSameTree(t *testing.T, a, b string) {

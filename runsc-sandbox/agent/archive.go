@@ -51,7 +51,13 @@ func WriteTar(w io.Writer, src, name string) error {
 		if err != nil {
 			return err
 		}
-		return writeEntry(tw, p, path.Join(name, filepath.ToSlash(rel)))
+		// Not path.Join: a top name "." must stay in every name, as
+		// the component that Extract's Rename replaces.
+		full := name
+		if rel != "." {
+			full = name + "/" + filepath.ToSlash(rel)
+		}
+		return writeEntry(tw, p, full)
 	})
 	if err != nil {
 		return err
@@ -201,12 +207,11 @@ func (x *extractor) cleanName(name string) (string, error) {
 			return "", fmt.Errorf("archive entry %q has a .. component: %w", name, ErrUnsafePath)
 		}
 	}
-	name = path.Clean(name)
 	if x.opts.Rename != "" {
 		_, rest, _ := strings.Cut(name, "/")
-		name = path.Join(x.opts.Rename, rest)
+		name = x.opts.Rename + "/" + rest
 	}
-	return name, nil
+	return path.Clean(name), nil
 }
 
 // parent opens the directory that holds name, resolving beneath the root

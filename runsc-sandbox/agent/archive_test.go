@@ -124,6 +124,26 @@ func TestExtractReplacesSymlinkAndDropsSetID(t *testing.T) {
 	}
 }
 
+// "DIR/." archives the contents under ".", which a rename turns into the
+// destination's name.
+func TestContentsCopyRenamed(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WriteTar(&b, src+"/.", ArchiveName(src+"/.")); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := Extract(&b, dst, ExtractOptions{Rename: "copy"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "copy", "f")); err != nil || string(got) != "x" {
+		t.Fatalf("copy/f: %q %v", got, err)
+	}
+}
+
 func TestArchiveNameAndCopyTarget(t *testing.T) {
 	for src, want := range map[string]string{"/a/b": "b", "/a/b/": "b", "/a/b/.": ".", ".": ".", "f": "f"} {
 		if got := ArchiveName(src); got != want {
