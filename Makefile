@@ -59,6 +59,7 @@ test-integration: build ## run the integration tests only
 
 bench: deps build ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
