@@ -38,7 +38,7 @@ func (e *env) startTerm(rows, cols uint16, args ...string) *term {
 	}
 	c := e.cmd(nil, args...)
 	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: e.cred}
 	if err := c.Start(); err != nil {
 		e.t.Fatal(err)
 	}
