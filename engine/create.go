@@ -38,6 +38,9 @@ type CreateRequest struct {
 	// Workdir is the default working directory of exec'd processes.
 	Workdir string
 	Labels  map[string]string
+	// Ports are published on the host by a detached forwarder process
+	// (Options.SbxPath) until the sandbox stops.
+	Ports []PortMapping
 	// Explicit names the limits the caller set (e.g. "memory"), so
 	// that a rootless create can refuse limits it cannot enforce.
 	Explicit []string
@@ -67,6 +70,17 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	// Ports are bound first: a port in use fails the create before
+	// anything is made. The forwarder inherits them.
+	listeners, err := ListenPorts(req.Ports)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, l := range listeners {
+			l.Listener.Close()
+		}
+	}()
 	imageName := req.Image
 	if imageName == "" {
 		imageName = DefaultImage
@@ -193,6 +207,16 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 			return nil, err
 		}
 	}
+	if len(listeners) > 0 {
+		// The forwarder reads the record; destroyRuntime, in the undo
+		// stack already, stops it.
+		if err := e.save(sb); err != nil {
+			return nil, err
+		}
+		if err := e.startForwarder(sb, listeners); err != nil {
+			return nil, err
+		}
+	}
 	sb.CreatorPid = 0
 	if err := e.save(sb); err != nil {
 		return nil, err
@@ -276,6 +300,7 @@ func (e *Engine) cgroupsPath(id string) string {
 func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 	r := e.runscFor(sb)
 	var errs []error
+	stopForwarder(sb)
 	if err := r.Delete(ctx, sb.ID, true); err != nil {
 		errs = append(errs, err)
 	}

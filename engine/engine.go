@@ -63,9 +63,10 @@ type Options struct {
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
 	DebugLog string
-	// SbxPath is the sbx binary, which runs a sandbox's helper processes
-	// (its DNS resolver); empty means the running executable. Programs
-	// that embed the engine set it to an sbx binary.
+	// SbxPath is the sbx binary, which runs a sandbox's detached helper
+	// processes (its DNS resolver, its port forwarder); empty means the
+	// running executable. Programs that embed the engine set it to an sbx
+	// binary.
 	SbxPath string
 }
 

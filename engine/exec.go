@@ -53,6 +53,14 @@ type ExecRequest struct {
 	Detach bool
 	// Signals, if set, delivers each signal received to the command.
 	Signals <-chan os.Signal
+
+	// TTY runs the command on a pty: Stdin is what is typed, Stdout gets
+	// the terminal's output (Stderr only sbx's own errors). Size is its
+	// size at start (zero: the pty's default), Resize its changes. A ^C
+	// in Stdin interrupts the command as a terminal would.
+	TTY    bool
+	Size   WinSize
+	Resize <-chan WinSize
 }
 
 // Exec runs req in sandbox ref and returns the command's exit status: its
@@ -85,6 +93,9 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	if err != nil {
 		return -1, err
 	}
+	if req.TTY {
+		ttyProcess(&proc)
+	}
 	if len(sb.Secrets) > 0 {
 		proc = withSecrets(proc)
 	}
@@ -96,6 +107,7 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	r := e.runscFor(sb)
 	p, err := r.Exec(ctx, sb.ID, proc, runsc.ExecOpts{
 		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Detach: req.Detach,
+		Size: req.Size, Resize: req.Resize,
 	})
 	if err != nil {
 		return -1, err

@@ -81,6 +81,11 @@ type Sandbox struct {
 	// OOMKilled: the host's OOM killer ended the sandbox when it reached
 	// its memory limit.
 	OOMKilled bool `json:"oomKilled,omitempty"`
+
+	// Ports are the published ports, with the host ports they got, and
+	// Forwarder the detached process that serves them.
+	Ports     []PortMapping `json:"ports,omitempty"`
+	Forwarder *ForwarderRef `json:"forwarder,omitempty"`
 }
 
 // ShortID is the 12-character form of the ID.

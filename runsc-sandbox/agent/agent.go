@@ -29,8 +29,15 @@ const (
 	StatusNotFound      = 127
 )
 
+// subcommands are the agent's modes besides init and lookpath, by name;
+// each file that adds one registers it in an init function.
+var subcommands = map[string]func(args []string) int{}
+
 // Main runs the agent with os.Args and exits.
 func Main() {
+	if len(os.Args) > 1 && subcommands[os.Args[1]] != nil {
+		os.Exit(subcommands[os.Args[1]](os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "lookpath" {
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: sbx-init lookpath NAME")

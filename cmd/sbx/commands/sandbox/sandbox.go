@@ -24,7 +24,7 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
-	updateCommand, statsCommand,
+	updateCommand, statsCommand, shellCommand, cpCommand, psCommand, portForwardCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -41,6 +41,7 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
 	&cli.StringSliceFlag{Name: "secret", Usage: "secret NAME=@FILE or NAME=env:VAR: in every command's environment and in /run/secrets/NAME"},
+	publishFlag,
 }
 
 // createRequest renders the create flags.
@@ -53,6 +54,9 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	}
 	var err error
 	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {
+		return req, err
+	}
+	if req.Ports, err = portMappings(c.StringSlice("publish")); err != nil {
 		return req, err
 	}
 	if s := c.String("cpus"); s != "" {
@@ -116,6 +120,7 @@ var createCommand = &cli.Command{
 
 var execFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "keep stdin open and feed it to the command"},
+	ttyFlag,
 	&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 }
 
@@ -211,6 +216,13 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 	if c.Bool("interactive") {
 		req.Stdin = c.App.Reader
 	}
+	if c.Bool("tty") {
+		restore, err := attachTerminal(&req, c.Bool("interactive"))
+		if err != nil {
+			return clix.ExitRuntime, err
+		}
+		defer restore()
+	}
 	if req.Stdout == nil {
 		req.Stdout = os.Stdout
 	}
@@ -229,7 +241,7 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 
 var lsCommand = &cli.Command{
 	Name:    "ls",
-	Aliases: []string{"list", "ps"},
+	Aliases: []string{"list"},
 	Usage:   "list sandboxes",
 	Flags:   []cli.Flag{clix.FormatFlag, &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print IDs only"}},
 	Action: func(c *cli.Context) error {

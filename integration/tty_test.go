@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// term is sbx running on a pty the test holds, as a person's terminal.
+type term struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	ptmx     *os.File // the master: what the person types and sees
+	tty      *os.File // the slave, sbx's stdio, kept to read its modes
+	mu       sync.Mutex
+	out      bytes.Buffer
+	seen     int // out is searched from here on
+	readDone chan struct{}
+}
+
+func (e *env) startTerm(rows, cols uint16, args ...string) *term {
+	e.t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		e.t.Fatal(err)
+	}
+	c := e.cmd(nil, args...)
+	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: e.cred}
+	if err := c.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	tm := &term{t: e.t, cmd: c, ptmx: ptmx, tty: tty, readDone: make(chan struct{})}
+	go func() {
+		defer close(tm.readDone)
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			tm.mu.Lock()
+			tm.out.Write(buf[:n])
+			tm.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	e.t.Cleanup(func() {
+		c.Process.Kill()
+		c.Wait()
+		ptmx.Close()
+		tty.Close()
+	})
+	return tm
+}
+
+func (tm *term) send(s string) {
+	tm.t.Helper()
+	if _, err := tm.ptmx.Write([]byte(s)); err != nil {
+		tm.t.Fatal(err)
+	}
+}
+
+// expect waits until s appears in the output after what earlier expects
+// consumed.
+func (tm *term) expect(s string) {
+	tm.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		tm.mu.Lock()
+		rest := tm.out.String()[tm.seen:]
+		if i := strings.Index(rest, s); i >= 0 {
+			tm.seen += i + len(s)
+			tm.mu.Unlock()
+			return
+		}
+		tm.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.t.Fatalf("terminal never showed %q; it shows:\n%s", s, tm.out.String())
+}
+
+// wait waits for sbx to exit and returns its status.
+func (tm *term) wait() int {
+	tm.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- tm.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		} else if err != nil {
+			tm.t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		tm.t.Fatalf("sbx did not exit; terminal shows:\n%s", tm.out.String())
+	}
+	return -1
+}
+
+// assertCooked checks that the terminal is back in the mode sbx found it
+// in: line editing and echo on.
+func (tm *term) assertCooked() {
+	tm.t.Helper()
+	tio, err := unix.IoctlGetTermios(int(tm.tty.Fd()), unix.TCGETS)
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	if tio.Lflag&(unix.ICANON|unix.ECHO|unix.ISIG) != unix.ICANON|unix.ECHO|unix.ISIG {
+		tm.t.Fatalf("terminal left in raw mode: lflag %#x", tio.Lflag)
+	}
+}
+
+// sbx shell: a command typed into the shell runs in the sandbox, the
+// window size follows the caller's terminal, ^C interrupts the foreground
+// command, and the shell's exit status is sbx's.
+func TestShellOnPty(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	tm := e.startTerm(30, 100, "shell", id)
+
+	tm.send("echo out-$((6*7)) $(hostname)\r")
+	tm.expect("out-42 " + id[:12])
+
+	tm.send("stty size\r")
+	tm.expect("30 100")
+
+	// A resize of the caller's terminal reaches the sandbox's pty, and
+	// SIGWINCH reaches the program in its foreground.
+	// (Markers are split with "" so that the echo of what is typed
+	// does not match them.)
+	tm.send(`sh -c 'trap "echo win""ch; stty size" WINCH; echo rea""dy; while sleep 0.2; do :; done'` + "\r")
+	tm.expect("ready")
+	if err := pty.Setsize(tm.ptmx, &pty.Winsize{Rows: 45, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	tm.expect("winch")
+	tm.expect("45 132")
+
+	// ^C interrupts it as it would on the host: SIGINT, status 130.
+	// (A shell drops the rest of a command line a ^C interrupted, so
+	// the status is asked for on the next line.)
+	tm.send("\x03")
+	tm.send("echo status=$?\r")
+	tm.expect("status=130")
+	tm.send("sleep 300\r")
+	waitFor(t, func() bool { return strings.Contains(e.ok("exec", id, "--", "ps", "-o", "args"), "sleep 300") })
+	tm.send("\x03")
+	tm.send("echo status=$?\r")
+	tm.expect("status=130")
+	if strings.Contains(e.ok("exec", id, "--", "ps", "-o", "args"), "sleep 300") {
+		t.Fatal("^C did not stop sleep 300")
+	}
+
+	tm.send("exit 7\r")
+	if code := tm.wait(); code != 7 {
+		t.Fatalf("sbx shell exited %d, want the shell's 7; terminal:\n%s", code, tm.out.String())
+	}
+	tm.assertCooked()
+}
+
+// exec -it and run -it: the command gets a terminal and its exit status
+// comes back; the caller's terminal is restored.
+func TestExecAndRunWithTTY(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	tm := e.startTerm(24, 80, "exec", "-it", id, "--", "sh", "-c", `[ -t 0 ] && [ -t 1 ] && echo on-a-""tty; read x; exit $x`)
+	tm.expect("on-a-tty")
+	tm.send("5\r")
+	if code := tm.wait(); code != 5 {
+		t.Fatalf("exec -it exited %d, want 5", code)
+	}
+	tm.assertCooked()
+
+	tm = e.startTerm(24, 80, "run", "--rm", "-it", "--", "sh", "-c", "stty size; exit 3")
+	tm.expect("24 80")
+	if code := tm.wait(); code != 3 {
+		t.Fatalf("run -it exited %d, want 3", code)
+	}
+	tm.assertCooked()
+
+	// A command that cannot start reports 127 on a terminal too.
+	tm = e.startTerm(24, 80, "exec", "-it", id, "--", "no-such-command")
+	if code := tm.wait(); code != 127 {
+		t.Fatalf("exec -it of a missing command exited %d, want 127", code)
+	}
+	tm.assertCooked()
+
+	// -i -t without a terminal on stdin is a usage error.
+	r := e.run(strings.NewReader(""), "exec", "-it", id, "--", "true")
+	assertOneLineError(t, r, "terminal")
+}

@@ -1,0 +1,399 @@
+package agent
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The copy functions here run on both sides of `sbx cp`: inside the
+// sandbox (as the agent's tar-out and tar-in) and on the host (sbx itself),
+// so that one extractor, written to distrust its archive, handles both.
+
+func init() {
+	subcommands["tar-out"] = tarOutMain
+	subcommands["tar-in"] = tarInMain
+}
+
+// ErrUnsafePath is an archive entry or a destination that would lead
+// outside the destination directory.
+var ErrUnsafePath = errors.New("unsafe path")
+
+// ArchiveName is the name a copy's source gets at the top of its archive:
+// its base name, or "." for "DIR/." (the directory's contents).
+func ArchiveName(src string) string {
+	if src == "." || strings.HasSuffix(src, "/.") {
+		return "."
+	}
+	return filepath.Base(filepath.Clean(src))
+}
+
+// WriteTar writes src as a tar stream to w, named name at the top. It
+// never follows a symlink, src included: symlinks are archived as
+// symlinks. Regular files are streamed, never held in memory.
+func WriteTar(w io.Writer, src, name string) error {
+	tw := tar.NewWriter(w)
+	src = filepath.Clean(src)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		// Not path.Join: a top name "." must stay in every name, as
+		// the component that Extract's Rename replaces.
+		full := name
+		if rel != "." {
+			full = name + "/" + filepath.ToSlash(rel)
+		}
+		return writeEntry(tw, p, full)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func writeEntry(tw *tar.Writer, p, name string) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	link := ""
+	switch fi.Mode().Type() {
+	case 0, fs.ModeDir, fs.ModeNamedPipe:
+	case fs.ModeSymlink:
+		if link, err = os.Readlink(p); err != nil {
+			return err
+		}
+	default:
+		return nil // devices and sockets do not copy
+	}
+	hdr, err := tar.FileInfoHeader(fi, link)
+	if err != nil {
+		return err
+	}
+	hdr.Name = name
+	if fi.IsDir() && name != "." {
+		hdr.Name += "/"
+	}
+	// Owners are not copied: a copy belongs to whoever receives it.
+	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+	hdr.Format = tar.FormatPAX // exact mtimes, long names
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if n, err := io.CopyN(tw, f, hdr.Size); err != nil {
+		return fmt.Errorf("%s: read %d of %d bytes (did it change while being copied?): %w", p, n, hdr.Size, err)
+	}
+	return nil
+}
+
+// CopyTarget resolves a copy's destination as cp does: an existing
+// directory receives the source under its own name (rename ""); anything
+// else is the new name of the source (rename = its base) in its parent
+// directory, which must exist.
+func CopyTarget(dst string) (dir, rename string, err error) {
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		return dst, "", nil
+	}
+	dir, rename = filepath.Split(filepath.Clean(dst))
+	if dir == "" {
+		dir = "."
+	}
+	if rename == "." || rename == ".." || rename == "/" {
+		return "", "", fmt.Errorf("destination %q: %w", dst, ErrUnsafePath)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", "", err
+	}
+	if !fi.IsDir() {
+		return "", "", &fs.PathError{Op: "copy into", Path: dir, Err: unix.ENOTDIR}
+	}
+	return dir, rename, nil
+}
+
+// ExtractOptions tune Extract.
+type ExtractOptions struct {
+	// Rename replaces the first component of every entry's name.
+	Rename string
+	// NoSetID clears setuid and setgid bits: a copy out of a sandbox
+	// must not carry them onto the host.
+	NoSetID bool
+}
+
+// Extract writes the tar stream r into dir. It trusts nothing in the
+// archive: a name that is absolute or has a ".." component is refused, and
+// no symlink below dir is ever followed, neither one the archive made nor
+// one that was there, so no entry can be written outside dir. A directory
+// entry meeting an existing non-directory is refused rather than replaced;
+// a file or symlink entry replaces what is at its name (a symlink there is
+// removed, not written through). Modes and modification times are kept;
+// owners are not (files belong to the caller).
+func Extract(r io.Reader, dir string, o ExtractOptions) error {
+	rootFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(rootFd)
+	x := &extractor{root: rootFd, opts: o, dir: dir}
+	defer x.closeParent()
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			return err
+		}
+	}
+	// Directories last, deepest first: their entries changed their
+	// mtimes, and a read-only mode must not stop the entries' creation.
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		if err := x.setMeta(x.dirs[i].name, x.dirs[i].hdr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type extractor struct {
+	root int
+	dir  string
+	opts ExtractOptions
+	dirs []dirMeta
+
+	parentName string // the directory parentFd is open on
+	parentFd   int
+}
+
+type dirMeta struct {
+	name string
+	hdr  *tar.Header
+}
+
+// cleanName checks and normalizes an entry's name, relative to the root.
+func (x *extractor) cleanName(name string) (string, error) {
+	if path.IsAbs(name) {
+		return "", fmt.Errorf("archive entry %q is absolute: %w", name, ErrUnsafePath)
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("archive entry %q has a .. component: %w", name, ErrUnsafePath)
+		}
+	}
+	if x.opts.Rename != "" {
+		_, rest, _ := strings.Cut(name, "/")
+		name = x.opts.Rename + "/" + rest
+	}
+	return path.Clean(name), nil
+}
+
+// parent opens the directory that holds name, resolving beneath the root
+// and refusing every symlink on the way.
+func (x *extractor) parent(name string) (int, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	if x.parentFd > 0 && x.parentName == dir {
+		return x.parentFd, base, nil
+	}
+	x.closeParent()
+	fd, err := unix.Openat2(x.root, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+			return -1, "", fmt.Errorf("archive entry %q: %s is or passes through a symlink: %w", name, dir, ErrUnsafePath)
+		}
+		return -1, "", &fs.PathError{Op: "open", Path: filepath.Join(x.dir, dir), Err: err}
+	}
+	x.parentName, x.parentFd = dir, fd
+	return fd, base, nil
+}
+
+func (x *extractor) closeParent() {
+	if x.parentFd > 0 {
+		unix.Close(x.parentFd)
+	}
+	x.parentFd, x.parentName = 0, ""
+}
+
+func (x *extractor) entry(hdr *tar.Header, data io.Reader) error {
+	name, err := x.cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if name == "." {
+		return nil // the destination itself: left as it is
+	}
+	pfd, base, err := x.parent(name)
+	if err != nil {
+		return err
+	}
+	full := filepath.Join(x.dir, name)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		err := unix.Mkdirat(pfd, base, 0o700)
+		if errors.Is(err, unix.EEXIST) {
+			var st unix.Stat_t
+			if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return &fs.PathError{Op: "stat", Path: full, Err: err}
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return fmt.Errorf("%s exists and is not a directory: %w", full, ErrUnsafePath)
+			}
+		} else if err != nil {
+			return &fs.PathError{Op: "mkdir", Path: full, Err: err}
+		}
+		x.dirs = append(x.dirs, dirMeta{name: name, hdr: hdr})
+		return nil
+	case tar.TypeReg:
+		fd, err := x.create(pfd, base, func() (int, error) {
+			return unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		})
+		if err != nil {
+			return &fs.PathError{Op: "create", Path: full, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), full)
+		_, err = io.Copy(f, data)
+		if err == nil {
+			err = unix.Fchmod(int(f.Fd()), x.mode(hdr))
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", full, err)
+		}
+	case tar.TypeSymlink:
+		if _, err := x.create(pfd, base, func() (int, error) {
+			return -1, unix.Symlinkat(hdr.Linkname, pfd, base)
+		}); err != nil {
+			return &fs.PathError{Op: "symlink", Path: full, Err: err}
+		}
+	case tar.TypeFifo:
+		if _, err := x.create(pfd, base, func() (int, error) {
+			return -1, unix.Mkfifoat(pfd, base, x.mode(hdr)&0o777)
+		}); err != nil {
+			return &fs.PathError{Op: "mkfifo", Path: full, Err: err}
+		}
+	default:
+		return nil // links, devices: not copied
+	}
+	return x.setMeta(name, hdr)
+}
+
+// create makes a non-directory at base with mk, first removing a
+// non-directory that is there (a symlink is removed, never followed).
+func (x *extractor) create(pfd int, base string, mk func() (int, error)) (int, error) {
+	fd, err := mk()
+	if !errors.Is(err, unix.EEXIST) {
+		return fd, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return -1, unix.EISDIR
+	}
+	if err := unix.Unlinkat(pfd, base, 0); err != nil {
+		return -1, err
+	}
+	return mk()
+}
+
+// mode is the permission bits an entry gets.
+func (x *extractor) mode(hdr *tar.Header) uint32 {
+	mode := uint32(hdr.Mode) & 0o7777
+	if x.opts.NoSetID {
+		mode &^= unix.S_ISUID | unix.S_ISGID
+	}
+	return mode
+}
+
+// setMeta applies a directory's mode, and any entry's mtime, to name, never through a symlink.
+func (x *extractor) setMeta(name string, hdr *tar.Header) error {
+	pfd, base, err := x.parent(name)
+	if err != nil {
+		return err
+	}
+	full := filepath.Join(x.dir, name)
+	if hdr.Typeflag == tar.TypeDir {
+		fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: full, Err: err}
+		}
+		err = unix.Fchmod(fd, x.mode(hdr))
+		unix.Close(fd)
+		if err != nil {
+			return &fs.PathError{Op: "chmod", Path: full, Err: err}
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+	if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "set times", Path: full, Err: err}
+	}
+	return nil
+}
+
+// tarOutMain is "tar-out SRC": SRC as a tar stream on stdout.
+func tarOutMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: sbx-init tar-out SRC")
+		return 2
+	}
+	if _, err := os.Lstat(args[0]); err != nil {
+		return fail(err)
+	}
+	if err := WriteTar(os.Stdout, args[0], ArchiveName(args[0])); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// tarInMain is "tar-in DST": the tar stream on stdin extracted to DST as
+// CopyTarget resolves it.
+func tarInMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: sbx-init tar-in DST")
+		return 2
+	}
+	dir, rename, err := CopyTarget(args[0])
+	if err != nil {
+		return fail(err)
+	}
+	if err := Extract(os.Stdin, dir, ExtractOptions{Rename: rename}); err != nil {
+		return fail(err)
+	}
+	return 0
+}
