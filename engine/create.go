@@ -36,6 +36,14 @@ type CreateRequest struct {
 	// Explicit names the limits the caller set (e.g. "memory"), so
 	// that a rootless create can refuse limits it cannot enforce.
 	Explicit []string
+
+	// Setup are shell commands run once per (image, commands): their
+	// result is cached as an image and later creates start from it.
+	Setup []string
+	// Timeout, if positive, is the sandbox's lifetime; then OnTimeout
+	// ("pause", the default, "stop" or "rm") happens.
+	Timeout   time.Duration
+	OnTimeout string
 }
 
 // cleanup runs its functions in reverse unless released: the undo stack of
@@ -74,6 +82,13 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	if err := e.checkLifetime(req.Timeout, req.OnTimeout); err != nil {
+		return nil, err
+	}
+	img, setupKey, setupHit, err := e.setupImage(ctx, img, req.Setup)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(e.opts.InitPath); err != nil {
 		return nil, fmt.Errorf("sbx-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
 	}
@@ -87,6 +102,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		Disk: pr.Disk, Network: pr.Network, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 	}
+	setPersistFields(sb, req)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
 
 	var undo cleanup
@@ -167,6 +183,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
+	if err := e.finishCreate(ctx, sb, req, setupKey, setupHit); err != nil {
+		return nil, err
+	}
 	undo.release()
 	sb.State = StateRunning
 	return sb, nil
@@ -211,6 +230,7 @@ func (e *Engine) cgroupsPath(id string) string {
 // its runsc state and its cgroup. It is safe on a half-created sandbox and
 // on one that is already gone.
 func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
+	stopWatchdog(sb)
 	r := e.runscFor(sb)
 	var errs []error
 	if err := r.Delete(ctx, sb.ID, true); err != nil {

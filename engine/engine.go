@@ -46,6 +46,10 @@ type Options struct {
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
 	DebugLog string
+	// WatchdogCommand, with a sandbox ID appended, runs RunWatchdog for
+	// that sandbox in a new process (the sbx CLI's hidden watchdog
+	// command). Without it, creates with a Timeout are refused.
+	WatchdogCommand []string
 }
 
 // Engine creates and drives sandboxes under one state root.

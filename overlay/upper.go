@@ -103,6 +103,8 @@ func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 	cr := &countingReader{r: f}
 	tr := tar.NewReader(cr)
 	var out []upperEntry
+	// gVisor writes every whiteout after the first as a hard link to it.
+	whiteouts := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -117,8 +119,10 @@ func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 		}
 		h := normalizeHeader(hdr, name)
 		switch {
-		case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0:
+		case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0,
+			hdr.Typeflag == tar.TypeLink && whiteouts[cleanName(hdr.Linkname)]:
 			// gVisor's (and overlayfs's) whiteout.
+			whiteouts[name] = true
 			dir, base := path.Split(name)
 			h = &tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, ModTime: tarEpoch, Format: tar.FormatPAX}
 		case hdr.Typeflag == tar.TypeLink:

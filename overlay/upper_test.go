@@ -45,6 +45,7 @@ func upperSample() []*tar.Header {
 		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./etc/group", Typeflag: tar.TypeChar, Devmajor: 0, Devminor: 0},
+		{Name: "./etc/shadow", Typeflag: tar.TypeLink, Linkname: "./etc/group"},
 		{Name: "./etc/passwd", Typeflag: tar.TypeReg, Mode: 0o600, Size: 3, Uid: 5, Gid: 6},
 		{Name: "./home/", Typeflag: tar.TypeDir, Mode: 0o750, PAXRecords: map[string]string{xattrOpaque: "y", "SCHILY.xattr.user.k": "v"}},
 		{Name: "./home/x/", Typeflag: tar.TypeDir, Mode: 0o755},
@@ -92,7 +93,7 @@ func TestUpperToLayer(t *testing.T) {
 		b, _ := io.ReadAll(tr)
 		data[h.Name] = string(b)
 	}
-	want := []string{"a/", "a/link", "etc/", "etc/.wh.group", "etc/passwd", "home/", "home/.wh..wh..opq", "home/x/", "z/", "z/data"}
+	want := []string{"a/", "a/link", "etc/", "etc/.wh.group", "etc/.wh.shadow", "etc/passwd", "home/", "home/.wh..wh..opq", "home/x/", "z/", "z/data"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("entries\n got %v\nwant %v", got, want)
 	}
@@ -117,12 +118,17 @@ func TestUpperDeterministic(t *testing.T) {
 	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
 		b[i], b[j] = b[j], b[i]
 	}
-	// In reversed order the link's target comes first.
+	// gVisor writes the first path of an inode with its data and later
+	// ones as links: in reverse, the roles swap.
 	for _, h := range b {
 		if h.Name == "./a/link" {
 			*h = tar.Header{Name: "./z/data", Typeflag: tar.TypeLink, Linkname: "./a/link"}
 		} else if h.Name == "./z/data" {
 			*h = tar.Header{Name: "./a/link", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4}
+		} else if h.Name == "./etc/shadow" {
+			*h = tar.Header{Name: "./etc/group", Typeflag: tar.TypeChar}
+		} else if h.Name == "./etc/group" {
+			*h = tar.Header{Name: "./etc/shadow", Typeflag: tar.TypeLink, Linkname: "./etc/group"}
 		}
 	}
 	x := convert(t, gvisorUpper(t, a...))

@@ -24,6 +24,8 @@ import (
 // Commands are the sandbox commands, top-level verbs of sbx.
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
+	// persist.go
+	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -37,6 +39,8 @@ var createFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
+	// persist.go
+	setupFlag, lifetimeFlag, onTimeoutFlag,
 }
 
 // createRequest renders the create flags.
@@ -49,6 +53,7 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {
 		return req, err
 	}
+	persistRequest(c, &req)
 	if s := c.String("cpus"); s != "" {
 		if req.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
 			return req, clix.UsageError(fmt.Errorf("--cpus %q: want a number of cores", s))
@@ -107,7 +112,6 @@ var createCommand = &cli.Command{
 
 var execFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "keep stdin open and feed it to the command"},
-	&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 }
 
 var runCommand = &cli.Command{
@@ -160,6 +164,7 @@ var execCommand = &cli.Command{
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE"},
 		&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "uid[:gid] or name[:group]"},
+		&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 	}, execFlags...),
 	Action: func(c *cli.Context) error {
 		id, args, err := clix.CommandAfterID(c, "ID -- CMD [ARG...]")
@@ -193,8 +198,9 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 	if c.Command.Name == "exec" {
 		req.Env = c.StringSlice("env")
 	} else {
-		// run: the create flags' --workdir and --env already apply.
-		req.Workdir = ""
+		// run: the create flags' --workdir and --env already apply, and
+		// --timeout is the sandbox's lifetime.
+		req.Workdir, req.Timeout = "", 0
 	}
 	if c.Bool("interactive") {
 		req.Stdin = c.App.Reader
