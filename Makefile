@@ -58,6 +58,7 @@ test-integration: build ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 bench: deps build ## measure sbx against raw runsc; writes docs/benchmarks.md
+	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 lint: ## go vet and gofmt

@@ -20,6 +20,10 @@ const (
 	OnTimeoutRemove = "rm"
 )
 
+// watchdogGrace is how long a new watchdog waits for the sandbox record to
+// name it before it concludes that it is not wanted.
+const watchdogGrace = 10 * time.Second
+
 // checkLifetime validates a create's Timeout and OnTimeout.
 func (e *Engine) checkLifetime(timeout time.Duration, onTimeout string) error {
 	switch onTimeout {
@@ -88,6 +92,8 @@ func stopWatchdog(sb *Sandbox) {
 // It returns early, doing nothing, once the record names another watchdog
 // (the sandbox was resumed, stopped or removed meanwhile).
 func (e *Engine) RunWatchdog(ctx context.Context, id string) error {
+	// The record names this process only once its starter has saved it.
+	started := time.Now()
 	for {
 		sb, err := e.load(id)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -97,6 +103,10 @@ func (e *Engine) RunWatchdog(ctx context.Context, id string) error {
 			return err
 		}
 		if sb.WatchdogPid != os.Getpid() || sb.Deadline == nil || sb.State != StateRunning {
+			if time.Since(started) < watchdogGrace {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
 			return nil
 		}
 		wait := time.Until(*sb.Deadline)
