@@ -147,7 +147,7 @@ func (b *bench) snapshots(runs int) {
 			rawT = append(rawT, b.runsc(id, "tar", "rootfs-upper", "--file", tmp, id))
 			os.Remove(tmp)
 		}
-		b.row(fmt.Sprintf("snapshot, %d MiB of changes", mib), ms(median(sbxT)), ms(median(rawT)) + " (`runsc tar rootfs-upper`)",
+		b.row(fmt.Sprintf("snapshot, %d MiB of changes", mib), ms(median(sbxT)), ms(median(rawT))+" (`runsc tar rootfs-upper`)",
 			"sbx adds sorting, gzip and storing the layer")
 		b.must("rm", "-f", id)
 	}
