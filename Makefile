@@ -82,6 +82,7 @@ test-integration: build base-rootfs ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
+	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 

@@ -49,6 +49,14 @@ type CreateRequest struct {
 	// processes as environment and as files in /run/secrets, and are
 	// kept nowhere else (docs/security.md).
 	Secrets []string
+
+	// Setup are shell commands run once per (image, commands): their
+	// result is cached as an image and later creates start from it.
+	Setup []string
+	// Timeout, if positive, is the sandbox's lifetime; then OnTimeout
+	// ("pause", the default, "stop" or "rm") happens.
+	Timeout   time.Duration
+	OnTimeout string
 }
 
 // cleanup runs its functions in reverse unless released: the undo stack of
@@ -89,6 +97,10 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	img, setupKey, setupHit, err := e.setupImage(ctx, img, req.Setup)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(e.opts.InitPath); err != nil {
 		return nil, fmt.Errorf("sbx-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
 	}
@@ -103,6 +115,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 		Secrets: secretNames(pr.Secrets),
 	}
+	setPersistFields(sb, req)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
 
 	var undo cleanup
@@ -221,6 +234,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
+	if err := e.finishCreate(ctx, sb, req, setupKey, setupHit); err != nil {
+		return nil, err
+	}
 	undo.release()
 	sb.State = StateRunning
 	return sb, nil
@@ -255,6 +271,9 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		if err := checkName(req.Name); err != nil {
 			return pr, err
 		}
+	}
+	if err := e.checkLifetime(req.Timeout, req.OnTimeout); err != nil {
+		return pr, err
 	}
 	return pr, nil
 }
@@ -298,6 +317,7 @@ func (e *Engine) cgroupsPath(id string) string {
 // its runsc state and its cgroup. It is safe on a half-created sandbox and
 // on one that is already gone.
 func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
+	stopWatchdog(sb)
 	r := e.runscFor(sb)
 	var errs []error
 	stopForwarder(sb)

@@ -68,6 +68,10 @@ type Options struct {
 	// running executable. Programs that embed the engine set it to an sbx
 	// binary.
 	SbxPath string
+	// WatchdogCommand, with a sandbox ID appended, runs RunWatchdog for
+	// that sandbox in a new process (the sbx CLI's hidden watchdog
+	// command). Without it, creates with a Timeout are refused.
+	WatchdogCommand []string
 }
 
 // Engine creates and drives sandboxes under one state root.

@@ -49,7 +49,9 @@ type ExecRequest struct {
 	Stdout, Stderr io.Writer
 	// Timeout, if positive, kills the command after that long.
 	Timeout time.Duration
-	// Detach starts the command and returns without waiting for it.
+	// Detach starts the command as a child of the sandbox's init and
+	// returns without waiting for it, writing its PID inside the sandbox
+	// to Stdout; its output goes to the sandbox's log (Logs).
 	Detach bool
 	// Signals, if set, delivers each signal received to the command.
 	Signals <-chan os.Signal
@@ -93,11 +95,16 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	if err != nil {
 		return -1, err
 	}
-	if req.TTY {
-		ttyProcess(&proc)
-	}
 	if len(sb.Secrets) > 0 {
 		proc = withSecrets(proc)
+	}
+	if req.Detach {
+		// A child of the init survives pause and resume; a process of
+		// runsc exec would not.
+		return e.spawn(ctx, sb, proc, req.Stdout)
+	}
+	if req.TTY {
+		ttyProcess(&proc)
 	}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc

@@ -30,6 +30,9 @@ const (
 	// StateStopped: the sandbox's processes are gone (stopped, or the
 	// host rebooted); its record remains until rm.
 	StateStopped = "stopped"
+	// StatePaused: the sandbox's memory and filesystem are in a
+	// checkpoint on disk and it has no processes; resume continues it.
+	StatePaused = "paused"
 )
 
 // Sandbox is the record of one sandbox. Its State is computed when read.
@@ -86,6 +89,9 @@ type Sandbox struct {
 	// Forwarder the detached process that serves them.
 	Ports     []PortMapping `json:"ports,omitempty"`
 	Forwarder *ForwarderRef `json:"forwarder,omitempty"`
+
+	// Persistence: pause/resume, fork, setup cache and lifetime.
+	PersistState
 }
 
 // ShortID is the 12-character form of the ID.
@@ -200,6 +206,8 @@ func (e *Engine) load(id string) (*Sandbox, error) {
 // sandbox runs while its gVisor process does.
 func (e *Engine) state(sb *Sandbox) string {
 	switch {
+	case sb.Paused:
+		return StatePaused
 	case sb.Stopped:
 		return StateStopped
 	case sb.Pid == 0:

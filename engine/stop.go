@@ -56,6 +56,10 @@ func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}
+	if err := e.dropCheckpoint(ctx, sb); err != nil {
+		return err
+	}
+	sb.WatchdogPid, sb.Deadline = 0, nil
 	sb.Stopped = true
 	sb.Pid, sb.PidStart = 0, 0
 	sb.State = StateStopped
@@ -81,6 +85,9 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 		}
 	}
 	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return err
+	}
+	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err
 	}
 	if err := e.images.Release(ctx, sb.ID); err != nil {

@@ -345,3 +345,14 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// processAlive reports whether pid is a live process (not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
+}

@@ -200,13 +200,3 @@ func TestPublishCleanup(t *testing.T) {
 		t.Fatalf("failed creates left forwarders: %v", left)
 	}
 }
-
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
-}

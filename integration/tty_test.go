@@ -187,7 +187,7 @@ func TestExecAndRunWithTTY(t *testing.T) {
 	}
 	tm.assertCooked()
 
-	tm = e.startTerm(24, 80, "run", "--rm", "-it", "--", "sh", "-c", "stty size; exit 3")
+	tm = e.startTerm(24, 80, "run", "--rm", "-it", "--image", "busybox", "--", "sh", "-c", "stty size; exit 3")
 	tm.expect("24 80")
 	if code := tm.wait(); code != 3 {
 		t.Fatalf("run -it exited %d, want 3", code)

@@ -95,6 +95,9 @@ func (s *Store) gc(ctx context.Context) (int64, error) {
 		}
 	}
 
+	// Interrupted checkpoint ingests and deletions.
+	freed += s.pruneCheckpointLeftovers(ctx)
+
 	// Rootfs chains and interrupted unpacks.
 	entries, err := os.ReadDir(s.rootfsDir())
 	if err != nil {

@@ -3,7 +3,10 @@
 //
 // As init it reaps orphans and exits on SIGTERM, which stops the sandbox.
 // Its "lookpath" mode tells why a command could not start (127 not found,
-// 126 not executable), resolved inside the sandbox's own filesystem.
+// 126 not executable), resolved inside the sandbox's own filesystem. Its
+// "spawn" mode asks the running init to start a background process as its
+// own child (see spawn.go), so that the process survives checkpoint and
+// restore; the init logs such processes' output with timestamps.
 //
 // It runs inside gVisor: it must not depend on anything of the host.
 package agent
@@ -51,6 +54,9 @@ func Main() {
 	if len(os.Args) > 1 && os.Args[1] == CmdWithSecrets {
 		os.Exit(withSecrets(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "spawn" {
+		os.Exit(spawnClient(os.Args[2:]))
+	}
 	os.Exit(initLoop())
 }
 
@@ -97,6 +103,7 @@ func LookPath(name string) int {
 func initLoop() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	serve()
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGCHLD:
@@ -115,5 +122,6 @@ func reap() {
 		if pid <= 0 || err != nil {
 			return
 		}
+		childExited(pid, ws)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/log"
@@ -66,13 +68,42 @@ func Before(c *cli.Context) error {
 // Engine opens the engine the global flags describe.
 func Engine(c *cli.Context) (*engine.Engine, error) {
 	return engine.Open(engine.Options{
-		Root:      c.String("root"),
-		RunscPath: c.String("runsc"),
-		DebugLog:  c.String("runsc-debug-log"),
+		Root:            c.String("root"),
+		RunscPath:       c.String("runsc"),
+		DebugLog:        c.String("runsc-debug-log"),
+		WatchdogCommand: watchdogCommand(c),
 
 		BuildkitAddr: c.String("buildkit-addr"),
 		BuildkitIdle: c.Duration("buildkit-idle"),
 	})
+}
+
+// WatchdogCommandName is the hidden command that enforces a sandbox's
+// lifetime (engine.Engine.RunWatchdog).
+const WatchdogCommandName = "lifetime-watchdog"
+
+// watchdogCommand is this sbx, with the same root and runsc, running the
+// lifetime watchdog.
+func watchdogCommand(c *cli.Context) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	root := c.String("root")
+	if root == "" {
+		root = engine.DefaultRoot()
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
+	args := []string{exe, "--root", root}
+	if r := c.String("runsc"); r != "" {
+		if abs, err := filepath.Abs(r); err == nil {
+			r = abs
+		}
+		args = append(args, "--runsc", r)
+	}
+	return append(args, WatchdogCommandName)
 }
 
 // FormatFlag is --format for list and inspect commands.

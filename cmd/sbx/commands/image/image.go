@@ -86,13 +86,13 @@ var rmCommand = &cli.Command{
 
 var pruneCommand = &cli.Command{
 	Name:  "prune",
-	Usage: "remove unused layers and unpacked filesystems",
+	Usage: "remove unused layers, unpacked filesystems and cached setup results",
 	Action: func(c *cli.Context) error {
 		e, err := clix.Engine(c)
 		if err != nil {
 			return err
 		}
-		n, err := e.Images().Prune(c.Context)
+		n, err := e.PruneImages(c.Context)
 		if err != nil {
 			return err
 		}

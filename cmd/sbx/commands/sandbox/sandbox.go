@@ -25,6 +25,8 @@ import (
 var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
 	updateCommand, statsCommand, shellCommand, cpCommand, psCommand, portForwardCommand,
+	// persist.go
+	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand,
 }
 
 var createFlags = []cli.Flag{
@@ -42,6 +44,8 @@ var createFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
 	&cli.StringSliceFlag{Name: "secret", Usage: "secret NAME=@FILE or NAME=env:VAR: in every command's environment and in /run/secrets/NAME"},
 	publishFlag,
+	// persist.go
+	setupFlag, lifetimeFlag, onTimeoutFlag,
 }
 
 // createRequest renders the create flags.
@@ -59,6 +63,7 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	if req.Ports, err = portMappings(c.StringSlice("publish")); err != nil {
 		return req, err
 	}
+	persistRequest(c, &req)
 	if s := c.String("cpus"); s != "" {
 		if req.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
 			return req, clix.UsageError(fmt.Errorf("--cpus %q: want a number of cores", s))
@@ -121,7 +126,6 @@ var createCommand = &cli.Command{
 var execFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "keep stdin open and feed it to the command"},
 	ttyFlag,
-	&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 }
 
 var runCommand = &cli.Command{
@@ -177,6 +181,7 @@ var execCommand = &cli.Command{
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE"},
 		&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "uid[:gid] or name[:group]"},
+		&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (exit 124)"},
 	}, execFlags...),
 	Action: func(c *cli.Context) error {
 		id, args, err := clix.CommandAfterID(c, "ID -- CMD [ARG...]")
@@ -210,8 +215,9 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 	if c.Command.Name == "exec" {
 		req.Env = c.StringSlice("env")
 	} else {
-		// run: the create flags' --workdir and --env already apply.
-		req.Workdir = ""
+		// run: the create flags' --workdir and --env already apply, and
+		// --timeout is the sandbox's lifetime.
+		req.Workdir, req.Timeout = "", 0
 	}
 	if c.Bool("interactive") {
 		req.Stdin = c.App.Reader

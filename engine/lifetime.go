@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+)
+
+// Actions when a sandbox's lifetime (CreateRequest.Timeout) ends.
+const (
+	OnTimeoutPause  = "pause"
+	OnTimeoutStop   = "stop"
+	OnTimeoutRemove = "rm"
+)
+
+// watchdogGrace is how long a new watchdog waits for the sandbox record to
+// name it before it concludes that it is not wanted.
+const watchdogGrace = 10 * time.Second
+
+// checkLifetime validates a create's Timeout and OnTimeout.
+func (e *Engine) checkLifetime(timeout time.Duration, onTimeout string) error {
+	switch onTimeout {
+	case "", OnTimeoutPause, OnTimeoutStop, OnTimeoutRemove:
+	default:
+		return fmt.Errorf("--on-timeout %q: want pause, stop or rm: %w", onTimeout, errdefs.ErrInvalidArgument)
+	}
+	if timeout < 0 {
+		return fmt.Errorf("--timeout %s: must be positive: %w", timeout, errdefs.ErrInvalidArgument)
+	}
+	if timeout > 0 && len(e.opts.WatchdogCommand) == 0 {
+		return fmt.Errorf("--timeout needs a watchdog command (engine.Options.WatchdogCommand): %w", errdefs.ErrNotImplemented)
+	}
+	return nil
+}
+
+// startWatchdog starts the process that enforces sb's lifetime, if it has
+// one, and records it in sb (not saved). There is no daemon: each sandbox
+// with a lifetime has one detached watchdog process (Options.
+// WatchdogCommand + the sandbox ID, which calls RunWatchdog), in a session
+// of its own so that no terminal signal reaches it. destroyRuntime kills
+// it: stop, rm and pause end it, resume starts a new one.
+func (e *Engine) startWatchdog(sb *Sandbox) error {
+	if sb.Timeout == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(sb.Timeout)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().UTC().Add(d)
+	sb.Deadline = &deadline
+	if sb.OnTimeout == "" {
+		sb.OnTimeout = OnTimeoutPause
+	}
+	args := append(append([]string{}, e.opts.WatchdogCommand[1:]...), sb.ID)
+	cmd := exec.Command(e.opts.WatchdogCommand[0], args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start lifetime watchdog: %w", err)
+	}
+	sb.WatchdogPid = cmd.Process.Pid
+	sb.WatchdogStart, _ = procStartTime(cmd.Process.Pid)
+	// Reap it if it ends while we still run; it outlives us otherwise.
+	go cmd.Wait() //nolint:errcheck
+	return nil
+}
+
+// stopWatchdog kills sb's watchdog unless it is the calling process.
+func stopWatchdog(sb *Sandbox) {
+	pid := sb.WatchdogPid
+	if pid == 0 || pid == os.Getpid() {
+		return
+	}
+	if sameProcess(pid, sb.WatchdogStart) {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		for i := 0; i < 200 && processAlive(pid) && !isZombie(pid); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// RunWatchdog is the body of a sandbox's lifetime watchdog: it waits for
+// the sandbox's deadline and then pauses, stops or removes it as recorded.
+// It returns early, doing nothing, once the record names another watchdog
+// (the sandbox was resumed, stopped or removed meanwhile).
+func (e *Engine) RunWatchdog(ctx context.Context, id string) error {
+	// The record names this process only once its starter has saved it.
+	started := time.Now()
+	for {
+		sb, err := e.load(id)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if sb.WatchdogPid != os.Getpid() || sb.Deadline == nil || sb.State != StateRunning {
+			if time.Since(started) < watchdogGrace {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return nil
+		}
+		wait := time.Until(*sb.Deadline)
+		if wait <= 0 {
+			return e.expire(ctx, sb)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(wait, time.Minute)):
+		}
+	}
+}
+
+func (e *Engine) expire(ctx context.Context, sb *Sandbox) error {
+	log.G(ctx).WithField("sandbox", sb.ID).WithField("action", sb.OnTimeout).Info("lifetime ended")
+	switch sb.OnTimeout {
+	case OnTimeoutStop:
+		_, err := e.Stop(ctx, sb.ID)
+		return err
+	case OnTimeoutRemove:
+		return e.Remove(ctx, sb.ID, true)
+	}
+	_, err := e.Pause(ctx, sb.ID)
+	return err
+}

@@ -1,0 +1,432 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/overlay"
+	"sbx.dev/sbx/policy"
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+// PersistState is the part of a sandbox record that pause/resume, fork,
+// the setup cache and the lifetime (--timeout) keep.
+type PersistState struct {
+	// Paused: the sandbox's state is in Checkpoint; it has no processes.
+	Paused bool `json:"paused,omitempty"`
+	// Checkpoint is the digest of the memory checkpoint of a paused
+	// sandbox, in the image store.
+	Checkpoint digest.Digest `json:"checkpoint,omitempty"`
+	// ForkedFrom is the sandbox this one was forked from.
+	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// Setup are the --setup commands of the create; SetupCache says
+	// whether they ran ("ran": their result was cached as SetupImage) or
+	// the sandbox started from the cache ("hit").
+	Setup      []string `json:"setup,omitempty"`
+	SetupCache string   `json:"setupCache,omitempty"`
+	SetupImage string   `json:"setupImage,omitempty"`
+	// Timeout is the sandbox's lifetime (a Go duration); when Deadline
+	// passes, OnTimeout happens ("pause", "stop" or "rm"). Resume starts
+	// a new lifetime of the same length.
+	Timeout   string     `json:"timeout,omitempty"`
+	OnTimeout string     `json:"onTimeout,omitempty"`
+	Deadline  *time.Time `json:"deadline,omitempty"`
+	// WatchdogPid is the host process that enforces Deadline; its start
+	// time tells it from a reused PID.
+	WatchdogPid   int    `json:"watchdogPid,omitempty"`
+	WatchdogStart uint64 `json:"watchdogStart,omitempty"`
+}
+
+// snapshotExclude are the sandbox paths a snapshot never captures: /run
+// holds secrets (tmpfs files) and runtime state, /.sbx the agent.
+var snapshotExclude = []string{"/run", "/.sbx"}
+
+// SnapshotRequest names the image a snapshot becomes.
+type SnapshotRequest struct {
+	// Name tags the image; empty means "snapshot/<short ID>:<UTC time>".
+	Name string
+}
+
+// Snapshot commits the filesystem changes of running sandbox ref (its
+// gVisor upper layer) as one layer on top of its image, tagged req.Name.
+// The sandbox keeps running. /run and /.sbx are never captured. An
+// interrupted snapshot leaves no image (see overlay's persistence
+// contract).
+func (e *Engine) Snapshot(ctx context.Context, ref string, req SnapshotRequest) (overlay.Image, error) {
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	name := req.Name
+	if name == "" {
+		name = "snapshot/" + sb.ShortID() + ":" + time.Now().UTC().Format("20060102-150405")
+	}
+	if name, err = overlay.ParseName(name); err != nil {
+		return overlay.Image{}, err
+	}
+	unlock, err := e.lockSandbox(sb.ID)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	defer unlock()
+	if sb, err = e.load(sb.ID); err != nil {
+		return overlay.Image{}, err
+	}
+	if sb.State != StateRunning {
+		return overlay.Image{}, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	return e.snapshotLocked(ctx, sb, name, "sbx snapshot "+sb.ShortID())
+}
+
+// sandboxImage is the image sb was created from, as long as its name
+// still points at it.
+func (e *Engine) sandboxImage(ctx context.Context, sb *Sandbox) (overlay.Image, error) {
+	img, err := e.images.Get(ctx, sb.Image)
+	if err != nil {
+		return overlay.Image{}, fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.ShortID(), err)
+	}
+	if img.Digest != sb.ImageDigest {
+		return overlay.Image{}, fmt.Errorf("image %s was replaced since sandbox %s was created from it: %w", sb.Image, sb.ShortID(), errdefs.ErrFailedPrecondition)
+	}
+	return img, nil
+}
+
+func (e *Engine) snapshotLocked(ctx context.Context, sb *Sandbox, name, history string) (overlay.Image, error) {
+	parent, err := e.sandboxImage(ctx, sb)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	tmp, err := os.CreateTemp(e.sandboxDir(sb.ID), ".upper-*.tar")
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, tmp.Name()); err != nil {
+		return overlay.Image{}, fmt.Errorf("export filesystem changes: %w", err)
+	}
+	img, err := e.images.Snapshot(ctx, overlay.SnapshotOptions{
+		Name: name, Parent: parent, Upper: tmp, Exclude: snapshotExclude, History: history,
+	})
+	if err != nil {
+		return overlay.Image{}, fmt.Errorf("snapshot: %w", err)
+	}
+	return img, nil
+}
+
+// Pause checkpoints sandbox ref's memory and filesystem into the image
+// store and stops its processes: it then uses no CPU and no memory, and its
+// state survives sbx restarts and host reboots. Resume continues it.
+//
+// The checkpoint is taken with the sandbox left running and recorded
+// before the sandbox is stopped: if sbx dies halfway, the sandbox either
+// still runs (no checkpoint recorded, the partial one invisible) or is
+// paused.
+func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
+	sb, unlock, err := e.lockRunning(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ck, err := e.checkpoint(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	sb.Paused, sb.Checkpoint = true, ck.Digest
+	if err := e.save(sb); err != nil {
+		e.images.RemoveCheckpoint(context.Background(), ck.Digest) //nolint:errcheck // best effort
+		return nil, err
+	}
+	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return nil, fmt.Errorf("sandbox %s is paused, but stopping its processes failed: %w", sb.ShortID(), err)
+	}
+	sb.Pid, sb.PidStart, sb.Deadline = 0, 0, nil
+	sb.WatchdogPid, sb.WatchdogStart = 0, 0
+	sb.State = StatePaused
+	return sb, e.save(sb)
+}
+
+// lockRunning resolves ref, takes its lock and checks that it runs.
+func (e *Engine) lockRunning(ctx context.Context, ref string) (*Sandbox, func(), error) {
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := e.lockSandbox(sb.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb, err = e.load(sb.ID); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	if sb.State != StateRunning {
+		unlock()
+		return nil, nil, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	return sb, unlock, nil
+}
+
+// checkpoint stores a checkpoint of running sandbox sb, leaving it
+// running.
+func (e *Engine) checkpoint(ctx context.Context, sb *Sandbox) (overlay.Checkpoint, error) {
+	ci, err := e.images.NewCheckpoint(ctx)
+	if err != nil {
+		return overlay.Checkpoint{}, err
+	}
+	defer ci.Abort()
+	if err := e.runscFor(sb).Checkpoint(ctx, sb.ID, ci.Dir(), runsc.CheckpointOpts{LeaveRunning: true}); err != nil {
+		return overlay.Checkpoint{}, fmt.Errorf("checkpoint sandbox %s: %w", sb.ShortID(), err)
+	}
+	return ci.Commit(ctx, map[string]string{"sandbox": sb.ID})
+}
+
+// Resume restores paused sandbox ref from its checkpoint, after verifying
+// every file of it. Every process continues where it was. A corrupt
+// checkpoint is refused (the sandbox stays paused); so is a failed restore.
+func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := e.lockSandbox(sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.load(sb.ID); err != nil {
+		return nil, err
+	}
+	if sb.State != StatePaused {
+		return nil, fmt.Errorf("sandbox %s is %s, not paused: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	ck, err := e.images.OpenCheckpoint(ctx, sb.Checkpoint)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+	}
+	// Whatever a pause interrupted after recording its checkpoint.
+	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return nil, err
+	}
+	if err := e.restore(ctx, sb, ck); err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+	}
+	old := sb.Checkpoint
+	sb.Paused, sb.Checkpoint = false, ""
+	if err := e.startWatchdog(sb); err != nil {
+		log.G(ctx).WithError(err).Warn("lifetime watchdog")
+	}
+	if err := e.save(sb); err != nil {
+		return nil, err
+	}
+	if err := e.images.RemoveCheckpoint(ctx, old); err != nil {
+		log.G(ctx).WithError(err).Warn("remove used checkpoint")
+	}
+	sb.State = StateRunning
+	return sb, nil
+}
+
+// restore starts sb from checkpoint ck with its own bundle, log and overlay
+// directory, and records the new sandbox process in sb (not saved). On
+// error nothing of the runtime is left.
+func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint) error {
+	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(sb.ID), "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	r := e.runscFor(sb)
+	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
+	err = r.Restore(ctx, sb.ID, filepath.Join(e.sandboxDir(sb.ID), "bundle"), ck.Dir, runsc.RestoreOpts{
+		Detach: true, PidFile: pidFile, Stdout: logf, Stderr: logf,
+	})
+	if err == nil {
+		err = e.recordProcess(ctx, sb)
+	}
+	if err != nil {
+		if derr := e.destroyRuntime(context.Background(), sb); derr != nil {
+			log.G(ctx).WithError(derr).Warn("clean up a failed restore")
+		}
+		return err
+	}
+	return nil
+}
+
+// recordProcess reads the running sandbox's host process into sb.
+func (e *Engine) recordProcess(ctx context.Context, sb *Sandbox) error {
+	st, err := e.runscFor(sb).State(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	if st.Status != runsc.StatusRunning {
+		return fmt.Errorf("sandbox %s is %s right after start", sb.ShortID(), st.Status)
+	}
+	sb.Pid = st.Pid
+	if sb.PidStart, err = procStartTime(st.Pid); err != nil {
+		return fmt.Errorf("sandbox process %d: %w", st.Pid, err)
+	}
+	sb.BootID = bootID()
+	sb.Stopped = false
+	return nil
+}
+
+// dropCheckpoint forgets and deletes a paused sandbox's checkpoint (on stop
+// and rm).
+func (e *Engine) dropCheckpoint(ctx context.Context, sb *Sandbox) error {
+	if sb.Checkpoint == "" {
+		sb.Paused = false
+		return nil
+	}
+	if err := e.images.RemoveCheckpoint(ctx, sb.Checkpoint); err != nil {
+		return err
+	}
+	sb.Paused, sb.Checkpoint = false, ""
+	return nil
+}
+
+// ForkRequest says how many copies Fork makes.
+type ForkRequest struct {
+	// Count is the number of new sandboxes; 0 means 1.
+	Count int
+}
+
+// Fork makes req.Count new running sandboxes from one checkpoint of
+// running sandbox ref, which keeps running. Each copy has its own ID,
+// record, overlay directory, cgroup and (empty) network namespace, the
+// parent's memory, processes and filesystem, and its own hostname (its
+// short ID). All copies are made or none: on error every copy made so far
+// is removed. The checkpoint is deleted afterwards.
+func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sandbox, error) {
+	n := req.Count
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 || n > 256 {
+		return nil, fmt.Errorf("fork count %d: want 1 to 256: %w", n, errdefs.ErrInvalidArgument)
+	}
+	parent, unlock, err := e.lockRunning(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	img, err := e.sandboxImage(ctx, parent)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	ck, err := e.checkpoint(ctx, parent)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := e.images.RemoveCheckpoint(context.Background(), ck.Digest); err != nil {
+			log.G(ctx).WithError(err).Warn("remove fork checkpoint")
+		}
+	}()
+	if ck, err = e.images.OpenCheckpoint(ctx, ck.Digest); err != nil {
+		return nil, err
+	}
+	var out []*Sandbox
+	for i := 0; i < n; i++ {
+		child, err := e.forkOne(ctx, parent, img, ck)
+		if err != nil {
+			for _, c := range out {
+				if rerr := e.Remove(context.Background(), c.ID, true); rerr != nil {
+					log.G(ctx).WithError(rerr).Warn("remove fork after a failed fork")
+				}
+			}
+			return nil, fmt.Errorf("fork %s: %w", parent.ShortID(), err)
+		}
+		out = append(out, child)
+	}
+	return out, nil
+}
+
+// forkOne restores checkpoint ck of parent as a new sandbox.
+func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image, ck overlay.Checkpoint) (*Sandbox, error) {
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	sb := &Sandbox{
+		ID: id, Image: parent.Image, ImageDigest: parent.ImageDigest, Created: time.Now().UTC(),
+		CPUs: parent.CPUs, Memory: parent.Memory, Pids: parent.Pids, Disk: parent.Disk,
+		// A fork gets an empty network namespace, whatever its parent had.
+		Network: policy.NetNone, Env: parent.Env, Workdir: parent.Workdir,
+		Labels: parent.Labels, Rootless: parent.Rootless, CreatorPid: os.Getpid(),
+		ImageEnv: parent.ImageEnv, ImageWorkdir: parent.ImageWorkdir, ImageUser: parent.ImageUser,
+		// The secrets are in the checkpointed memory, /run/secrets too.
+		Secrets: parent.Secrets,
+	}
+	sb.ForkedFrom = parent.ID
+	sb.Timeout, sb.OnTimeout = parent.Timeout, parent.OnTimeout
+	var undo cleanup
+	defer undo.clean()
+	if err := e.reserve(sb, &undo); err != nil {
+		return nil, err
+	}
+	rootfs, err := e.images.Rootfs(ctx, img, id)
+	undo.add(func() { e.images.Release(context.Background(), id) }) //nolint:errcheck // best effort
+	if err != nil {
+		return nil, err
+	}
+	sb.Rootfs = rootfs
+	spec, err := readSpec(filepath.Join(e.sandboxDir(parent.ID), "bundle"))
+	if err != nil {
+		return nil, err
+	}
+	spec.Hostname = sb.ShortID()
+	spec.Root.Path = rootfs
+	spec.Linux.CgroupsPath = e.cgroupsPath(id)
+	spec.Annotations["dev.sbx.sandbox.id"] = id
+	for i, kv := range spec.Process.Env {
+		if len(kv) > 9 && kv[:9] == "HOSTNAME=" {
+			spec.Process.Env[i] = "HOSTNAME=" + sb.ShortID()
+		}
+	}
+	if err := runsc.WriteBundle(filepath.Join(e.sandboxDir(id), "bundle"), spec); err != nil {
+		return nil, err
+	}
+	undo.add(func() { e.destroyRuntime(context.Background(), sb) }) //nolint:errcheck // best effort
+	if err := e.restore(ctx, sb, ck); err != nil {
+		return nil, err
+	}
+	sb.CreatorPid = 0
+	if err := e.startWatchdog(sb); err != nil {
+		return nil, err
+	}
+	if err := e.save(sb); err != nil {
+		return nil, err
+	}
+	undo.release()
+	sb.State = StateRunning
+	return sb, nil
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	if s.Root == nil || s.Linux == nil || s.Process == nil {
+		return nil, errors.New("bundle spec lacks root, linux or process")
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	return &s, nil
+}

@@ -1,0 +1,283 @@
+// Command persist measures sbx's snapshots, setup cache, pause/resume and
+// fork, side by side with raw runsc where there is a raw equivalent, and
+// writes the results into its section of docs/benchmarks.md.
+//
+//	go run ./integration/bench/persist -bin bin -out docs/benchmarks.md
+//
+// It needs root and the built binaries in -bin. Everything it creates lives
+// in a temporary state root, removed at the end.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+const (
+	sectionStart = "<!-- bench:persist:start -->"
+	sectionEnd   = "<!-- bench:persist:end -->"
+	header       = "# Benchmarks\n\nRegenerate with `make bench` (root, built binaries); each section is rewritten by its own program.\n"
+)
+
+type bench struct {
+	bin, root string
+	rows      [][]string
+}
+
+func main() {
+	bin := flag.String("bin", "bin", "directory with sbx, sbx-init, runsc and images/")
+	out := flag.String("out", "docs/benchmarks.md", "markdown file to update")
+	runs := flag.Int("runs", 3, "repetitions of the quick measurements (median reported)")
+	flag.Parse()
+	abs, err := filepath.Abs(*bin)
+	if err != nil {
+		log.Fatal(err)
+	}
+	root, err := os.MkdirTemp("", "sbx-bench-persist-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	b := &bench{bin: abs, root: root}
+	defer b.cleanup()
+
+	b.snapshots(*runs)
+	b.setupCache(*runs)
+	b.pauseResume(64, *runs)
+	b.pauseResume(512, 1)
+	b.fork(10)
+
+	if err := b.write(*out); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func (b *bench) cleanup() {
+	out, _ := b.sbx("ls", "-q")
+	for _, id := range strings.Fields(out) {
+		b.sbx("rm", "-f", id) //nolint:errcheck
+	}
+	os.RemoveAll(b.root)
+}
+
+func (b *bench) sbx(args ...string) (string, error) {
+	c := exec.Command(filepath.Join(b.bin, "sbx"), args...)
+	c.Env = append(os.Environ(), "SBX_ROOT="+b.root)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Run(); err != nil {
+		return out.String(), fmt.Errorf("sbx %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func (b *bench) must(args ...string) string {
+	out, err := b.sbx(args...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// timed runs sbx args and returns how long it took.
+func (b *bench) timed(args ...string) time.Duration {
+	start := time.Now()
+	b.must(args...)
+	return time.Since(start)
+}
+
+// runsc runs the pinned runsc with the global flags sbx uses for sandbox id.
+func (b *bench) runsc(id string, args ...string) time.Duration {
+	var disk struct {
+		Disk int64 `json:"disk"`
+	}
+	json.Unmarshal([]byte(b.must("inspect", id)), &disk) //nolint:errcheck
+	return b.runscIn(filepath.Join(b.root, "sandboxes", id), disk.Disk, args...)
+}
+
+func (b *bench) runscIn(dir string, disk int64, args ...string) time.Duration {
+	full := append([]string{
+		"--root", filepath.Join(b.root, "runsc"), "--network=none", "--gofer-network-namespace=new",
+		fmt.Sprintf("--overlay2=root:dir=%s,size=%d", dir, disk),
+	}, args...)
+	c := exec.Command(filepath.Join(b.bin, "runsc"), full...)
+	// Not a pipe: runsc restore's sandbox inherits stderr and would hold
+	// a pipe open forever.
+	errf, err := os.CreateTemp(b.root, "runsc-stderr-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(errf.Name())
+	defer errf.Close()
+	c.Stderr = errf
+	start := time.Now()
+	if err := c.Run(); err != nil {
+		msg, _ := os.ReadFile(errf.Name())
+		log.Fatalf("runsc %s: %v: %s", strings.Join(args, " "), err, msg)
+	}
+	return time.Since(start)
+}
+
+func median(ds []time.Duration) time.Duration {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+func (b *bench) row(cells ...string) { b.rows = append(b.rows, cells) }
+
+// snapshots: sbx snapshot of 10 and 100 MiB of changes vs raw runsc tar.
+func (b *bench) snapshots(runs int) {
+	for _, mib := range []int{10, 100} {
+		id := b.must("create")
+		b.must("exec", id, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /root/changes", mib<<20))
+		var sbxT, rawT []time.Duration
+		for i := 0; i < runs; i++ {
+			sbxT = append(sbxT, b.timed("snapshot", "-t", fmt.Sprintf("bench-snap-%d-%d", mib, i), id))
+			tmp := filepath.Join(b.root, "upper.tar")
+			rawT = append(rawT, b.runsc(id, "tar", "rootfs-upper", "--file", tmp, id))
+			os.Remove(tmp)
+		}
+		b.row(fmt.Sprintf("snapshot, %d MiB of changes", mib), ms(median(sbxT)), ms(median(rawT))+" (`runsc tar rootfs-upper`)",
+			"sbx adds sorting, gzip and storing the layer")
+		b.must("rm", "-f", id)
+	}
+	b.must("image", "prune")
+}
+
+// setupCache: create that runs --setup vs create that hits the cache.
+func (b *bench) setupCache(runs int) {
+	setup := "i=0; while [ $i -lt 3000 ]; do echo $i > /root/f$i; i=$((i+1)); done; head -c 20971520 /dev/urandom > /root/blob"
+	var miss, hit, warm, plain []time.Duration
+	for i := 0; i < runs; i++ {
+		cmd := fmt.Sprintf("%s # run %d", setup, i) // a new cache key per run
+		miss = append(miss, b.timed("create", "--setup", cmd))
+		hit = append(hit, b.timed("create", "--setup", cmd))
+		warm = append(warm, b.timed("create", "--setup", cmd))
+		plain = append(plain, b.timed("create"))
+	}
+	m, h, w := median(miss), median(hit), median(warm)
+	b.row("create with --setup (runs it: 3000 files + 20 MiB)", ms(m), "", "")
+	b.row("create with --setup, cached, first use", ms(h), "", fmt.Sprintf("%.1fx faster than running the setup; unpacks the cached layer", float64(m)/float64(h)))
+	b.row("create with --setup, cached, later uses", ms(w), "", fmt.Sprintf("%.1fx faster than running the setup; layer already unpacked", float64(m)/float64(w)))
+	b.row("create, no setup", ms(median(plain)), "", "")
+	out, _ := b.sbx("ls", "-q")
+	for _, id := range strings.Fields(out) {
+		b.must("rm", "-f", id)
+	}
+	b.must("image", "prune")
+}
+
+// pauseResume: sbx pause/resume of a sandbox with mib MiB resident vs raw
+// runsc checkpoint and restore of the same sandbox.
+func (b *bench) pauseResume(mib, runs int) {
+	id := b.must("create", "--memory", fmt.Sprintf("%dm", mib+512))
+	// gVisor's /tmp is a memory-backed tmpfs: its pages are resident
+	// sandbox memory and go into the checkpoint.
+	b.must("exec", id, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /tmp/resident", mib<<20))
+	b.must("exec", "-d", id, "--", "sh", "-c", "while true; do sleep 1; done")
+	var pause, resume, rawCk, rawRestore []time.Duration
+	for i := 0; i < runs; i++ {
+		pause = append(pause, b.timed("pause", id))
+		resume = append(resume, b.timed("resume", id))
+
+		// Raw: checkpoint the running sandbox, restore it as another
+		// container from a copy of its bundle.
+		img := filepath.Join(b.root, "raw-ck")
+		os.MkdirAll(img, 0o700)
+		rawCk = append(rawCk, b.runsc(id, "checkpoint", "--leave-running", "--image-path", img, id))
+		rawID := fmt.Sprintf("bench-raw-%d", i)
+		rawDir := filepath.Join(b.root, rawID)
+		bundle := copyBundle(filepath.Join(b.root, "sandboxes", id, "bundle"), filepath.Join(rawDir, "bundle"), rawID)
+		rawRestore = append(rawRestore, b.runscIn(rawDir, 1<<30, "restore", "--detach", "--bundle", bundle, "--image-path", img, rawID))
+		b.runscIn(rawDir, 1<<30, "delete", "--force", rawID)
+		os.RemoveAll(img)
+		os.RemoveAll(rawDir)
+	}
+	b.row(fmt.Sprintf("pause, %d MiB resident", mib), ms(median(pause)), ms(median(rawCk))+" (`runsc checkpoint`)",
+		"sbx adds hashing the checkpoint and stopping the sandbox")
+	b.row(fmt.Sprintf("resume, %d MiB resident", mib), ms(median(resume)), ms(median(rawRestore))+" (`runsc restore`)",
+		"sbx adds verifying every checkpoint file's digest")
+	b.must("rm", "-f", id)
+}
+
+// copyBundle writes a copy of a sandbox's bundle for container id, with
+// its own cgroup.
+func copyBundle(src, dst, id string) string {
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var spec map[string]any
+	json.Unmarshal(raw, &spec) //nolint:errcheck
+	if linux, ok := spec["linux"].(map[string]any); ok {
+		if _, ok := linux["cgroupsPath"]; ok {
+			linux["cgroupsPath"] = "/sbx-bench/" + id
+		}
+	}
+	out, _ := json.Marshal(spec)
+	os.MkdirAll(dst, 0o700)
+	if err := os.WriteFile(filepath.Join(dst, "config.json"), out, 0o600); err != nil {
+		log.Fatal(err)
+	}
+	return dst
+}
+
+// fork: N copies of a running sandbox.
+func (b *bench) fork(n int) {
+	id := b.must("create")
+	b.must("exec", "-d", id, "--", "sh", "-c", "while true; do sleep 1; done")
+	start := time.Now()
+	kids := strings.Fields(b.must("fork", "--count", fmt.Sprint(n), id))
+	d := time.Since(start)
+	b.row(fmt.Sprintf("fork, N=%d", n), ms(d), "", fmt.Sprintf("%s per copy; one checkpoint, %d restores", ms(d/time.Duration(n)), n))
+	for _, k := range append(kids, id) {
+		b.must("rm", "-f", k)
+	}
+}
+
+func (b *bench) write(path string) error {
+	var s strings.Builder
+	s.WriteString(sectionStart + "\n")
+	s.WriteString("## Persistence: snapshots, setup cache, pause/resume, fork\n\n")
+	fmt.Fprintf(&s, "Measured by `integration/bench/persist` on %s (%d CPUs); wall time of each command, median of the runs. Raw runsc uses the same flags, bundle and checkpoint as sbx.\n\n",
+		time.Now().UTC().Format("2006-01-02"), cpus())
+	s.WriteString("| operation | sbx | raw runsc | note |\n| --- | --- | --- | --- |\n")
+	for _, r := range b.rows {
+		s.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	s.WriteString(sectionEnd + "\n")
+
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	doc := string(old)
+	if doc == "" {
+		doc = header
+	}
+	if i, j := strings.Index(doc, sectionStart), strings.Index(doc, sectionEnd); i >= 0 && j > i {
+		doc = doc[:i] + s.String() + strings.TrimPrefix(doc[j+len(sectionEnd):], "\n")
+	} else {
+		doc = strings.TrimRight(doc, "\n") + "\n\n" + s.String()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	fmt.Print(s.String())
+	return os.WriteFile(path, []byte(doc), 0o644)
+}
+
+func cpus() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}

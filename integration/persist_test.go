@@ -1,0 +1,511 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// persistRecord is the part of `sbx inspect` the persistence tests read.
+type persistRecord struct {
+	ID          string `json:"id"`
+	Image       string `json:"image"`
+	State       string `json:"state"`
+	Pid         int    `json:"pid"`
+	Checkpoint  string `json:"checkpoint"`
+	SetupCache  string `json:"setupCache"`
+	ForkedFrom  string `json:"forkedFrom"`
+	WatchdogPid int    `json:"watchdogPid"`
+}
+
+func (e *env) inspectPersist(id string) persistRecord {
+	e.t.Helper()
+	var r persistRecord
+	if err := json.Unmarshal([]byte(e.ok("inspect", id)), &r); err != nil {
+		e.t.Fatalf("inspect %s: %v", id, err)
+	}
+	return r
+}
+
+// imageDigest is the manifest digest `sbx image ls` reports for name.
+func (e *env) imageDigest(name string) string {
+	e.t.Helper()
+	var imgs []struct {
+		Name   string `json:"Name"`
+		Digest string `json:"Digest"`
+	}
+	if err := json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &imgs); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, img := range imgs {
+		if img.Name == name || img.Name == name+":latest" {
+			return img.Digest
+		}
+	}
+	return ""
+}
+
+// fsState describes, inside a sandbox, what the snapshot tests change.
+const fsState = `for p in /root/new /root/owned /etc/passwd /etc/group /home/user /home/other /root/link; do
+  if [ -e "$p" ] || [ -L "$p" ]; then stat -c '%n %A %u:%g' "$p"; else echo "$p absent"; fi
+done; cat /root/new /root/owned; ls /home; readlink /root/link`
+
+// A snapshot carries every change of the sandbox's filesystem, deletions
+// and permission and ownership changes included, and never /run.
+func TestSnapshotChanges(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	e.ok("exec", id, "--", "sh", "-c", `set -e
+echo new > /root/new
+rm /etc/group
+rm -rf /home/user; mkdir /home/other
+chmod 600 /etc/passwd
+echo mine > /root/owned; chown 1000:1000 /root/owned; chmod 4750 /root/owned
+ln -s /root/new /root/link
+mkdir -p /run/secrets; echo hunter2 > /run/secrets/token`)
+	before := e.ok("exec", id, "--", "sh", "-c", fsState)
+	if !strings.Contains(before, "/etc/group absent") || !strings.Contains(before, "-rwsr-x--- 1000:1000") {
+		t.Fatalf("changes not made:\n%s", before)
+	}
+	if out := e.ok("snapshot", "-t", "snap", id); out != "snap:latest\n" {
+		t.Fatalf("snapshot prints the image name: %q", out)
+	}
+	child := e.create("--image", "snap")
+	after := e.ok("exec", child, "--", "sh", "-c", fsState)
+	if after != before {
+		t.Fatalf("sandbox from the snapshot differs:\n--- original\n%s--- from snapshot\n%s", before, after)
+	}
+	// The secret and /run are not in the snapshot.
+	if out := e.ok("exec", child, "--", "sh", "-c", "ls -R /run 2>/dev/null; true"); out != "" {
+		t.Fatalf("/run reached the snapshot:\n%s", out)
+	}
+
+	// Without changes in between, the same sandbox gives the same image.
+	e.ok("snapshot", "-t", "snap-again", id)
+	if a, b := e.imageDigest("snap"), e.imageDigest("snap-again"); a == "" || a != b {
+		t.Fatalf("identical changes gave digests %s and %s", a, b)
+	}
+	e.ok("rm", "-f", id, child)
+	e.assertClean(id)
+	e.assertClean(child)
+}
+
+// Snapshots of sandboxes made from snapshots chain.
+func TestSnapshotChain(t *testing.T) {
+	e := newEnv(t)
+	image := "busybox"
+	var ids []string
+	for i := 1; i <= 3; i++ {
+		id := e.create("--image", image)
+		ids = append(ids, id)
+		n := strconv.Itoa(i)
+		e.ok("exec", id, "--", "sh", "-c", "echo "+n+" > /root/layer"+n+"; echo "+n+" > /root/top; rm -f /root/layer"+strconv.Itoa(i-1))
+		image = "chain" + n
+		e.ok("snapshot", "-t", image, id)
+	}
+	last := e.create("--image", image)
+	out := e.ok("exec", last, "--", "sh", "-c", "ls /root; cat /root/top")
+	if out != "layer3\ntop\n3\n" {
+		t.Fatalf("after three snapshots /root is %q, want layer3 and top=3", out)
+	}
+	var imgs []struct {
+		Name   string
+		Layers []json.RawMessage
+	}
+	json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &imgs)
+	layers := map[string]int{}
+	for _, img := range imgs {
+		layers[img.Name] = len(img.Layers)
+	}
+	if layers["chain3:latest"] != layers["busybox:latest"]+3 {
+		t.Fatalf("chain3 should be busybox plus three layers: %v", layers)
+	}
+	for _, id := range append(ids, last) {
+		e.ok("rm", "-f", id)
+		e.assertClean(id)
+	}
+}
+
+// The second create with the same image and setup commands starts from the
+// cached result: /root/ran, appended to by the setup, has one line.
+func TestSetupCache(t *testing.T) {
+	e := newEnv(t)
+	setup := []string{"--setup", "echo ran >> /root/ran", "--setup", "mkdir -p /opt/app && echo built > /opt/app/out"}
+	first := e.create(setup...)
+	if r := e.inspectPersist(first); r.SetupCache != "ran" {
+		t.Fatalf("first create: setupCache %q, want ran", r.SetupCache)
+	}
+	second := e.create(setup...)
+	r := e.inspectPersist(second)
+	if r.SetupCache != "hit" || !strings.HasPrefix(r.Image, "sbx-setup/") {
+		t.Fatalf("second create: %+v, want a cache hit", r)
+	}
+	if out := e.ok("exec", second, "--", "sh", "-c", "cat /root/ran /opt/app/out"); out != "ran\nbuilt\n" {
+		t.Fatalf("setup ran again or its result is missing: %q", out)
+	}
+	// Other commands are another key.
+	other := e.create("--setup", "echo ran >> /root/ran")
+	if r := e.inspectPersist(other); r.SetupCache != "ran" {
+		t.Fatalf("different setup: %+v", r)
+	}
+	// A failing setup fails the create and leaves nothing.
+	before := e.sandboxDirs()
+	assertOneLineError(t, e.run(nil, "create", "--image", "busybox", "--setup", "echo oops; exit 3"), "exit status 3")
+	if after := e.sandboxDirs(); len(after) != len(before) {
+		t.Fatalf("a failed setup left a sandbox: %v", after)
+	}
+
+	// Prune keeps cached results in use, then removes them once unused.
+	e.ok("image", "prune")
+	if e.imageDigest(r.Image) == "" {
+		t.Fatal("prune removed a cached setup result a sandbox uses")
+	}
+	e.ok("rm", "-f", first, second, other)
+	e.ok("image", "prune")
+	if out := e.ok("image", "ls"); strings.Contains(out, "sbx-setup/") {
+		t.Fatalf("prune kept unused setup results:\n%s", out)
+	}
+	if r := e.inspectPersistAfterCreate(setup...); r.SetupCache != "ran" {
+		t.Fatalf("after prune the setup must run again: %+v", r)
+	}
+}
+
+func (e *env) inspectPersistAfterCreate(args ...string) persistRecord {
+	e.t.Helper()
+	return e.inspectPersist(e.create(args...))
+}
+
+// startServices starts a counter loop and an HTTP server with exec -d.
+func startServices(e *env, id string) {
+	e.t.Helper()
+	e.ok("exec", "-d", id, "--", "sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /root/count; echo tick $i; sleep 0.1; done")
+	e.ok("exec", id, "--", "sh", "-c", "mkdir -p /www && echo hello-from-httpd > /www/index.html")
+	e.ok("exec", "-d", id, "--", "httpd", "-f", "-p", "8080", "-h", "/www")
+	waitFor(e.t, func() bool {
+		r := e.run(nil, "exec", id, "--", "wget", "-qO-", "http://127.0.0.1:8080/")
+		return r.stdout == "hello-from-httpd\n"
+	})
+}
+
+func (e *env) counter(id string) int {
+	e.t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(e.ok("exec", id, "--", "cat", "/root/count")))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// assertServing checks that the counter moves on and httpd answers.
+func assertServing(e *env, id string) {
+	e.t.Helper()
+	n := e.counter(id)
+	waitFor(e.t, func() bool { return e.counter(id) > n })
+	if out := e.ok("exec", id, "--", "wget", "-qO-", "http://127.0.0.1:8080/"); out != "hello-from-httpd\n" {
+		e.t.Fatalf("httpd: %q", out)
+	}
+}
+
+// Pause keeps the sandbox's state on disk only; resume, from fresh sbx
+// processes, continues every process, including ones started after create.
+func TestPauseResume(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	startServices(e, id)
+	e.ok("pause", id)
+	r := e.inspectPersist(id)
+	if r.State != "paused" || r.Checkpoint == "" || r.Pid != 0 {
+		t.Fatalf("after pause: %+v", r)
+	}
+	if left := processesMentioning(id); len(left) > 0 {
+		t.Fatalf("a paused sandbox still has processes:\n%s", strings.Join(left, "\n"))
+	}
+	assertOneLineError(t, e.run(nil, "exec", id, "--", "true"), "paused")
+	assertOneLineError(t, e.run(nil, "pause", id), "not running")
+	if got := e.list(); len(got) != 1 || got[0].State != "paused" {
+		t.Fatalf("ls: %+v", got)
+	}
+
+	e.ok("resume", id)
+	if r := e.inspectPersist(id); r.State != "running" || r.Checkpoint != "" {
+		t.Fatalf("after resume: %+v", r)
+	}
+	assertServing(e, id)
+	// Twice in a row, and the log goes on across both.
+	e.ok("pause", id)
+	e.ok("resume", id)
+	assertServing(e, id)
+	logs := e.ok("logs", id)
+	if !strings.Contains(logs, " init started ") || !strings.Contains(logs, " tick ") {
+		t.Fatalf("logs lack the init's and the loop's lines:\n%.2000s", logs)
+	}
+	last := strings.Split(strings.TrimSpace(logs), "\n")
+	ts, err := time.Parse(time.RFC3339Nano, strings.Fields(last[len(last)-1])[0])
+	if err != nil || time.Since(ts) > time.Minute {
+		t.Fatalf("last log line has no current timestamp: %q (%v)", last[len(last)-1], err)
+	}
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+	if m, _ := filepath.Glob(filepath.Join(e.root, "images", "checkpoints", "*")); len(m) > 0 {
+		t.Fatalf("checkpoints left after rm: %v", m)
+	}
+}
+
+// A paused sandbox survives everything of the host's runtime state going
+// away (as after a reboot): only its record and checkpoint matter.
+func TestResumeAfterStateReload(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	startServices(e, id)
+	e.ok("pause", id)
+	// runsc's own state is gone after a reboot.
+	os.RemoveAll(filepath.Join(e.root, "runsc"))
+	os.MkdirAll(filepath.Join(e.root, "runsc"), 0o711)
+	e.ok("resume", id)
+	assertServing(e, id)
+	e.ok("stop", id)
+	if r := e.inspectPersist(id); r.State != "stopped" {
+		t.Fatalf("after stop: %+v", r)
+	}
+	e.ok("rm", id)
+	e.assertClean(id)
+}
+
+// Fork makes independent running copies, each with its own ID, hostname
+// and filesystem.
+func TestFork(t *testing.T) {
+	e := newEnv(t)
+	parent := e.create()
+	startServices(e, parent)
+	out := e.ok("fork", "--count", "3", parent)
+	kids := strings.Fields(out)
+	if len(kids) != 3 {
+		t.Fatalf("fork --count 3 printed %q", out)
+	}
+	seen := map[string]bool{parent: true}
+	for i, k := range kids {
+		if seen[k] {
+			t.Fatalf("duplicate ID %s", k)
+		}
+		seen[k] = true
+		r := e.inspectPersist(k)
+		if r.State != "running" || r.ForkedFrom != parent {
+			t.Fatalf("fork %s: %+v", k, r)
+		}
+		if h := e.ok("exec", k, "--", "hostname"); h != k[:12]+"\n" {
+			t.Fatalf("fork %s hostname %q", k, h)
+		}
+		assertServing(e, k)
+		e.ok("exec", k, "--", "sh", "-c", "echo "+strconv.Itoa(i)+" > /root/mine")
+	}
+	for i, k := range kids {
+		if got := e.ok("exec", k, "--", "cat", "/root/mine"); got != strconv.Itoa(i)+"\n" {
+			t.Fatalf("fork %d sees %q: filesystems are shared", i, got)
+		}
+	}
+	if r := e.run(nil, "exec", parent, "--", "cat", "/root/mine"); r.code == 0 {
+		t.Fatal("the parent sees a fork's file")
+	}
+	assertServing(e, parent)
+	assertOneLineError(t, e.run(nil, "fork", "--count", "0", parent), "count")
+	for _, id := range append(kids, parent) {
+		e.ok("rm", "-f", id)
+		e.assertClean(id)
+	}
+}
+
+// kill9During starts sbx args and kills it with SIGKILL after delay.
+func kill9During(e *env, delay time.Duration, args ...string) {
+	e.t.Helper()
+	c := e.cmd(nil, args...)
+	if err := c.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	time.Sleep(delay)
+	c.Process.Signal(syscall.SIGKILL)
+	c.Wait()
+}
+
+// visibleCheckpoints lists the checkpoint directories a user could see.
+func (e *env) visibleCheckpoints() []string {
+	m, _ := filepath.Glob(filepath.Join(e.root, "images", "checkpoints", "[0-9a-f]*"))
+	return m
+}
+
+// sbx killed in the middle of a snapshot or a pause leaves no partial
+// image or checkpoint, and the sandbox usable.
+func TestKilledSnapshotAndPause(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	e.ok("exec", id, "--", "sh", "-c", "head -c 104857600 /dev/urandom > /root/big")
+	for _, delay := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
+		kill9During(e, delay, "snapshot", "-t", "partial", id)
+		// runsc tar may still be writing; whatever it leaves is not an image.
+		if out := e.ok("image", "ls"); strings.Contains(out, "partial") {
+			// The snapshot may have completed before the kill: then it is whole.
+			child := e.create("--image", "partial")
+			if n := e.ok("exec", child, "--", "sh", "-c", "wc -c < /root/big"); strings.TrimSpace(n) != "104857600" {
+				t.Fatalf("an image left by a killed snapshot is incomplete: %q", n)
+			}
+			e.ok("rm", "-f", child)
+			e.ok("image", "rm", "partial")
+		}
+		if got := e.inspect(id).State; got != "running" {
+			t.Fatalf("after a killed snapshot the sandbox is %s", got)
+		}
+	}
+	e.ok("snapshot", "-t", "whole", id)
+
+	startServices(e, id)
+	for _, delay := range []time.Duration{20 * time.Millisecond, 150 * time.Millisecond} {
+		kill9During(e, delay, "pause", id)
+		waitFor(t, func() bool { return len(processesMentioning("checkpoint")) == 0 })
+		r := e.inspectPersist(id)
+		switch r.State {
+		case "running":
+			if len(e.visibleCheckpoints()) != 0 {
+				t.Fatalf("a killed pause left a visible checkpoint: %v", e.visibleCheckpoints())
+			}
+		case "paused":
+			if len(e.visibleCheckpoints()) != 1 {
+				t.Fatalf("a paused sandbox has checkpoints %v", e.visibleCheckpoints())
+			}
+			e.ok("resume", id)
+		default:
+			t.Fatalf("after a killed pause the sandbox is %s", r.State)
+		}
+		assertServing(e, id)
+	}
+	// Prune removes what the killed commands left hidden.
+	e.ok("image", "prune")
+	if m, _ := filepath.Glob(filepath.Join(e.root, "images", "checkpoints", ".*")); len(m) > 0 {
+		t.Fatalf("prune left checkpoint leftovers: %v", m)
+	}
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+}
+
+// flipByte flips one byte in the middle of file p.
+func flipByte(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	b := make([]byte, 1)
+	off := fi.Size() / 2
+	f.ReadAt(b, off)
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A flipped byte in a snapshot layer or in a checkpoint is detected and
+// nothing is started from it.
+func TestCorruptLayerAndCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	e.ok("exec", id, "--", "sh", "-c", "head -c 100000 /dev/urandom > /root/data")
+	e.ok("snapshot", "-t", "flipped", id)
+	var imgs []struct {
+		Name   string
+		Layers []struct{ Digest string }
+	}
+	json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &imgs)
+	var layer string
+	for _, img := range imgs {
+		if img.Name == "flipped:latest" {
+			layer = img.Layers[len(img.Layers)-1].Digest
+		}
+	}
+	flipByte(t, filepath.Join(e.root, "images", "oci", "blobs", "sha256", strings.TrimPrefix(layer, "sha256:")))
+	before := e.sandboxDirs()
+	assertOneLineError(t, e.run(nil, "create", "--image", "flipped"), "digest")
+	if after := e.sandboxDirs(); len(after) != len(before) {
+		t.Fatalf("a create from a corrupt layer left a sandbox: %v", after)
+	}
+
+	e.ok("pause", id)
+	ck := e.visibleCheckpoints()
+	if len(ck) != 1 {
+		t.Fatalf("checkpoints: %v", ck)
+	}
+	flipByte(t, filepath.Join(ck[0], "image", "pages.img"))
+	assertOneLineError(t, e.run(nil, "resume", id), "pages.img")
+	if r := e.inspectPersist(id); r.State != "paused" {
+		t.Fatalf("after a refused resume: %+v", r)
+	}
+	if left := processesMentioning(id); len(left) > 0 {
+		t.Fatalf("a refused resume started processes: %v", left)
+	}
+	// Truncated: refused too.
+	os.Truncate(filepath.Join(ck[0], "image", "checkpoint.img"), 10)
+	assertOneLineError(t, e.run(nil, "resume", id), "checkpoint.img")
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+}
+
+// When its lifetime ends a sandbox is paused (by default) and resume
+// brings it back; its watchdog goes with stop, rm and pause.
+func TestLifetime(t *testing.T) {
+	e := newEnv(t)
+	assertOneLineError(t, e.run(nil, "create", "--image", "busybox", "--timeout", "1m", "--on-timeout", "explode"), "on-timeout")
+	id := e.create("--timeout", "2s")
+	r := e.inspectPersist(id)
+	if r.WatchdogPid == 0 || !processAlive(r.WatchdogPid) {
+		t.Fatalf("no watchdog: %+v", r)
+	}
+	e.ok("exec", id, "--", "sh", "-c", "echo kept > /root/kept")
+	waitFor(t, func() bool { return e.inspectPersist(id).State == "paused" })
+	waitFor(t, func() bool { return !processAlive(r.WatchdogPid) })
+	e.ok("resume", id)
+	if out := e.ok("exec", id, "--", "cat", "/root/kept"); out != "kept\n" {
+		t.Fatalf("after the lifetime pause and resume: %q", out)
+	}
+	r2 := e.inspectPersist(id)
+	if r2.WatchdogPid == 0 || r2.WatchdogPid == r.WatchdogPid {
+		t.Fatalf("resume must start a new lifetime: %+v", r2)
+	}
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+
+	gone := e.create("--timeout", "1s", "--on-timeout", "rm")
+	waitFor(t, func() bool { return e.run(nil, "inspect", gone).code != 0 })
+	e.assertClean(gone)
+
+	stopped := e.create("--timeout", "1h")
+	w := e.inspectPersist(stopped).WatchdogPid
+	e.ok("stop", stopped)
+	if processAlive(w) {
+		t.Fatal("stop left the watchdog running")
+	}
+	e.ok("rm", stopped)
+	e.assertClean(stopped)
+}
+
+// exec -d reports commands that cannot start, like exec.
+func TestExecDetachStatuses(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	if r := e.run(nil, "exec", "-d", id, "--", "no-such-command"); r.code != 127 {
+		t.Fatalf("not found: %s", r)
+	}
+	if r := e.run(nil, "exec", "-d", id, "--", "/etc/passwd"); r.code != 126 {
+		t.Fatalf("not executable: %s", r)
+	}
+	out := e.ok("exec", "-d", "--user", "1000", id, "--", "sh", "-c", "id -u; sleep 600")
+	if _, err := strconv.Atoi(strings.TrimSpace(out)); err != nil {
+		t.Fatalf("exec -d prints the PID inside the sandbox: %q", out)
+	}
+	waitFor(t, func() bool { return strings.Contains(e.ok("logs", id), " 1000\n") })
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+}

@@ -1,0 +1,227 @@
+package overlay
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gvisorUpper writes a tar the way gVisor's tmpfs does: "./" names,
+// whiteouts as 0/0 character devices, opaque directories as an xattr,
+// in the order given. Files hold one "x" per byte.
+func gvisorUpper(t *testing.T, hdrs ...*tar.Header) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "upper-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	for _, h := range hdrs {
+		if h.ModTime.IsZero() {
+			h.ModTime = time.Unix(1700000000, 5).UTC()
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func upperSample() []*tar.Header {
+	return []*tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./etc/group", Typeflag: tar.TypeChar, Devmajor: 0, Devminor: 0},
+		{Name: "./etc/shadow", Typeflag: tar.TypeLink, Linkname: "./etc/group"},
+		{Name: "./etc/passwd", Typeflag: tar.TypeReg, Mode: 0o600, Size: 3, Uid: 5, Gid: 6},
+		{Name: "./home/", Typeflag: tar.TypeDir, Mode: 0o750, PAXRecords: map[string]string{xattrOpaque: "y", "SCHILY.xattr.user.k": "v"}},
+		{Name: "./home/x/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./z/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./z/data", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4},
+		{Name: "./a/", Typeflag: tar.TypeDir, Mode: 0o755},
+		// A hard link that sorts before the path gVisor wrote data under.
+		{Name: "./a/link", Typeflag: tar.TypeLink, Linkname: "./z/data"},
+		{Name: "./run/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./run/secrets/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./run/secrets/k", Typeflag: tar.TypeReg, Mode: 0o600, Size: 2},
+		{Name: "./.sbx/", Typeflag: tar.TypeDir, Mode: 0o755},
+	}
+}
+
+func convert(t *testing.T, f *os.File) []byte {
+	t.Helper()
+	entries, err := readUpper(f, []string{"/run", "/.sbx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := writeLayerTar(&buf, f, entries); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestUpperToLayer(t *testing.T) {
+	out := convert(t, gvisorUpper(t, upperSample()...))
+	tr := tar.NewReader(bytes.NewReader(out))
+	var got []string
+	hdrs := map[string]*tar.Header{}
+	data := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h.Name)
+		hdrs[h.Name] = h
+		b, _ := io.ReadAll(tr)
+		data[h.Name] = string(b)
+	}
+	want := []string{"a/", "a/link", "etc/", "etc/.wh.group", "etc/.wh.shadow", "etc/passwd", "home/", "home/.wh..wh..opq", "home/x/", "z/", "z/data"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("entries\n got %v\nwant %v", got, want)
+	}
+	if h := hdrs["a/link"]; h.Typeflag != tar.TypeReg || data["a/link"] != "xxxx" {
+		t.Errorf("first path of a hard link group must carry the data: %+v %q", h, data["a/link"])
+	}
+	if h := hdrs["z/data"]; h.Typeflag != tar.TypeLink || h.Linkname != "a/link" {
+		t.Errorf("later path must link to the first: %+v", h)
+	}
+	if h := hdrs["etc/passwd"]; h.Mode != 0o600 || h.Uid != 5 || h.Gid != 6 || data["etc/passwd"] != "xxx" {
+		t.Errorf("mode and owner must be kept: %+v %q", h, data["etc/passwd"])
+	}
+	if h := hdrs["home/"]; h.PAXRecords[xattrOpaque] != "" || h.PAXRecords["SCHILY.xattr.user.k"] != "v" {
+		t.Errorf("overlay xattrs must go, user xattrs stay: %v", h.PAXRecords)
+	}
+}
+
+// The same changes in any order give the same bytes.
+func TestUpperDeterministic(t *testing.T) {
+	a := upperSample()
+	b := upperSample()
+	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
+		b[i], b[j] = b[j], b[i]
+	}
+	// gVisor writes the first path of an inode with its data and later
+	// ones as links: in reverse, the roles swap.
+	for _, h := range b {
+		if h.Name == "./a/link" {
+			*h = tar.Header{Name: "./z/data", Typeflag: tar.TypeLink, Linkname: "./a/link"}
+		} else if h.Name == "./z/data" {
+			*h = tar.Header{Name: "./a/link", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4}
+		} else if h.Name == "./etc/shadow" {
+			*h = tar.Header{Name: "./etc/group", Typeflag: tar.TypeChar}
+		} else if h.Name == "./etc/group" {
+			*h = tar.Header{Name: "./etc/shadow", Typeflag: tar.TypeLink, Linkname: "./etc/group"}
+		}
+	}
+	x := convert(t, gvisorUpper(t, a...))
+	y := convert(t, gvisorUpper(t, b...))
+	if !bytes.Equal(x, y) {
+		t.Fatal("the same upper layer in another order gives another layer")
+	}
+}
+
+// A snapshot applied on its parent shows the changes, deletions included.
+func TestSnapshotOnParent(t *testing.T) {
+	requiresRoot(t)
+	ctx := context.Background()
+	s := newStore(t)
+	base := makeTar(t, dir("etc/"), file("etc/group", "g"), file("etc/passwd", "p"),
+		dir("home/"), file("home/old", "o"), dir("z/"))
+	ar, _ := simpleArchive(t, layer{tar: base, compression: "gzip"})
+	parent := importBytes(t, s, "base", ar)
+	img, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.sbx"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap2", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.sbx"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Digest != img.Digest {
+		t.Fatal("identical changes gave different images")
+	}
+	p, err := s.Rootfs(ctx, img, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".", "a", "a/link", "etc", "etc/passwd", "home", "home/x", "z", "z/data"}
+	if got := listTree(t, p); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("tree\n got %v\nwant %v", got, want)
+	}
+	if fi, _ := os.Stat(filepath.Join(p, "etc/passwd")); fi.Mode().Perm() != 0o600 || ownerOf(t, filepath.Join(p, "etc/passwd")) != 5 {
+		t.Fatalf("etc/passwd: mode %v owner %d", fi.Mode(), ownerOf(t, filepath.Join(p, "etc/passwd")))
+	}
+}
+
+func TestCheckpointStore(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	ci, err := s.NewCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ci.Dir(), "checkpoint.img"), []byte("state"), 0o600)
+	os.WriteFile(filepath.Join(ci.Dir(), "pages.img"), bytes.Repeat([]byte("p"), 1<<20), 0o600)
+	ck, err := ci.Commit(ctx, map[string]string{"sandbox": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.OpenCheckpoint(ctx, ck.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size() != 5+1<<20 || readFile(t, filepath.Join(got.Dir, "checkpoint.img")) != "state" {
+		t.Fatalf("checkpoint: %+v", got)
+	}
+
+	// An abandoned ingest is invisible and pruned.
+	ci2, _ := s.NewCheckpoint(ctx)
+	os.WriteFile(filepath.Join(ci2.Dir(), "pages.img"), []byte("partial"), 0o600)
+	ci2.gc.Unlock() // as if its process had died
+	if all, _ := s.Checkpoints(ctx); len(all) != 1 {
+		t.Fatalf("checkpoints: %+v", all)
+	}
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(s.checkpointsDir()); len(ents) != 1 {
+		t.Fatalf("prune left %v", ents)
+	}
+
+	// One flipped byte, or a truncated file, is refused.
+	pages := filepath.Join(got.Dir, "pages.img")
+	f, _ := os.OpenFile(pages, os.O_RDWR, 0)
+	f.WriteAt([]byte("q"), 4096)
+	f.Close()
+	if _, err := s.OpenCheckpoint(ctx, ck.Digest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pages.img") {
+		t.Fatalf("flipped byte: %v", err)
+	}
+	os.Truncate(pages, 100)
+	if _, err := s.OpenCheckpoint(ctx, ck.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated: %v", err)
+	}
+	if err := s.RemoveCheckpoint(ctx, ck.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := s.Checkpoints(ctx); len(all) != 0 {
+		t.Fatalf("after remove: %+v", all)
+	}
+}
