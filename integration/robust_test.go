@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,12 +172,14 @@ exec "$REAL" "$@"`},
 exec "$REAL" "$@"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wrapper := filepath.Join(t.TempDir(), "runsc")
-			script := "#!/bin/sh\nREAL=" + realRunsc + "\n" + tc.script + "\n"
+			dir := t.TempDir()
+			wrapper, calls := filepath.Join(dir, "runsc"), filepath.Join(dir, "calls")
+			// The stand-in notes every call, so the test knows the ID of
+			// the sandbox that failed and checks only what is its own.
+			script := "#!/bin/sh\nREAL=" + realRunsc + "\necho \"$*\" >> " + calls + "\n" + tc.script + "\n"
 			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			cgBefore := sandboxCgroups()
 			r := e.run(nil, "--runsc", wrapper, "create", "--image", "busybox", "--name", "doomed")
 			if r.code != 125 {
 				t.Fatalf("create with a failing runsc should fail with 125: %s", r)
@@ -184,24 +187,33 @@ exec "$REAL" "$@"`},
 			if strings.Contains(tc.script, "injected failure") && !strings.Contains(r.stderr, "injected failure") {
 				t.Fatalf("runsc's own message should reach the user: %s", r)
 			}
-			waitFor(t, func() bool { return len(processesMentioning(e.root)) == 0 })
+			id := createdID(t, calls)
+			waitFor(t, func() bool { return len(processesMentioning(id)) == 0 })
+			sub := *e
+			sub.t = t
+			sub.assertClean(id)
 			if d := e.sandboxDirs(); len(d) != 0 {
 				t.Fatalf("sandbox state left behind: %v", d)
 			}
-			for c := range sandboxCgroups() {
-				if !cgBefore[c] {
-					t.Fatalf("cgroup left behind: %s", c)
-				}
-			}
-			leases, _ := filepath.Glob(filepath.Join(e.root, "images", "leases", "*"))
-			if len(leases) != 0 {
-				t.Fatalf("rootfs leases left: %v", leases)
-			}
-			if m, _ := filepath.Glob(filepath.Join(e.root, "runsc", "*.state")); len(m) > 0 {
-				t.Fatalf("runsc state left: %v", m)
-			}
 		})
 	}
+}
+
+// createdID is the container ID of the `runsc create` call logged in calls.
+func createdID(t *testing.T, calls string) string {
+	t.Helper()
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && slices.Contains(f, "create") {
+			return f[len(f)-1]
+		}
+	}
+	t.Fatalf("no runsc create call in:\n%s", b)
+	return ""
 }
 
 // sandboxCgroups is the set of sandbox cgroup directories on the host, in

@@ -282,7 +282,7 @@ func (r *Runsc) Kill(ctx context.Context, id string, sig syscall.Signal, o KillO
 // first. Deleting a container runsc has no state for succeeds.
 func (r *Runsc) Delete(ctx context.Context, id string, force bool) error {
 	if !r.Exists(id) {
-		return nil
+		return r.removeStaleLocks(id)
 	}
 	args := []string{}
 	if force {
@@ -290,9 +290,23 @@ func (r *Runsc) Delete(ctx context.Context, id string, force bool) error {
 	}
 	_, err := r.run(ctx, "delete", append(args, id)...)
 	if err != nil && !r.Exists(id) {
-		return nil
+		return r.removeStaleLocks(id)
 	}
 	return err
+}
+
+// removeStaleLocks removes the lock files runsc keeps beside a container's
+// state, for a container that has no state: a runsc killed during create
+// leaves its lock behind.
+func (r *Runsc) removeStaleLocks(id string) error {
+	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.lock"))
+	var errs []error
+	for _, f := range m {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // State is the OCI state runsc reports for a container.
