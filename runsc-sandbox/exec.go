@@ -37,7 +37,13 @@ type ExecOpts struct {
 	// returns as soon as it has started.
 	Detach bool
 	// ConsoleSocket receives the pty master when p.Terminal is set.
+	// runsc honours it only with Detach.
 	ConsoleSocket string
+	// Terminal, if set, is a pty replica given to runsc exec as its
+	// stdio and controlling terminal: in the foreground runsc makes its
+	// own stdio the process's terminal. Stdin, Stdout and Stderr are then
+	// unused; the caller reads and writes the pty master.
+	Terminal *os.File
 	// IODrain bounds how long Wait keeps reading output after the process
 	// has exited, for when a background child it started still holds the
 	// output pipes. Zero means one second.
@@ -90,6 +96,11 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 	cmd := r.command(context.Background(), "exec", append(args, id)...)
 	cmd.Stdout = writerOnly(o.Stdout)
 	cmd.Stderr = writerOnly(o.Stderr)
+	if o.Terminal != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Terminal, o.Terminal, o.Terminal
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		o.Stdin = nil
+	}
 	cmd.WaitDelay = o.IODrain
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = time.Second
