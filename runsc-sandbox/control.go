@@ -133,7 +133,7 @@ type HostPids struct {
 // HostPids reads the host PIDs of container id from runsc's state, so that
 // a caller that inherits them (a subreaper) can wait for them.
 func (r *Runsc) HostPids(id string) (HostPids, error) {
-	m, _ := filepath.Glob(filepath.Join(r.Root, "*_sandbox:"+globEscape(id)+".state"))
+	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
 	if len(m) == 0 {
 		return HostPids{}, fmt.Errorf("runsc container %q: %w", id, errdefs.ErrNotFound)
 	}

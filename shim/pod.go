@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/policy"
 	"sbx.dev/sbx/policy/hostnet"
@@ -166,9 +168,11 @@ func (p *pod) setupNetwork(ctx context.Context) error {
 	return <-ready
 }
 
-// adjustSpec makes a container's spec fit the pod: a linked pod's
-// containers resolve names through the pod's resolver.
+// adjustSpec makes a container's spec fit the pod and the host: a linked
+// pod's containers resolve names through the pod's resolver, and an OOM
+// score the shim may not set is raised to its own.
 func (p *pod) adjustSpec(spec *specs.Spec) {
+	clampOOMScoreAdj(spec)
 	if p.resolvConf == "" {
 		return
 	}
@@ -229,4 +233,40 @@ func setNetns(s *specs.Spec, path string) {
 		}
 	}
 	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
+}
+
+// clampOOMScoreAdj raises a spec's oom_score_adj to the shim's own when the
+// shim lacks CAP_SYS_RESOURCE: runsc applies the score to the sandbox's
+// gofer and would fail on the pause container's -998 otherwise. Hosts that
+// grant containerd CAP_SYS_RESOURCE keep the score as asked.
+func clampOOMScoreAdj(s *specs.Spec) {
+	if s.Process == nil || s.Process.OOMScoreAdj == nil || hasCapSysResource() {
+		return
+	}
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return
+	}
+	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return
+	}
+	if *s.Process.OOMScoreAdj < own {
+		s.Process.OOMScoreAdj = &own
+	}
+}
+
+// hasCapSysResource reports whether the shim may lower OOM scores.
+func hasCapSysResource() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	return false
 }

@@ -448,6 +448,8 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	}
 	if err != nil {
 		log.G(ctx).WithError(err).WithField("id", r.ID).Error("start")
+		// No start event will come: an exit may be published.
+		p.markStarted()
 		return nil, errgrpc.ToGRPC(err)
 	}
 	p.mu.Lock()
@@ -730,6 +732,10 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 	}
 	rs := s.runsc()
 	sig := syscall.Signal(r.Signal)
+	if r.ExecID == "" && st == stateCreated {
+		// Killing a task that never started: its exit follows no start.
+		p.markStarted()
+	}
 	if r.ExecID != "" {
 		if st == stateCreated {
 			return nil, errgrpc.ToGRPC(transitionError("kill", st))
