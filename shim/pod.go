@@ -173,6 +173,7 @@ func (p *pod) setupNetwork(ctx context.Context) error {
 // score the shim may not set is raised to its own.
 func (p *pod) adjustSpec(spec *specs.Spec) {
 	clampOOMScoreAdj(spec)
+	setPodCgroup(spec)
 	if p.resolvConf == "" {
 		return
 	}
@@ -269,4 +270,27 @@ func hasCapSysResource() bool {
 		}
 	}
 	return false
+}
+
+// cgroupParentAnnotation tells runsc to put the sandbox in this cgroup
+// rather than in the sandbox container's own.
+const cgroupParentAnnotation = "dev.gvisor.spec.cgroup-parent"
+
+// setPodCgroup puts a pod's sandbox in the pod's cgroup (the last path
+// element starting with "pod", as kubelet names it), which carries the
+// pod's limits, instead of the pause container's, which carries none.
+func setPodCgroup(s *specs.Spec) {
+	if s.Annotations[criContainerType] != criTypeSandbox || s.Linux == nil || s.Linux.CgroupsPath == "" {
+		return
+	}
+	parts := strings.Split(s.Linux.CgroupsPath, "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.HasPrefix(parts[i], "pod") {
+			parent := strings.Join(parts[:i+1], "/")
+			if parent != s.Linux.CgroupsPath {
+				s.Annotations[cgroupParentAnnotation] = parent
+			}
+			return
+		}
+	}
 }

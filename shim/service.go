@@ -387,13 +387,19 @@ func (s *service) sandboxExited(root *container, status int) {
 	}
 	pd := s.pod
 	s.mu.Unlock()
+	// An OOM kill of the sandbox's cgroup is every container's OOM:
+	// they share one gVisor kernel and its memory.
+	oom := pd != nil && oomKills(pd.memDir) > pd.oomBase
 	for _, p := range others {
 		if p.getState() == stateCreated {
 			continue
 		}
+		if oom && p.execID == "" {
+			s.send(&eventstypes.TaskOOM{ContainerID: p.cid})
+		}
 		s.processExited(p, exitLost)
 	}
-	if pd != nil && oomKills(pd.memDir) > pd.oomBase {
+	if oom {
 		s.send(&eventstypes.TaskOOM{ContainerID: root.id})
 	}
 	s.processExited(root.init, status)
