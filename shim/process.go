@@ -57,10 +57,12 @@ type process struct {
 	// event never overtakes it.
 	started   chan struct{}
 	startOnce sync.Once
-	done      chan struct{} // closed on exit
+	done      chan struct{} // closed once the exit is recorded and published
+	doneOnce  sync.Once
 
 	mu         sync.Mutex // guards the fields below
 	state      procState
+	exiting    bool // the exit is recorded
 	pid        int
 	exitStatus int
 	exitedAt   time.Time
@@ -88,16 +90,20 @@ func (p *process) getPid() int {
 }
 
 // setExited records the exit once; it reports whether this call did.
+// Waiters are released by finish, once the exit event is queued.
 func (p *process) setExited(status int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.state == stateStopped || p.state == stateDeleted {
+	if p.exiting || p.state == stateDeleted {
 		return false
 	}
+	p.exiting = true
 	p.state, p.exitStatus, p.exitedAt = stateStopped, status, time.Now()
-	close(p.done)
 	return true
 }
+
+// finish releases Wait.
+func (p *process) finish() { p.doneOnce.Do(func() { close(p.done) }) }
 
 func (p *process) exited() (int, time.Time) {
 	p.mu.Lock()

@@ -418,6 +418,7 @@ func (s *service) processExited(p *process, status int) {
 		ContainerID: p.cid, ID: p.idOrCID(), Pid: uint32(p.getPid()),
 		ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at),
 	})
+	p.finish()
 }
 
 func (p *process) idOrCID() string {
@@ -627,6 +628,7 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 			if errors.Is(waitErr, runsc.ErrNotStarted) || waitErr != nil {
 				p.closeIO()
 				p.setExited(status)
+				p.finish()
 				p.markStarted()
 				return fmt.Errorf("exec %s: %w", p.execID, waitErr)
 			}
