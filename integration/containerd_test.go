@@ -50,6 +50,11 @@ func TestContainerdRun(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 6 || !strings.Contains(string(out), "is-a-tty") {
 		t.Fatalf("exec -t: want exit 6 on a terminal, got %v: %q", err, out)
 	}
+	out, err = exec.Command("script", "-qec", fmt.Sprintf("%s -a %s run --rm -t --runtime %s busybox:latest tty sh -c 'test -t 0 && echo init-on-tty; exit 2'",
+		filepath.Join(c.bin, "ctr"), c.sock, sbxRuntime), "/dev/null").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "init-on-tty") {
+		t.Fatalf("run -t: want exit 2 on a terminal, got %v: %q", err, out)
+	}
 	if out := c.ctrOK("default", "task", "ps", "long"); len(strings.Split(strings.TrimSpace(out), "\n")) < 3 {
 		t.Fatalf("task ps: %s", out)
 	}
@@ -124,6 +129,16 @@ func TestContainerdCRIPod(t *testing.T) {
 	// crictl exits 1 and names the command's status.
 	if r = c.crictl("exec", "-s", client, "sh", "-c", "exit 7"); r.code == 0 || !strings.Contains(r.stderr, "exited with 7") {
 		t.Fatalf("exec -s exit status: %s", r)
+	}
+
+	// Resources: an update within sbx's bounds is applied, one below
+	// them is refused with the validator's message.
+	c.crictlOK("update", "--memory", "268435456", client)
+	if r = c.crictl("update", "--memory", "1048576", client); r.code == 0 || !strings.Contains(r.stderr, "below the minimum") {
+		t.Fatalf("update below the minimum memory: %s", r)
+	}
+	if out := c.crictlOK("stats", "-o", "json", client); !strings.Contains(out, "workingSetBytes") {
+		t.Fatalf("stats: %s", out)
 	}
 
 	c.crictlOK("stop", client)

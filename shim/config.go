@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -105,6 +106,11 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 			d.DisallowUnknownFields()
 		}
 		if err := d.Decode(&c); err != nil {
+			var strict *toml.StrictMissingError
+			if errors.As(err, &strict) {
+				// Name the unknown keys, not only that there are some.
+				err = fmt.Errorf("unknown keys:\n%s", strict.String())
+			}
 			return c, fmt.Errorf("runtime config %s: %w: %w", path, errdefs.ErrInvalidArgument, err)
 		}
 	}

@@ -77,6 +77,17 @@ func NewTaskService(ctx context.Context, publisher cshim.Publisher, sd shutdown.
 		containers: make(map[string]*container),
 	}
 	go s.forward(ctx)
+	// Events queued before shutdown (the last TaskDelete) must reach
+	// containerd before the shim exits.
+	sd.RegisterCallback(func(context.Context) error {
+		flushed := make(chan struct{})
+		s.events <- flushed
+		select {
+		case <-flushed:
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	})
 	if address, err := cshim.ReadAddress("address"); err == nil {
 		sd.RegisterCallback(func(context.Context) error { return cshim.RemoveSocket(address) })
 	}
@@ -96,6 +107,10 @@ func (s *service) forward(ctx context.Context) {
 	ns, _ := namespaces.Namespace(ctx)
 	ctx = namespaces.WithNamespace(context.WithoutCancel(ctx), ns)
 	for ev := range s.events {
+		if flushed, ok := ev.(chan struct{}); ok {
+			close(flushed)
+			continue
+		}
 		if err := s.publisher.Publish(ctx, topic(ev), ev); err != nil {
 			log.G(ctx).WithError(err).Error("publish event")
 		}
