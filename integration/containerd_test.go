@@ -126,6 +126,14 @@ func TestContainerdCRIPod(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "nc -l -p 8080") || !strings.Contains(r.stdout, "1 root     /pause") {
 		t.Fatalf("containers do not share one sandbox: %s", r)
 	}
+	// A container that exits on its own: its status and output.
+	job := c.runContainer(pod, podCfg, "job", "sh", "-c", "echo bye; exit 3")
+	waitFor(t, func() bool { return strings.Contains(c.crictlOK("inspect", job), `"exitCode": 3`) })
+	if out := c.crictlOK("logs", job); out != "bye" {
+		t.Fatalf("job logs: %q", out)
+	}
+	c.crictlOK("rm", job)
+
 	// crictl exits 1 and names the command's status.
 	if r = c.crictl("exec", "-s", client, "sh", "-c", "exit 7"); r.code == 0 || !strings.Contains(r.stderr, "exited with 7") {
 		t.Fatalf("exec -s exit status: %s", r)
@@ -148,7 +156,7 @@ func TestContainerdCRIPod(t *testing.T) {
 	c.crictlOK("rm", client)
 	c.crictlOK("stopp", pod)
 	c.crictlOK("rmp", pod)
-	c.assertClean(pod, server, client)
+	c.assertClean(pod, server, client, job)
 }
 
 // The network annotation, observed from inside the pod: none has only
@@ -159,7 +167,7 @@ func TestContainerdNetworkAnnotation(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 
-	probe := []string{"sh", "-c", "cat /proc/net/dev; ip -4 addr; cat /etc/resolv.conf; sleep 1000"}
+	probe := []string{"sh", "-c", "cat /proc/net/dev; ip -4 addr; cat /etc/resolv.conf; echo probe-done; sleep 1000"}
 	noneCfg := c.podConfig("quiet", map[string]string{"dev.sbx.network": "none"}, "")
 	none := c.crictlOK("runp", "--runtime", "sbx", noneCfg)
 	cn := c.runContainer(none, noneCfg, "probe", probe...)
@@ -170,7 +178,7 @@ func TestContainerdNetworkAnnotation(t *testing.T) {
 	var noneOut, openOut string
 	waitFor(t, func() bool {
 		noneOut, openOut = c.crictl("logs", cn).stdout, c.crictl("logs", co).stdout
-		return strings.Contains(noneOut, "inet ") && strings.Contains(openOut, "inet ")
+		return strings.Contains(noneOut, "probe-done") && strings.Contains(openOut, "probe-done")
 	})
 	if strings.Contains(noneOut, "eth0") {
 		t.Fatalf("network none: the pod has a link:\n%s", noneOut)

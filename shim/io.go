@@ -169,6 +169,9 @@ type ttyIO struct {
 	in   io.Closer
 	wg   sync.WaitGroup
 	once sync.Once
+
+	mu     sync.Mutex // guards closed
+	closed bool
 }
 
 // newConsoleSocket makes the socket runsc sends a pty master to.
@@ -245,8 +248,14 @@ func copyTTY(ctx context.Context, con console.Console, s stdio) (*ttyIO, error) 
 	return t, nil
 }
 
-// Resize sets the pty's window size.
+// Resize sets the pty's window size. A resize that arrives after the
+// process exited (and its pty was closed) has nothing left to resize.
 func (t *ttyIO) Resize(w, h uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
 	return t.con.Resize(console.WinSize{Width: uint16(w), Height: uint16(h)})
 }
 
@@ -273,6 +282,9 @@ func (t *ttyIO) Drain(d time.Duration) {
 // Close closes the pty master and stdin.
 func (t *ttyIO) Close() {
 	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
 		t.CloseStdin()
 		if err := t.con.Close(); err != nil {
 			log.L.WithError(err).Debug("close pty master")
