@@ -29,6 +29,13 @@ func TestContainerdRun(t *testing.T) {
 		t.Fatalf("ctr run: stderr lost: %s", r)
 	}
 
+	// A task that cannot start: runsc's reason, and nothing left.
+	r = c.ctr("default", "run", "--rm", "--runtime", sbxRuntime, "busybox:latest", "broken", "no-such-command")
+	if r.code == 0 || !strings.Contains(r.stderr, `"no-such-command"`) {
+		t.Fatalf("run of a missing command: %s", r)
+	}
+	c.assertClean("broken")
+
 	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "long", "sh", "-c", "while true; do sleep 1; done")
 	if out := c.ctrOK("default", "task", "ls"); !strings.Contains(out, "RUNNING") {
 		t.Fatalf("task not running:\n%s", out)
@@ -319,24 +326,13 @@ func TestContainerdOOM(t *testing.T) {
 }
 
 // Killing the shim: containerd notices, reports the task gone, and runs
-// the shim's cleanup: no runsc process, mount or cgroup is left.
+// the shim's cleanup: no runsc process, mount, cgroup or network set-up is
+// left, for a ctr task and for a pod with its own network.
 func TestContainerdShimKilled(t *testing.T) {
 	c := newContainerd(t)
 	c.importBusybox("default")
 	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "victim", "sleep", "1000")
-	var shim int
-	for _, p := range processesMentioning(c.dir) {
-		if strings.Contains(p, "containerd-shim-sbx-v1") && strings.Contains(p, "-id victim") {
-			pid, _, _ := strings.Cut(strings.TrimPrefix(p, "process "), ":")
-			shim, _ = strconv.Atoi(pid)
-		}
-	}
-	if shim == 0 {
-		t.Fatalf("no shim process for the task:\n%s", strings.Join(processesMentioning(c.dir), "\n"))
-	}
-	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	c.killShim("victim")
 	waitFor(t, func() bool {
 		out := c.ctr("default", "task", "ls")
 		return out.code == 0 && !strings.Contains(out.stdout, "RUNNING")
@@ -344,4 +340,32 @@ func TestContainerdShimKilled(t *testing.T) {
 	c.ctr("default", "task", "rm", "-f", "victim")
 	c.ctrOK("default", "container", "rm", "victim")
 	c.assertClean("victim")
+
+	c.setupCRI()
+	podCfg := c.podConfig("doomed", map[string]string{"dev.sbx.network": "open"}, "")
+	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	ctr := c.runContainer(pod, podCfg, "sleeper", "sleep", "1000")
+	c.killShim(pod)
+	waitFor(t, func() bool {
+		return strings.Contains(c.crictlOK("pods", "--id", pod), "NotReady") &&
+			strings.Contains(c.crictlOK("inspect", ctr), "CONTAINER_EXITED")
+	})
+	c.crictlOK("rmp", "-f", pod)
+	c.assertClean(pod, ctr)
+}
+
+// killShim kills the shim process serving task id with SIGKILL.
+func (c *ctrd) killShim(id string) {
+	c.t.Helper()
+	for _, p := range processesMentioning(c.dir) {
+		if strings.Contains(p, "containerd-shim-sbx-v1") && strings.Contains(p, "-id "+id+" ") {
+			pid, _, _ := strings.Cut(strings.TrimPrefix(p, "process "), ":")
+			n, _ := strconv.Atoi(pid)
+			if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+				c.t.Fatal(err)
+			}
+			return
+		}
+	}
+	c.t.Fatalf("no shim process for %s:\n%s", id, strings.Join(processesMentioning(c.dir), "\n"))
 }

@@ -174,6 +174,13 @@ func (m *Manager) Stop(ctx context.Context, id string) (cshim.StopStatus, error)
 		}
 		if rec.Root {
 			killLeftovers(leftovers)
+		}
+		if spec, err := readSpec(bundle); err == nil {
+			if err := removeContainerCgroup(spec); err != nil {
+				log.G(ctx).WithError(err).Warn("remove cgroup")
+			}
+		}
+		if rec.Root {
 			if rec.Linked {
 				if err := hostnet.Teardown(ctx, rec.SandboxID); err != nil {
 					log.G(ctx).WithError(err).Warn("tear down pod network")

@@ -718,6 +718,9 @@ func (s *service) deleteContainer(ctx context.Context, c *container) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := removeContainerCgroup(c.spec); err != nil {
+		errs = append(errs, err)
+	}
 	c.init.closeIO()
 	for _, e := range c.execs {
 		e.closeIO()
