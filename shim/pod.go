@@ -39,6 +39,8 @@ type pod struct {
 	memDir     string
 	oomBase    uint64
 	sandboxPid int
+	// gone is closed when the sandbox process has exited.
+	gone chan struct{}
 }
 
 // record is what the shim leaves in each container's bundle so that
@@ -82,7 +84,7 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	if err != nil {
 		return nil, err
 	}
-	p := &pod{id: id, policy: pp}
+	p := &pod{id: id, policy: pp, gone: make(chan struct{})}
 	p.r = &runsc.Runsc{
 		Path:        cfg.Runsc,
 		Root:        filepath.Join(cfg.RunscRoot, ns),

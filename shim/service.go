@@ -361,6 +361,11 @@ func (s *service) reapSandbox(c *container, hp runsc.HostPids) {
 		go reap(hp.Gofer)
 	}
 	status := reap(hp.Sandbox)
+	s.mu.Lock()
+	if s.pod != nil {
+		close(s.pod.gone)
+	}
+	s.mu.Unlock()
 	s.sandboxExited(c, status)
 }
 
@@ -485,6 +490,12 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 // startSubcontainer starts a container that joins the sandbox and waits
 // for its init in the background.
 func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *container, p *process) error {
+	s.mu.Lock()
+	pd := s.pod
+	s.mu.Unlock()
+	if pd == nil {
+		return fmt.Errorf("container %s: its sandbox is gone: %w", c.id, errdefs.ErrFailedPrecondition)
+	}
 	var o runsc.StartOpts
 	if p.pio != nil {
 		o = runsc.StartOpts{Stdin: p.pio.procIn, Stdout: p.pio.procOut, Stderr: p.pio.procErr}
@@ -495,14 +506,23 @@ func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *cont
 	if p.pio != nil {
 		p.pio.closeProcessEnds()
 	}
-	if hp, err := r.HostPids(c.id); err == nil && hp.Gofer > 0 && hp.Gofer != s.pod.sandboxPidOrZero() {
+	if hp, err := r.HostPids(c.id); err == nil && hp.Gofer > 0 && hp.Gofer != pd.sandboxPid {
 		go reap(hp.Gofer)
 	}
+	gone := pd.gone
 	go func() {
 		status := exitLost
 		ws, err := r.Wait(context.Background(), c.id, 0)
 		if err == nil {
 			status = ws.ExitStatus
+		} else {
+			// runsc wait fails when the sandbox is gone: the sandbox's
+			// exit handling reports this container (after its OOM).
+			select {
+			case <-gone:
+				return
+			case <-time.After(5 * time.Second):
+			}
 		}
 		// The container's other processes end with its init.
 		r.Kill(context.Background(), c.id, syscall.SIGKILL, runsc.KillOpts{All: true}) //nolint:errcheck // may be gone
@@ -510,13 +530,6 @@ func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *cont
 		s.processExited(p, status)
 	}()
 	return nil
-}
-
-func (p *pod) sandboxPidOrZero() int {
-	if p == nil {
-		return 0
-	}
-	return p.sandboxPid
 }
 
 // waitExecs gives c's exec'd processes up to d to report their exits, so
