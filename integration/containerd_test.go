@@ -300,7 +300,9 @@ func (c *ctrd) imageDigest(ref string) string {
 func TestContainerdOOM(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
-	podCg := "/kubepods/podsbx" + strconv.Itoa(os.Getpid())
+	// A parent of our own, removed with everything below it.
+	parent := "/sbxtest" + strconv.Itoa(os.Getpid())
+	podCg := parent + "/podsbx"
 	memDir := "/sys/fs/cgroup/memory" + podCg
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		memDir = "/sys/fs/cgroup" + podCg // cgroup v2
@@ -308,7 +310,13 @@ func TestContainerdOOM(t *testing.T) {
 	if err := os.MkdirAll(memDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(memDir) })
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + podCg)
+		dirs2, _ := filepath.Glob("/sys/fs/cgroup/*" + parent)
+		for _, d := range append(append(dirs, dirs2...), "/sys/fs/cgroup"+podCg, "/sys/fs/cgroup"+parent) {
+			os.Remove(d)
+		}
+	})
 	limitFile, limit := "memory.limit_in_bytes", "67108864"
 	if _, err := os.Stat(filepath.Join(memDir, limitFile)); err != nil {
 		limitFile = "memory.max"

@@ -91,8 +91,10 @@ func TestShimEvents(t *testing.T) {
 	go srv.Serve(context.Background(), l) //nolint:errcheck // ends with Close
 	t.Cleanup(func() { srv.Close() })
 
-	// A bundle: busybox as the rootfs, the shim's log fifo, a config.
-	bundle := filepath.Join(dir, "bundle")
+	// A bundle, named after the task as containerd names it: busybox as
+	// the rootfs, the shim's log fifo, a config.
+	const ns, id = "shimtest", "task1"
+	bundle := filepath.Join(dir, id)
 	rootfs := filepath.Join(bundle, "rootfs")
 	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
@@ -151,7 +153,6 @@ func TestShimEvents(t *testing.T) {
 
 	// Start the shim as containerd does: `start` with bootstrap
 	// parameters on stdin, the result on stdout.
-	const ns, id = "shimtest", "task1"
 	socketDir := filepath.Join(dir, "s")
 	params, err := proto.Marshal(&bootapi.BootstrapParams{
 		InstanceID: id, Namespace: ns, ContainerdTtrpcAddress: "unix://" + evSock,
@@ -195,7 +196,13 @@ func TestShimEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(int(connect.ShimPid), syscall.SIGKILL) }) //nolint:errcheck // if still there
+	t.Cleanup(func() {
+		// As containerd does when a shim is gone: `delete` cleans up.
+		syscall.Kill(int(connect.ShimPid), syscall.SIGKILL) //nolint:errcheck // if still there
+		del := exec.Command(shimBin, "-namespace", ns, "-id", id, "delete")
+		del.Dir = bundle
+		del.Run() //nolint:errcheck // best effort
+	})
 	if _, err := task.Start(ctx, &taskAPI.StartRequest{ID: id}); err != nil {
 		t.Fatalf("start: %v", err)
 	}
