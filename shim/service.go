@@ -283,6 +283,9 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 
 	p := newProcess(r.ID, "", stdio{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal})
 	c.init = p
+	// A failed create releases the sandbox's exit handler, which finds
+	// the container unregistered and reports nothing.
+	undo = append(undo, p.markStarted)
 	if c.checkpoint == "" {
 		undo = append(undo, func() { pd.r.Delete(context.Background(), r.ID, true) }) //nolint:errcheck // best effort undo
 		if err := s.runscCreate(ctx, pd, c, p); err != nil {
@@ -303,17 +306,12 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 // container's stdio goes with create; a subcontainer's with start.
 func (s *service) runscCreate(ctx context.Context, pd *pod, c *container, p *process) (retErr error) {
 	opts := runsc.CreateOpts{PidFile: filepath.Join(c.bundle, "init.pid")}
-	var sock interface {
-		Path() string
-		Close() error
-	}
 	if p.stdio.Terminal {
 		cs, err := newConsoleSocket()
 		if err != nil {
 			return err
 		}
 		defer cs.Close()
-		sock = cs
 		opts.ConsoleSocket = cs.Path()
 		defer func() {
 			if retErr == nil {
@@ -330,7 +328,6 @@ func (s *service) runscCreate(ctx context.Context, pd *pod, c *container, p *pro
 			opts.Stdin, opts.Stdout, opts.Stderr = pio.procIn, pio.procOut, pio.procErr
 		}
 	}
-	_ = sock
 	if err := pd.r.Create(ctx, c.id, c.bundle, opts); err != nil {
 		p.closeIO()
 		return err
@@ -394,6 +391,10 @@ func reap(pid int) int {
 func (s *service) sandboxExited(root *container, status int) {
 	<-root.init.started
 	s.mu.Lock()
+	if s.containers[root.id] != root {
+		s.mu.Unlock()
+		return
+	}
 	var others []*process
 	for _, c := range s.containers {
 		for _, e := range c.execs {
@@ -752,6 +753,10 @@ func (s *service) deleteContainer(ctx context.Context, c *container) error {
 		s.pod = nil
 	}
 	s.mu.Unlock()
+	// A task deleted before it ran has exited now, for any waiter.
+	if c.init.setExited(exitLost) {
+		c.init.finish()
+	}
 	c.init.mu.Lock()
 	c.init.state = stateDeleted
 	c.init.mu.Unlock()
