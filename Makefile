@@ -7,7 +7,7 @@ SBX_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
-.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean
+.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean containerd-tools shim
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,10 +67,37 @@ $(BIN)/images/busybox.tar: $(BIN)/sbx-mkimage /bin/busybox
 /bin/busybox:
 	@scripts/install-deps.sh
 
+# --- containerd shim -------------------------------------------------------
+# The containerd runtime v2 shim (io.containerd.sbx.v1), and the pinned
+# containerd, ctr and crictl its integration tests run against. The tools
+# are built once and kept in bin/ (about 3 minutes the first time).
+CONTAINERD_VERSION := v2.4.2
+CRITOOLS_VERSION   := v1.37.0
+CONTAINERD_TOOLS   := $(BIN)/containerd $(BIN)/ctr $(BIN)/crictl
+
+shim: $(BIN)/containerd-shim-sbx-v1 $(BIN)/images/pause.tar ## build the containerd shim and the CRI pause image
+
+$(BIN)/containerd-shim-sbx-v1: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/containerd-shim-sbx-v1
+
+# The CRI pause image: busybox plus sbx-init as /pause (it waits for SIGTERM).
+$(BIN)/images/pause.tar: $(BIN)/sbx-mkimage $(BIN)/sbx-init /bin/busybox
+	@mkdir -p $(dir $@)
+	$(BIN)/sbx-mkimage -busybox /bin/busybox -pause $(BIN)/sbx-init -name pause:sbx -o $@.tmp && mv $@.tmp $@
+
+containerd-tools: $(CONTAINERD_TOOLS) ## build the pinned containerd, ctr and crictl for the shim's tests
+
+$(BIN)/containerd $(BIN)/ctr:
+	GOBIN=$(CURDIR)/$(BIN) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/$(notdir $@)@$(CONTAINERD_VERSION)
+
+$(BIN)/crictl:
+	GOBIN=$(CURDIR)/$(BIN) CGO_ENABLED=0 $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRITOOLS_VERSION)
+# ---------------------------------------------------------------------------
+
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build base-rootfs ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build base-rootfs shim containerd-tools ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m ./...
@@ -78,7 +105,7 @@ test: deps build base-rootfs ## run every test: unit, then integration with real
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build base-rootfs ## run the integration tests only
+test-integration: build base-rootfs shim containerd-tools ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md

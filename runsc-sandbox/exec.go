@@ -45,6 +45,10 @@ type ExecOpts struct {
 	// caller's terminal size changes.
 	Size   WinSize
 	Resize <-chan WinSize
+	// Terminal, if set, is a pty replica given to runsc exec as its
+	// stdio and controlling terminal (the caller owns the master):
+	// Stdin, Stdout, Stderr, Size and Resize are then unused.
+	Terminal *os.File
 	// IODrain bounds how long Wait keeps reading output after the process
 	// has exited, for when a background child it started still holds the
 	// output pipes. Zero means one second.
@@ -98,12 +102,17 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 	cmd := r.command(context.Background(), "exec", append(args, id)...)
 	cmd.Stdout = writerOnly(o.Stdout)
 	cmd.Stderr = writerOnly(o.Stderr)
+	if o.Terminal != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Terminal, o.Terminal, o.Terminal
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		o.Stdin = nil
+	}
 	cmd.WaitDelay = o.IODrain
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = time.Second
 	}
 	e := &ExecProcess{r: r, id: id, cmd: cmd, tmp: tmp, done: make(chan struct{})}
-	if p.Terminal && o.ConsoleSocket == "" {
+	if p.Terminal && o.ConsoleSocket == "" && o.Terminal == nil {
 		if e.term, err = newTerminal(o.Size); err != nil {
 			return nil, err
 		}

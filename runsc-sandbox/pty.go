@@ -21,7 +21,7 @@ type WinSize struct {
 // raises (^C's SIGINT, SIGWINCH on resize) to the terminal's foreground
 // process group inside. (runsc's --console-socket is only served by
 // `runsc exec --detach`, whose process's exit status sbx could not
-// collect; see docs/decisions/0001-exec-pty.md.)
+// collect; see docs/decisions/0007-exec-pty.md.)
 type terminal struct {
 	master *os.File // for resizing
 	io     *os.File // the master, non-blocking, for reads and writes

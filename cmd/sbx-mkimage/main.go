@@ -4,9 +4,13 @@
 // With -bootstrap it writes the Debian root filesystem of the default image
 // instead, installed by mmdebstrap from Debian's packages (as root):
 // sbx-mkimage -bootstrap -o bookworm-rootfs.tar
+// With -pause PROGRAM it writes a CRI pause image instead: busybox plus
+// PROGRAM as /pause, the entrypoint (a static program that waits for
+// SIGTERM, such as sbx-init).
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"flag"
@@ -25,6 +29,7 @@ func main() {
 	out := flag.String("o", "busybox.tar", "output OCI archive")
 	name := flag.String("name", "busybox:latest", "image name recorded in the archive")
 	bootstrap := flag.Bool("bootstrap", false, "write the default image's Debian root filesystem (mmdebstrap)")
+	pause := flag.String("pause", "", "static program to add as /pause, the entrypoint (a CRI pause image)")
 	flag.Parse()
 	// The content store warns on filesystems without fs-verity; not news here.
 	_ = log.SetLevel("error")
@@ -35,14 +40,14 @@ func main() {
 		}
 		return
 	}
-	if err := run(context.Background(), *busybox, *name, *out); err != nil {
+	if err := run(context.Background(), *busybox, *pause, *name, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "sbx-mkimage:", err)
 		os.Exit(1)
 	}
 }
 
 // run builds the image in a scratch store and exports it to out atomically.
-func run(ctx context.Context, busybox, name, out string) error {
+func run(ctx context.Context, busybox, pause, name, out string) error {
 	layer, err := overlay.BusyboxLayer(busybox)
 	if err != nil {
 		return err
@@ -57,10 +62,28 @@ func run(ctx context.Context, busybox, name, out string) error {
 		return err
 	}
 	cfg := overlay.BusyboxConfig()
-	if _, err := s.Commit(ctx, overlay.CommitOptions{
-		Name: name, Layer: bytes.NewReader(layer), Config: &cfg, History: "sbx-mkimage busybox",
-	}); err != nil {
+	base := name
+	if pause != "" {
+		base = "base"
+	}
+	img, err := s.Commit(ctx, overlay.CommitOptions{
+		Name: base, Layer: bytes.NewReader(layer), Config: &cfg, History: "sbx-mkimage busybox",
+	})
+	if err != nil {
 		return err
+	}
+	if pause != "" {
+		pl, err := pauseLayer(pause)
+		if err != nil {
+			return err
+		}
+		pcfg := overlay.BusyboxConfig()
+		pcfg.Entrypoint, pcfg.Cmd = []string{"/pause"}, nil
+		if _, err := s.Commit(ctx, overlay.CommitOptions{
+			Name: name, Parent: &img, Layer: bytes.NewReader(pl), Config: &pcfg, History: "sbx-mkimage pause",
+		}); err != nil {
+			return err
+		}
 	}
 	var buf bytes.Buffer
 	if err := s.Export(ctx, name, &buf); err != nil {
@@ -107,4 +130,29 @@ func runBootstrap(ctx context.Context, out string) error {
 		return err
 	}
 	return os.Rename(part, out)
+}
+
+// pauseLayer is a layer holding the program at path as /pause.
+func pauseLayer(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: "pause", Mode: 0o755, Size: int64(len(b)), ModTime: fi.ModTime().UTC().Truncate(1e9)}
+	if err := tw.WriteHeader(h); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

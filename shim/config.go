@@ -1,0 +1,212 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/pelletier/go-toml/v2"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+
+	"sbx.dev/sbx/policy"
+)
+
+// Annotations the shim reads from a pod's (or a lone container's) OCI spec.
+// containerd's CRI passes pod annotations to a runtime only when the
+// runtime's pod_annotations list names them: `pod_annotations = ["dev.sbx.*"]`.
+const (
+	// AnnotationNetwork is the network mode: none, open or allow (see
+	// policy.NetworkModes). Unset: the pod's own network namespace if it
+	// has one (CNI), else none.
+	AnnotationNetwork = "dev.sbx.network"
+	// AnnotationAllow lists allow rules, comma-separated: CIDR[:PORT],
+	// IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT].
+	AnnotationAllow = "dev.sbx.allow"
+	// AnnotationDNS lists upstream resolvers (IPv4), comma-separated.
+	AnnotationDNS = "dev.sbx.dns"
+	// AnnotationDisk bounds the writable layer of each container of the
+	// pod, e.g. "1g".
+	AnnotationDisk = "dev.sbx.disk"
+)
+
+// CRI annotations that say how a container relates to its pod.
+const (
+	criContainerType = "io.kubernetes.cri.container-type"
+	criSandboxID     = "io.kubernetes.cri.sandbox-id"
+	criTypeSandbox   = "sandbox"
+	criTypeContainer = "container"
+)
+
+// DefaultConfigPath is read when containerd passes no runtime options.
+const DefaultConfigPath = "/etc/sbx/containerd-shim-sbx-v1.toml"
+
+// Config is the runtime options file (ConfigPath in containerd's runtime
+// options, TOML). Every field has a default.
+type Config struct {
+	// Runsc is the runsc binary; default: runsc beside the shim binary,
+	// else the one on PATH.
+	Runsc string `toml:"runsc"`
+	// RunscRoot is runsc's state directory; a directory per containerd
+	// namespace is made below it. Default /run/sbx/containerd.
+	RunscRoot string `toml:"runsc_root"`
+	// Platform is gVisor's platform (default systrap).
+	Platform string `toml:"platform"`
+	// DebugLogDir, if set, receives runsc's debug logs.
+	DebugLogDir string `toml:"debug_log_dir"`
+	// Network, Allow, DNS and Disk are the policy of pods that do not
+	// set the matching annotation.
+	Network string   `toml:"network"`
+	Allow   []string `toml:"allow"`
+	DNS     []string `toml:"dns"`
+	Disk    string   `toml:"disk"`
+}
+
+// loadConfig reads the runtime options containerd passed with a create:
+// runtimeoptions.Options with a ConfigPath (or ConfigBody, the inline TOML
+// of CRI's options table). With none, DefaultConfigPath if it exists.
+func loadConfig(opts *anypb.Any) (Config, error) {
+	var c Config
+	var body []byte
+	path := ""
+	if opts != nil && len(opts.GetValue()) > 0 {
+		v, err := typeurl.UnmarshalAny(opts)
+		if err != nil {
+			return c, fmt.Errorf("runtime options: %w", err)
+		}
+		ro, ok := v.(*runtimeoptions.Options)
+		if !ok {
+			return c, fmt.Errorf("runtime options: %T: %w (want runtimeoptions.v1.Options with a ConfigPath)", v, errdefs.ErrInvalidArgument)
+		}
+		path, body = ro.ConfigPath, ro.ConfigBody
+	}
+	if path == "" && len(body) == 0 {
+		if _, err := os.Stat(DefaultConfigPath); err == nil {
+			path = DefaultConfigPath
+		}
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("runtime config: %w", err)
+		}
+		body = b
+	}
+	if len(body) > 0 {
+		d := toml.NewDecoder(strings.NewReader(string(body)))
+		if path != "" {
+			// A file is ours alone: a misspelt key is an error. CRI's
+			// inline body also carries containerd's own keys.
+			d.DisallowUnknownFields()
+		}
+		if err := d.Decode(&c); err != nil {
+			var strict *toml.StrictMissingError
+			if errors.As(err, &strict) {
+				// Name the unknown keys, not only that there are some.
+				err = fmt.Errorf("unknown keys:\n%s", strict.String())
+			}
+			return c, fmt.Errorf("runtime config %s: %w: %w", path, errdefs.ErrInvalidArgument, err)
+		}
+	}
+	if c.Runsc == "" {
+		c.Runsc = "runsc"
+		if self, err := os.Executable(); err == nil {
+			if p := filepath.Join(filepath.Dir(self), "runsc"); isFile(p) {
+				c.Runsc = p
+			}
+		}
+	}
+	if c.RunscRoot == "" {
+		c.RunscRoot = "/run/sbx/containerd"
+	}
+	return c, nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// podPolicy is a pod's validated sbx policy.
+type podPolicy struct {
+	// Network is none, open, allow, or "" for the pod's own network
+	// namespace (CNI) when it has one.
+	Network string
+	Allow   []policy.AllowRule
+	// AllowRaw keeps the rules as written, for the resolver.
+	AllowRaw []string
+	DNS      []string
+	Disk     int64
+}
+
+// resolvePolicy merges the pod's annotations over the configured defaults
+// and validates the result with policy.Validate. hasNetns says the pod
+// spec names a network namespace of its own (CNI).
+func resolvePolicy(c Config, s *specs.Spec, hasNetns bool) (podPolicy, error) {
+	a := s.Annotations
+	get := func(k, def string) (string, bool) {
+		if v, ok := a[k]; ok {
+			return v, true
+		}
+		return def, false
+	}
+	mode, set := get(AnnotationNetwork, c.Network)
+	allowRaw := c.Allow
+	if v, ok := a[AnnotationAllow]; ok {
+		allowRaw = splitList(v)
+	}
+	dns := c.DNS
+	if v, ok := a[AnnotationDNS]; ok {
+		dns = splitList(v)
+	}
+	diskStr, _ := get(AnnotationDisk, c.Disk)
+
+	bad := func(k string, err error) (podPolicy, error) {
+		return podPolicy{}, fmt.Errorf("sbx policy (annotation %s): %w", k, err)
+	}
+	allow, err := policy.ParseAllowList(allowRaw)
+	if err != nil {
+		return bad(AnnotationAllow, err)
+	}
+	var disk int64
+	if diskStr != "" {
+		if disk, err = policy.ParseSize(diskStr); err != nil {
+			return bad(AnnotationDisk, err)
+		}
+	}
+	// Unset mode with a CNI namespace: the pod keeps Kubernetes'
+	// networking; the validator sees "open" only for the allow-rule check.
+	cni := mode == "" && !set && hasNetns
+	req := policy.Request{Network: mode, Allow: allow, DNS: dns, Disk: disk}
+	if cni {
+		req.Network = policy.NetNone
+		if len(allow) > 0 {
+			req.Network = policy.NetOpen
+		}
+	}
+	pr, err := policy.Validate(req)
+	if err != nil {
+		return podPolicy{}, fmt.Errorf("sbx policy (annotations %s*): %w", "dev.sbx.", err)
+	}
+	p := podPolicy{Network: pr.Network, Allow: allow, AllowRaw: allowRaw, DNS: dns, Disk: pr.Disk}
+	if cni {
+		p.Network = ""
+	}
+	return p, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,293 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/console"
+	"github.com/containerd/fifo"
+	runc "github.com/containerd/go-runc"
+	"github.com/containerd/log"
+)
+
+// stdio is the containerd side of a process's stdio: fifo (or file) paths
+// from the task API.
+type stdio struct {
+	Stdin, Stdout, Stderr string
+	Terminal              bool
+}
+
+// openOutput opens a stdout or stderr destination: a fifo containerd
+// reads, or a file (file:// URI or plain path) appended to.
+func openOutput(ctx context.Context, p string) (io.WriteCloser, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if u, err := url.Parse(p); err == nil && u.Scheme != "" {
+		if u.Scheme != "file" {
+			return nil, fmt.Errorf("stdio %q: only fifos and file:// are supported", p)
+		}
+		return os.OpenFile(u.Path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	}
+	if ok, err := fifo.IsFifo(p); err != nil || !ok {
+		return os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	}
+	return fifo.OpenFifo(ctx, p, syscall.O_WRONLY, 0)
+}
+
+func openInput(p string) (io.ReadCloser, error) {
+	if p == "" {
+		return nil, nil
+	}
+	return fifo.OpenFifo(context.Background(), p, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// pipeIO connects a sandboxed process's stdio to containerd's fifos through
+// pipes the shim owns: runsc writes to a regular file at offsets of its
+// own, and a fifo handed over directly could not be closed by CloseIO.
+type pipeIO struct {
+	// The process's ends, handed to runsc and closed once it has them.
+	procIn, procOut, procErr *os.File
+
+	stdinW *os.File  // our end of the process's stdin
+	in     io.Closer // containerd's stdin fifo
+
+	wg      sync.WaitGroup // the output copies
+	closeMu sync.Mutex     // guards outputs
+	outputs []io.Closer    // our read ends and containerd's output fifos
+}
+
+func newPipeIO(ctx context.Context, s stdio) (_ *pipeIO, err error) {
+	p := &pipeIO{}
+	defer func() {
+		if err != nil {
+			p.closeProcessEnds()
+			p.Close()
+		}
+	}()
+	for _, o := range []struct {
+		path string
+		end  **os.File
+	}{{s.Stdout, &p.procOut}, {s.Stderr, &p.procErr}} {
+		if o.path == "" {
+			continue
+		}
+		w, err := openOutput(ctx, o.path)
+		if err != nil {
+			return nil, err
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		*o.end = pw
+		p.closeMu.Lock()
+		p.outputs = append(p.outputs, r, w)
+		p.closeMu.Unlock()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			io.Copy(w, r) //nolint:errcheck // ends with the process or with Close
+			w.Close()
+		}()
+	}
+	if s.Stdin != "" {
+		in, err := openInput(s.Stdin)
+		if err != nil {
+			return nil, err
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			in.Close()
+			return nil, err
+		}
+		p.procIn, p.stdinW, p.in = r, w, in
+		go func() {
+			io.Copy(w, in) //nolint:errcheck // ends at EOF or CloseIO
+			w.Close()
+		}()
+	}
+	return p, nil
+}
+
+// closeProcessEnds closes the shim's copies of the process's ends, once
+// runsc has passed them into the sandbox, so that output reaches EOF when
+// the process is gone.
+func (p *pipeIO) closeProcessEnds() {
+	for _, f := range []*os.File{p.procIn, p.procOut, p.procErr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// CloseStdin gives the process EOF on stdin.
+func (p *pipeIO) CloseStdin() {
+	if p.stdinW != nil {
+		p.stdinW.Close()
+	}
+	if p.in != nil {
+		p.in.Close()
+	}
+}
+
+// Drain waits up to d for the output copies to reach EOF, then cuts them:
+// a sandbox may keep a dead process's output open.
+func (p *pipeIO) Drain(d time.Duration) {
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		p.Close()
+		<-done
+	}
+}
+
+// Close ends every copy.
+func (p *pipeIO) Close() {
+	p.CloseStdin()
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	for _, c := range p.outputs {
+		c.Close()
+	}
+	p.outputs = nil
+}
+
+// ttyIO is a process's pty master, copied to and from containerd's fifos.
+type ttyIO struct {
+	con  console.Console
+	in   io.Closer
+	wg   sync.WaitGroup
+	once sync.Once
+
+	mu     sync.Mutex // guards closed
+	closed bool
+}
+
+// newConsoleSocket makes the socket runsc sends a pty master to.
+func newConsoleSocket() (*runc.Socket, error) {
+	return runc.NewTempConsoleSocket()
+}
+
+// receiveTTY takes the pty master runsc sends on sock and starts copying.
+func receiveTTY(ctx context.Context, sock *runc.Socket, s stdio) (*ttyIO, error) {
+	type res struct {
+		c   console.Console
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := sock.ReceiveMaster()
+		ch <- res{c, err}
+	}()
+	var con console.Console
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("receive pty master: %w", r.err)
+		}
+		con = r.c
+	case <-time.After(30 * time.Second):
+		sock.Close()
+		return nil, errors.New("receive pty master: timed out")
+	}
+	return copyTTY(ctx, con, s)
+}
+
+// newPty makes a pty pair: the master the shim copies, and the replica
+// runsc exec takes as its terminal.
+func newPty() (console.Console, *os.File, error) {
+	con, path, err := console.NewPty()
+	if err != nil {
+		return nil, nil, err
+	}
+	replica, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		con.Close()
+		return nil, nil, err
+	}
+	return con, replica, nil
+}
+
+// copyTTY copies between the pty master con and containerd's fifos.
+func copyTTY(ctx context.Context, con console.Console, s stdio) (*ttyIO, error) {
+	t := &ttyIO{con: con}
+	if s.Stdin != "" {
+		in, err := openInput(s.Stdin)
+		if err != nil {
+			con.Close()
+			return nil, err
+		}
+		t.in = in
+		go io.Copy(con, in) //nolint:errcheck // ends with CloseIO or the pty
+	}
+	if s.Stdout != "" {
+		w, err := openOutput(ctx, s.Stdout)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			// A pty master reads EIO once the last slave is closed.
+			io.Copy(w, con) //nolint:errcheck // see above
+			w.Close()
+		}()
+	}
+	return t, nil
+}
+
+// Resize sets the pty's window size. A resize that arrives after the
+// process exited (and its pty was closed) has nothing left to resize.
+func (t *ttyIO) Resize(w, h uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	return t.con.Resize(console.WinSize{Width: uint16(w), Height: uint16(h)})
+}
+
+// CloseStdin stops feeding input to the pty.
+func (t *ttyIO) CloseStdin() {
+	if t.in != nil {
+		t.in.Close()
+	}
+}
+
+// Drain waits up to d for output to end, then closes the pty.
+func (t *ttyIO) Drain(d time.Duration) {
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Close()
+		<-done
+	}
+	t.Close()
+}
+
+// Close closes the pty master and stdin.
+func (t *ttyIO) Close() {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+		t.CloseStdin()
+		if err := t.con.Close(); err != nil {
+			log.L.WithError(err).Debug("close pty master")
+		}
+	})
+}

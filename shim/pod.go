@@ -1,0 +1,298 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/policy/hostnet"
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+// pod is one gVisor sandbox: the runsc configuration every container of
+// the pod shares, and the host network set-up the pod's policy asked for.
+type pod struct {
+	id     string // the sandbox container's ID, also runsc's sandbox ID
+	policy podPolicy
+	r      *runsc.Runsc
+	// stateDir holds the pod's resolver files; removed with the pod.
+	stateDir string
+	// linked is true when the shim set up a netns, veth and firewall.
+	linked       bool
+	stopResolver context.CancelFunc
+	resolvConf   string
+	// cgroupsPath is the sandbox's cgroup as the spec names it.
+	cgroupsPath string
+	// memDir is the sandbox's memory cgroup directory, and oomBase its
+	// OOM kill count when the sandbox started.
+	memDir     string
+	oomBase    uint64
+	sandboxPid int
+	// gone is closed when the sandbox process has exited.
+	gone chan struct{}
+}
+
+// record is what the shim leaves in each container's bundle so that
+// `containerd-shim-sbx-v1 delete`, run after the shim died, can clean up.
+type record struct {
+	SandboxID string      `json:"sandbox_id"`
+	Root      bool        `json:"root"`
+	Runsc     runsc.Runsc `json:"runsc"`
+	Linked    bool        `json:"linked"`
+	StateDir  string      `json:"state_dir"`
+}
+
+const recordFile = "sbx-shim.json"
+
+func writeRecord(bundle string, r record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bundle, recordFile), b, 0o600)
+}
+
+func readRecord(bundle string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, recordFile))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", recordFile, err)
+	}
+	return &r, nil
+}
+
+// newPod renders the runsc configuration of a new sandbox and sets up its
+// network as the policy says. spec is the sandbox container's spec; it is
+// changed to use the pod's network namespace. On error nothing is left.
+func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_ *pod, err error) {
+	hasNetns := netnsPath(spec) != ""
+	pp, err := resolvePolicy(cfg, spec, hasNetns)
+	if err != nil {
+		return nil, err
+	}
+	p := &pod{id: id, policy: pp, gone: make(chan struct{})}
+	p.r = &runsc.Runsc{
+		Path:        cfg.Runsc,
+		Root:        filepath.Join(cfg.RunscRoot, ns),
+		Platform:    cfg.Platform,
+		Overlay:     "root:self",
+		DebugLogDir: cfg.DebugLogDir,
+		GoferNetNS:  "new",
+	}
+	if pp.Disk > 0 {
+		p.r.Overlay += ",size=" + strconv.FormatInt(pp.Disk, 10)
+	}
+	p.stateDir = filepath.Join(cfg.RunscRoot, ns, "sbx", id)
+	if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			p.teardown(context.Background())
+		}
+	}()
+	if spec.Linux != nil {
+		p.cgroupsPath = spec.Linux.CgroupsPath
+	}
+
+	switch pp.Network {
+	case "":
+		// Kubernetes' own pod network (CNI): gVisor's netstack takes
+		// over the namespace's interfaces.
+		p.r.Network = "sandbox"
+	case policy.NetNone:
+		p.r.Network = "none"
+		setNetns(spec, "")
+	default:
+		if err := p.setupNetwork(ctx); err != nil {
+			return nil, err
+		}
+		p.r.Network = "sandbox"
+		n, err := hostnet.Lookup(id)
+		if err != nil {
+			return nil, err
+		}
+		setNetns(spec, n.NetnsPath())
+	}
+	return p, nil
+}
+
+// setupNetwork prepares an open or allow pod's host side: netns, veth,
+// firewall and the DNS resolver, which the shim serves itself for the
+// pod's life.
+func (p *pod) setupNetwork(ctx context.Context) error {
+	p.linked = true
+	n, err := hostnet.Setup(ctx, p.id, policy.FirewallConfig{Mode: p.policy.Network, Allow: p.policy.Allow})
+	if err != nil {
+		return err
+	}
+	p.resolvConf = filepath.Join(p.stateDir, "resolv.conf")
+	if err := os.WriteFile(p.resolvConf, []byte("nameserver "+n.HostIP.String()+"\n"), 0o644); err != nil {
+		return err
+	}
+	upstreams := hostnet.HostUpstreams()
+	if len(p.policy.DNS) > 0 {
+		upstreams = nil
+		for _, d := range p.policy.DNS {
+			upstreams = append(upstreams, net.JoinHostPort(d, "53"))
+		}
+	}
+	cfgPath := filepath.Join(p.stateDir, "resolver.json")
+	if err := hostnet.WriteResolverConfig(cfgPath, hostnet.ResolverConfig{
+		Listen: net.JoinHostPort(n.HostIP.String(), "53"), Upstreams: upstreams,
+		Mode: p.policy.Network, Allow: p.policy.Allow, Table: n.Table,
+	}); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.stopResolver = cancel
+	ready := make(chan error, 1)
+	go func() {
+		err := hostnet.ServeResolver(rctx, cfgPath, func(err error) { ready <- err })
+		if err != nil {
+			log.G(rctx).WithError(err).Error("DNS resolver stopped")
+		}
+	}()
+	return <-ready
+}
+
+// adjustSpec makes a container's spec fit the pod and the host: a linked
+// pod's containers resolve names through the pod's resolver, and an OOM
+// score the shim may not set is raised to its own.
+func (p *pod) adjustSpec(spec *specs.Spec) {
+	clampOOMScoreAdj(spec)
+	setPodCgroup(spec)
+	if p.resolvConf == "" {
+		return
+	}
+	var mounts []specs.Mount
+	for _, m := range spec.Mounts {
+		if m.Destination != "/etc/resolv.conf" {
+			mounts = append(mounts, m)
+		}
+	}
+	spec.Mounts = append(mounts, specs.Mount{
+		Destination: "/etc/resolv.conf", Type: "bind", Source: p.resolvConf,
+		Options: []string{"rbind", "ro"},
+	})
+}
+
+// teardown removes the pod's host set-up. It is idempotent.
+func (p *pod) teardown(ctx context.Context) error {
+	var errs []error
+	if p.stopResolver != nil {
+		p.stopResolver()
+	}
+	if p.linked {
+		if err := hostnet.Teardown(ctx, p.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.stateDir != "" {
+		if err := os.RemoveAll(p.stateDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// netnsPath is the network namespace path the spec names, if any.
+func netnsPath(s *specs.Spec) string {
+	if s.Linux == nil {
+		return ""
+	}
+	for _, n := range s.Linux.Namespaces {
+		if n.Type == specs.NetworkNamespace {
+			return n.Path
+		}
+	}
+	return ""
+}
+
+// setNetns makes the spec run in the namespace at path ("" for a new,
+// empty one). A spec without a network namespace would mean the host's.
+func setNetns(s *specs.Spec, path string) {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	for i, n := range s.Linux.Namespaces {
+		if n.Type == specs.NetworkNamespace {
+			s.Linux.Namespaces[i].Path = path
+			return
+		}
+	}
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
+}
+
+// clampOOMScoreAdj raises a spec's oom_score_adj to the shim's own when the
+// shim lacks CAP_SYS_RESOURCE: runsc applies the score to the sandbox's
+// gofer and would fail on the pause container's -998 otherwise. Hosts that
+// grant containerd CAP_SYS_RESOURCE keep the score as asked.
+func clampOOMScoreAdj(s *specs.Spec) {
+	if s.Process == nil || s.Process.OOMScoreAdj == nil || hasCapSysResource() {
+		return
+	}
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return
+	}
+	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return
+	}
+	if *s.Process.OOMScoreAdj < own {
+		s.Process.OOMScoreAdj = &own
+	}
+}
+
+// hasCapSysResource reports whether the shim may lower OOM scores.
+func hasCapSysResource() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	return false
+}
+
+// cgroupParentAnnotation tells runsc to put the sandbox in this cgroup
+// rather than in the sandbox container's own.
+const cgroupParentAnnotation = "dev.gvisor.spec.cgroup-parent"
+
+// setPodCgroup puts a pod's sandbox in the pod's cgroup (the last path
+// element starting with "pod", as kubelet names it), which carries the
+// pod's limits, instead of the pause container's, which carries none.
+func setPodCgroup(s *specs.Spec) {
+	if s.Annotations[criContainerType] != criTypeSandbox || s.Linux == nil || s.Linux.CgroupsPath == "" {
+		return
+	}
+	parts := strings.Split(s.Linux.CgroupsPath, "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.HasPrefix(parts[i], "pod") {
+			parent := strings.Join(parts[:i+1], "/")
+			if parent != s.Linux.CgroupsPath {
+				s.Annotations[cgroupParentAnnotation] = parent
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,971 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/runtime"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/protobuf"
+	cshim "github.com/containerd/containerd/v2/pkg/shim"
+	"github.com/containerd/containerd/v2/pkg/shutdown"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"github.com/containerd/ttrpc"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	runsc "sbx.dev/sbx/runsc-sandbox"
+)
+
+var empty = &emptypb.Empty{}
+
+// exitLost is the status of a process that went down with its sandbox
+// without a status of its own: killed.
+const exitLost = 128 + int(syscall.SIGKILL)
+
+// ioDrain bounds how long an exited process's output may take to reach
+// containerd.
+const ioDrain = 2 * time.Second
+
+// container is one task: the pod's sandbox container or one that joins it.
+type container struct {
+	id     string
+	bundle string
+	spec   *specs.Spec
+	root   bool   // boots the sandbox
+	rootfs string // mounted by the shim; "" if containerd passed none
+	// checkpoint, when set, is restored at start instead of started.
+	checkpoint string
+	init       *process
+	execs      map[string]*process // guarded by service.mu
+}
+
+// service is the containerd task API (v3) over runsc, for one pod.
+type service struct {
+	ctx       context.Context
+	publisher cshim.Publisher
+	sd        shutdown.Service
+	events    chan any // published in order by forward
+
+	mu         sync.Mutex // guards containers and pod
+	containers map[string]*container
+	pod        *pod
+}
+
+var _ taskAPI.TTRPCTaskService = (*service)(nil)
+
+// NewTaskService returns the task service, publishing through publisher.
+func NewTaskService(ctx context.Context, publisher cshim.Publisher, sd shutdown.Service) (taskAPI.TTRPCTaskService, error) {
+	s := &service{
+		ctx: ctx, publisher: publisher, sd: sd,
+		events:     make(chan any, 128),
+		containers: make(map[string]*container),
+	}
+	go s.forward(ctx)
+	// Events queued before shutdown (the last TaskDelete) must reach
+	// containerd before the shim exits.
+	sd.RegisterCallback(func(context.Context) error {
+		flushed := make(chan struct{})
+		s.events <- flushed
+		select {
+		case <-flushed:
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	})
+	if address, err := cshim.ReadAddress("address"); err == nil {
+		sd.RegisterCallback(func(context.Context) error { return cshim.RemoveSocket(address) })
+	}
+	return s, nil
+}
+
+// RegisterTTRPC serves the task API.
+func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
+	taskAPI.RegisterTTRPCTaskService(server, s)
+	return nil
+}
+
+func (s *service) send(ev any) { s.events <- ev }
+
+// forward publishes events in the order they were queued.
+func (s *service) forward(ctx context.Context) {
+	ns, _ := namespaces.Namespace(ctx)
+	ctx = namespaces.WithNamespace(context.WithoutCancel(ctx), ns)
+	for ev := range s.events {
+		if flushed, ok := ev.(chan struct{}); ok {
+			close(flushed)
+			continue
+		}
+		if err := s.publisher.Publish(ctx, topic(ev), ev); err != nil {
+			log.G(ctx).WithError(err).Error("publish event")
+		}
+	}
+	s.publisher.Close()
+}
+
+func topic(ev any) string {
+	switch ev.(type) {
+	case *eventstypes.TaskCreate:
+		return runtime.TaskCreateEventTopic
+	case *eventstypes.TaskStart:
+		return runtime.TaskStartEventTopic
+	case *eventstypes.TaskOOM:
+		return runtime.TaskOOMEventTopic
+	case *eventstypes.TaskExit:
+		return runtime.TaskExitEventTopic
+	case *eventstypes.TaskDelete:
+		return runtime.TaskDeleteEventTopic
+	case *eventstypes.TaskExecAdded:
+		return runtime.TaskExecAddedEventTopic
+	case *eventstypes.TaskExecStarted:
+		return runtime.TaskExecStartedEventTopic
+	case *eventstypes.TaskPaused:
+		return runtime.TaskPausedEventTopic
+	case *eventstypes.TaskResumed:
+		return runtime.TaskResumedEventTopic
+	case *eventstypes.TaskCheckpointed:
+		return runtime.TaskCheckpointedEventTopic
+	}
+	return runtime.TaskUnknownTopic
+}
+
+func (s *service) getContainer(id string) (*container, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.containers[id]
+	if c == nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "container %s not created", id)
+	}
+	return c, nil
+}
+
+func (s *service) getProcess(id, execID string) (*container, *process, error) {
+	c, err := s.getContainer(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if execID == "" {
+		return c, c.init, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := c.execs[execID]
+	if p == nil {
+		return nil, nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "exec %s of %s not found", execID, id)
+	}
+	return c, p, nil
+}
+
+func (s *service) runscLocked() *runsc.Runsc {
+	if s.pod == nil {
+		return nil
+	}
+	return s.pod.r
+}
+
+func (s *service) runsc() *runsc.Runsc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runscLocked()
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var sp specs.Spec
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	return &sp, nil
+}
+
+// Create creates a container: the pod's sandbox (which boots gVisor), or a
+// container that joins the sandbox this shim runs.
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
+	resp, err := s.create(ctx, r)
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("id", r.ID).Error("create")
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return resp, nil
+}
+
+func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := readSpec(r.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	root := spec.Annotations[criContainerType] != criTypeContainer
+	sandboxID := r.ID
+	if !root {
+		sandboxID = spec.Annotations[criSandboxID]
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.containers[r.ID]; ok {
+		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrAlreadyExists)
+	}
+	var undo []func()
+	defer func() {
+		if retErr != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	if root {
+		if s.pod != nil {
+			return nil, fmt.Errorf("this shim already runs sandbox %s: %w", s.pod.id, errdefs.ErrFailedPrecondition)
+		}
+		cfg, err := loadConfig(r.Options)
+		if err != nil {
+			return nil, err
+		}
+		p, err := newPod(ctx, ns, r.ID, cfg, spec)
+		if err != nil {
+			return nil, err
+		}
+		s.pod = p
+		undo = append(undo, func() {
+			p.teardown(context.Background()) //nolint:errcheck // best effort undo
+			s.pod = nil
+		})
+	} else if s.pod == nil || s.pod.id != sandboxID {
+		return nil, fmt.Errorf("container %s joins sandbox %q, which this shim does not run: %w", r.ID, sandboxID, errdefs.ErrFailedPrecondition)
+	}
+	pd := s.pod
+	pd.adjustSpec(spec)
+	if err := runsc.WriteBundle(r.Bundle, spec); err != nil {
+		return nil, err
+	}
+
+	c := &container{id: r.ID, bundle: r.Bundle, spec: spec, root: root, execs: map[string]*process{}, checkpoint: r.Checkpoint}
+	if len(r.Rootfs) > 0 {
+		c.rootfs = filepath.Join(r.Bundle, "rootfs")
+		if err := os.MkdirAll(c.rootfs, 0o711); err != nil {
+			return nil, err
+		}
+		var mounts []mount.Mount
+		for _, m := range r.Rootfs {
+			mounts = append(mounts, mount.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+		}
+		if err := mount.All(mounts, c.rootfs); err != nil {
+			return nil, fmt.Errorf("mount rootfs: %w", err)
+		}
+		undo = append(undo, func() { mount.UnmountRecursive(c.rootfs, 0) }) //nolint:errcheck // best effort undo
+	}
+	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir}); err != nil {
+		return nil, err
+	}
+
+	p := newProcess(r.ID, "", stdio{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal})
+	c.init = p
+	// A failed create releases the sandbox's exit handler, which finds
+	// the container unregistered and reports nothing.
+	undo = append(undo, p.markStarted)
+	if c.checkpoint == "" {
+		undo = append(undo, func() { pd.r.Delete(context.Background(), r.ID, true) }) //nolint:errcheck // best effort undo
+		if err := s.runscCreate(ctx, pd, c, p); err != nil {
+			return nil, err
+		}
+		undo = append(undo, p.closeIO)
+	}
+	s.containers[r.ID] = c
+	s.send(&eventstypes.TaskCreate{
+		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
+		IO:         &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
+		Checkpoint: r.Checkpoint, Pid: uint32(p.getPid()),
+	})
+	return &taskAPI.CreateTaskResponse{Pid: uint32(p.getPid())}, nil
+}
+
+// runscCreate runs `runsc create` for c's init with its stdio. A root
+// container's stdio goes with create; a subcontainer's with start.
+func (s *service) runscCreate(ctx context.Context, pd *pod, c *container, p *process) (retErr error) {
+	opts := runsc.CreateOpts{PidFile: filepath.Join(c.bundle, "init.pid")}
+	if p.stdio.Terminal {
+		cs, err := newConsoleSocket()
+		if err != nil {
+			return err
+		}
+		defer cs.Close()
+		opts.ConsoleSocket = cs.Path()
+		defer func() {
+			if retErr == nil {
+				p.tty, retErr = receiveTTY(ctx, cs, p.stdio)
+			}
+		}()
+	} else {
+		pio, err := newPipeIO(ctx, p.stdio)
+		if err != nil {
+			return err
+		}
+		p.pio = pio
+		if c.root {
+			opts.Stdin, opts.Stdout, opts.Stderr = pio.procIn, pio.procOut, pio.procErr
+		}
+	}
+	if err := pd.r.Create(ctx, c.id, c.bundle, opts); err != nil {
+		p.closeIO()
+		return err
+	}
+	if c.root && p.pio != nil {
+		p.pio.closeProcessEnds()
+	}
+	hp, err := pd.r.HostPids(c.id)
+	if err != nil {
+		return err
+	}
+	p.pid = hp.Sandbox
+	if c.root {
+		pd.sandboxPid = hp.Sandbox
+		pd.memDir = memoryCgroupDir(hp.Sandbox)
+		pd.oomBase = oomKills(pd.memDir)
+		go s.reapSandbox(c, hp)
+	}
+	return nil
+}
+
+// reapSandbox waits for the sandbox process, a child of this shim (a
+// subreaper) since `runsc create` exited: its exit status is the status of
+// the sandbox container's init, and its end is the end of every process
+// of the pod.
+func (s *service) reapSandbox(c *container, hp runsc.HostPids) {
+	if hp.Gofer > 0 {
+		go reap(hp.Gofer)
+	}
+	status := reap(hp.Sandbox)
+	s.mu.Lock()
+	if s.pod != nil {
+		close(s.pod.gone)
+	}
+	s.mu.Unlock()
+	s.sandboxExited(c, status)
+}
+
+// reap waits for a child process and returns a shell's view of its exit.
+func reap(pid int) int {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return exitLost
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// sandboxExited handles the end of the sandbox: every other process of
+// the pod is gone with it and exits first, then the OOM event if the
+// sandbox's cgroup saw an OOM kill, then the sandbox container's exit.
+func (s *service) sandboxExited(root *container, status int) {
+	<-root.init.started
+	s.mu.Lock()
+	if s.containers[root.id] != root {
+		s.mu.Unlock()
+		return
+	}
+	var others []*process
+	for _, c := range s.containers {
+		for _, e := range c.execs {
+			others = append(others, e)
+		}
+	}
+	for _, c := range s.containers {
+		if c != root {
+			others = append(others, c.init)
+		}
+	}
+	pd := s.pod
+	s.mu.Unlock()
+	// An OOM kill of the sandbox's cgroup is every container's OOM:
+	// they share one gVisor kernel and its memory.
+	oom := pd != nil && oomKills(pd.memDir) > pd.oomBase
+	for _, p := range others {
+		if p.getState() == stateCreated {
+			continue
+		}
+		if oom && p.execID == "" {
+			s.send(&eventstypes.TaskOOM{ContainerID: p.cid})
+		}
+		s.processExited(p, exitLost)
+	}
+	if oom {
+		s.send(&eventstypes.TaskOOM{ContainerID: root.id})
+	}
+	s.processExited(root.init, status)
+}
+
+// processExited records p's exit and publishes it once its output is
+// drained.
+func (s *service) processExited(p *process, status int) {
+	<-p.started
+	if !p.setExited(status) {
+		return
+	}
+	p.drainIO(ioDrain)
+	code, at := p.exited()
+	s.send(&eventstypes.TaskExit{
+		ContainerID: p.cid, ID: p.idOrCID(), Pid: uint32(p.getPid()),
+		ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at),
+	})
+	p.finish()
+}
+
+func (p *process) idOrCID() string {
+	if p.execID != "" {
+		return p.execID
+	}
+	return p.cid
+}
+
+// Start starts a created init (or restores it from a checkpoint), or an
+// exec'd process.
+func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	c, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	r2 := s.runsc()
+	if r.ExecID != "" {
+		if err := s.startExec(ctx, r2, c, p); err != nil {
+			return nil, errgrpc.ToGRPC(err)
+		}
+		return &taskAPI.StartResponse{Pid: uint32(p.getPid())}, nil
+	}
+	if st := p.getState(); st != stateCreated {
+		return nil, errgrpc.ToGRPC(transitionError("start", st))
+	}
+	switch {
+	case c.checkpoint != "":
+		err = s.restore(ctx, r2, c, p)
+	case c.root:
+		err = r2.Start(ctx, c.id)
+	default:
+		err = s.startSubcontainer(ctx, r2, c, p)
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("id", r.ID).Error("start")
+		// No start event will come: an exit may be published.
+		p.markStarted()
+		return nil, errgrpc.ToGRPC(err)
+	}
+	p.mu.Lock()
+	p.state = stateRunning
+	p.mu.Unlock()
+	s.send(&eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(p.getPid())})
+	p.markStarted()
+	return &taskAPI.StartResponse{Pid: uint32(p.getPid())}, nil
+}
+
+// startSubcontainer starts a container that joins the sandbox and waits
+// for its init in the background.
+func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *container, p *process) error {
+	s.mu.Lock()
+	pd := s.pod
+	s.mu.Unlock()
+	if pd == nil {
+		return fmt.Errorf("container %s: its sandbox is gone: %w", c.id, errdefs.ErrFailedPrecondition)
+	}
+	var o runsc.StartOpts
+	if p.pio != nil {
+		o = runsc.StartOpts{Stdin: p.pio.procIn, Stdout: p.pio.procOut, Stderr: p.pio.procErr}
+	}
+	if err := r.StartIO(ctx, c.id, o); err != nil {
+		return err
+	}
+	if p.pio != nil {
+		p.pio.closeProcessEnds()
+	}
+	if hp, err := r.HostPids(c.id); err == nil && hp.Gofer > 0 && hp.Gofer != pd.sandboxPid {
+		go reap(hp.Gofer)
+	}
+	gone := pd.gone
+	go func() {
+		status := exitLost
+		ws, err := r.Wait(context.Background(), c.id, 0)
+		if err == nil {
+			status = ws.ExitStatus
+		} else {
+			// runsc wait fails when the sandbox is gone: the sandbox's
+			// exit handling reports this container (after its OOM).
+			select {
+			case <-gone:
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+		// The container's other processes end with its init.
+		r.Kill(context.Background(), c.id, syscall.SIGKILL, runsc.KillOpts{All: true}) //nolint:errcheck // may be gone
+		s.waitExecs(c, ioDrain)
+		s.processExited(p, status)
+	}()
+	return nil
+}
+
+// waitExecs gives c's exec'd processes up to d to report their exits, so
+// that they are published before the init's.
+func (s *service) waitExecs(c *container, d time.Duration) {
+	s.mu.Lock()
+	var execs []*process
+	for _, e := range c.execs {
+		execs = append(execs, e)
+	}
+	s.mu.Unlock()
+	deadline := time.After(d)
+	for _, e := range execs {
+		if e.getState() == stateCreated {
+			continue
+		}
+		select {
+		case <-e.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// Exec records an exec'd process; Start runs it.
+func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emptypb.Empty, error) {
+	c, err := s.getContainer(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.init.getState(); st != stateRunning && st != statePaused {
+		return nil, errgrpc.ToGRPC(transitionError("exec in", st))
+	}
+	var ps specs.Process
+	if r.Spec == nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "exec %s: no process spec", r.ExecID)
+	}
+	if err := json.Unmarshal(r.Spec.Value, &ps); err != nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "exec %s: process spec: %v", r.ExecID, err)
+	}
+	ps.Terminal = r.Terminal
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := c.execs[r.ExecID]; ok {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrAlreadyExists, "exec %s", r.ExecID)
+	}
+	p := newProcess(r.ID, r.ExecID, stdio{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal})
+	p.spec = &ps
+	c.execs[r.ExecID] = p
+	s.send(&eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
+	return empty, nil
+}
+
+// startExec runs an exec'd process with `runsc exec` and returns once it
+// has a PID inside the sandbox, or failed to start.
+func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p *process) (retErr error) {
+	if st := p.getState(); st != stateCreated {
+		return transitionError("start", st)
+	}
+	opts := runsc.ExecOpts{IODrain: ioDrain}
+	if p.stdio.Terminal {
+		con, replica, err := newPty()
+		if err != nil {
+			return err
+		}
+		opts.Terminal = replica
+		ep, err := r.Exec(context.Background(), c.id, *p.spec, opts)
+		replica.Close()
+		if err != nil {
+			con.Close()
+			return err
+		}
+		tty, err := copyTTY(ctx, con, p.stdio)
+		if err != nil {
+			ep.Signal(syscall.SIGKILL) //nolint:errcheck // best effort
+			ep.Wait()                  //nolint:errcheck // reaping
+			return err
+		}
+		p.mu.Lock()
+		p.tty, p.exec = tty, ep
+		p.mu.Unlock()
+	} else {
+		pio, err := newPipeIO(ctx, p.stdio)
+		if err != nil {
+			return err
+		}
+		if pio.procIn != nil {
+			opts.Stdin = pio.procIn
+		}
+		if pio.procOut != nil {
+			opts.Stdout = pio.procOut
+		}
+		if pio.procErr != nil {
+			opts.Stderr = pio.procErr
+		}
+		ep, err := r.Exec(context.Background(), c.id, *p.spec, opts)
+		if err != nil {
+			pio.closeProcessEnds()
+			pio.Close()
+			return err
+		}
+		p.mu.Lock()
+		p.pio, p.exec = pio, ep
+		p.mu.Unlock()
+	}
+	exited := make(chan struct{})
+	var status int
+	var waitErr error
+	go func() {
+		status, waitErr = p.exec.Wait()
+		close(exited)
+	}()
+	// The PID appears once the process runs; a process that cannot
+	// start makes runsc exec exit first.
+	for {
+		if pid, err := p.exec.Pid(); err == nil {
+			p.mu.Lock()
+			p.pid, p.state = pid, stateRunning
+			p.mu.Unlock()
+			break
+		}
+		select {
+		case <-exited:
+			if errors.Is(waitErr, runsc.ErrNotStarted) || waitErr != nil {
+				p.closeIO()
+				p.setExited(status)
+				p.finish()
+				p.markStarted()
+				return fmt.Errorf("exec %s: %w", p.execID, waitErr)
+			}
+			// It ran and exited before its PID was read.
+			p.mu.Lock()
+			p.state = stateRunning
+			p.mu.Unlock()
+		case <-time.After(5 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	s.send(&eventstypes.TaskExecStarted{ContainerID: c.id, ExecID: p.execID, Pid: uint32(p.getPid())})
+	p.markStarted()
+	go func() {
+		<-exited
+		p.mu.Lock()
+		pio := p.pio
+		p.mu.Unlock()
+		if pio != nil {
+			// runsc exec has finished writing: let the copies see EOF.
+			pio.closeProcessEnds()
+		}
+		s.processExited(p, status)
+	}()
+	return nil
+}
+
+// Delete deletes an exited process; for an init, its container: runsc
+// state, rootfs mount and, for the sandbox container, the pod's host
+// set-up.
+func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	c, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	if r.ExecID != "" {
+		if st := p.getState(); st != stateStopped && st != stateCreated {
+			return nil, errgrpc.ToGRPC(transitionError("delete", st))
+		}
+		p.closeIO()
+		s.mu.Lock()
+		delete(c.execs, r.ExecID)
+		s.mu.Unlock()
+		code, at := p.exited()
+		return &taskAPI.DeleteResponse{Pid: uint32(p.getPid()), ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at)}, nil
+	}
+	st := p.getState()
+	if st == stateRunning || st == statePaused {
+		return nil, errgrpc.ToGRPC(transitionError("delete", st))
+	}
+	if err := s.deleteContainer(ctx, c); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	code, at := p.exited()
+	if st == stateCreated {
+		code, at = exitLost, time.Now()
+	}
+	s.send(&eventstypes.TaskDelete{
+		ContainerID: c.id, Pid: uint32(p.getPid()), ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at), ID: c.id,
+	})
+	return &taskAPI.DeleteResponse{Pid: uint32(p.getPid()), ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at)}, nil
+}
+
+func (s *service) deleteContainer(ctx context.Context, c *container) error {
+	s.mu.Lock()
+	pd := s.pod
+	s.mu.Unlock()
+	var errs []error
+	if pd != nil {
+		if err := pd.r.Delete(ctx, c.id, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeContainerCgroup(c.spec); err != nil {
+		errs = append(errs, err)
+	}
+	c.init.closeIO()
+	for _, e := range c.execs {
+		e.closeIO()
+	}
+	if c.rootfs != "" {
+		if err := mount.UnmountRecursive(c.rootfs, 0); err != nil {
+			errs = append(errs, fmt.Errorf("unmount rootfs: %w", err))
+		}
+	}
+	s.mu.Lock()
+	delete(s.containers, c.id)
+	if c.root && s.pod != nil {
+		if err := s.pod.teardown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		s.pod = nil
+	}
+	s.mu.Unlock()
+	// A task deleted before it ran has exited now, for any waiter.
+	if c.init.setExited(exitLost) {
+		c.init.finish()
+	}
+	c.init.mu.Lock()
+	c.init.state = stateDeleted
+	c.init.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// Kill signals the init (all of the container's processes with All) or
+// one exec'd process.
+func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Empty, error) {
+	c, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	st := p.getState()
+	if st == stateStopped || st == stateDeleted {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "process %s already finished", p.idOrCID())
+	}
+	rs := s.runsc()
+	sig := syscall.Signal(r.Signal)
+	if r.ExecID == "" && st == stateCreated {
+		// Killing a task that never started: its exit follows no start.
+		p.markStarted()
+	}
+	if r.ExecID != "" {
+		if st == stateCreated {
+			return nil, errgrpc.ToGRPC(transitionError("kill", st))
+		}
+		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{Pid: p.getPid()})
+	} else {
+		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{All: r.All})
+	}
+	if err != nil {
+		if st := p.getState(); st == stateStopped {
+			return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "process %s already finished", p.idOrCID())
+		}
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return empty, nil
+}
+
+// Wait waits for a process to exit.
+func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
+	_, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return nil, errgrpc.ToGRPC(ctx.Err())
+	}
+	code, at := p.exited()
+	return &taskAPI.WaitResponse{ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at)}, nil
+}
+
+// State reports a process's state as the shim tracks it.
+func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
+	c, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	code, at := p.exited()
+	return &taskAPI.StateResponse{
+		ID: p.idOrCID(), Bundle: c.bundle, Pid: uint32(p.getPid()), Status: p.getState().proto(),
+		Stdin: p.stdio.Stdin, Stdout: p.stdio.Stdout, Stderr: p.stdio.Stderr, Terminal: p.stdio.Terminal,
+		ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at), ExecID: r.ExecID,
+	}, nil
+}
+
+// Pids lists the container's processes by their PIDs inside the sandbox.
+func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
+	c, err := s.getContainer(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.runsc().Ps(ctx, c.id)
+	if err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	s.mu.Lock()
+	byPid := map[int]string{}
+	for id, e := range c.execs {
+		byPid[e.getPid()] = id
+	}
+	s.mu.Unlock()
+	var out []*task.ProcessInfo
+	for _, p := range ps {
+		pi := &task.ProcessInfo{Pid: uint32(p.PID)}
+		if id, ok := byPid[p.PID]; ok {
+			a, err := typeurl.MarshalAnyToProto(&options.ProcessDetails{ExecID: id})
+			if err != nil {
+				return nil, err
+			}
+			pi.Info = a
+		}
+		out = append(out, pi)
+	}
+	return &taskAPI.PidsResponse{Processes: out}, nil
+}
+
+// Pause freezes the container's processes.
+func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.Empty, error) {
+	c, err := s.getContainer(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.init.getState(); st != stateRunning {
+		return nil, errgrpc.ToGRPC(transitionError("pause", st))
+	}
+	if err := s.runsc().Pause(ctx, c.id); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	c.init.mu.Lock()
+	c.init.state = statePaused
+	c.init.mu.Unlock()
+	s.send(&eventstypes.TaskPaused{ContainerID: c.id})
+	return empty, nil
+}
+
+// Resume thaws a paused container.
+func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*emptypb.Empty, error) {
+	c, err := s.getContainer(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.init.getState(); st != statePaused {
+		return nil, errgrpc.ToGRPC(transitionError("resume", st))
+	}
+	if err := s.runsc().Resume(ctx, c.id); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	c.init.mu.Lock()
+	if c.init.state == statePaused {
+		c.init.state = stateRunning
+	}
+	c.init.mu.Unlock()
+	s.send(&eventstypes.TaskResumed{ContainerID: c.id})
+	return empty, nil
+}
+
+// CloseIO closes a process's stdin.
+func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*emptypb.Empty, error) {
+	_, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Stdin {
+		p.closeStdin()
+	}
+	return empty, nil
+}
+
+// ResizePty sets a process's terminal size.
+func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*emptypb.Empty, error) {
+	_, p, err := s.getProcess(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	tty := p.tty
+	p.mu.Unlock()
+	if tty == nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrFailedPrecondition, "process %s has no terminal", p.idOrCID())
+	}
+	if err := tty.Resize(r.Width, r.Height); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return empty, nil
+}
+
+// Update applies new resource limits (a JSON LinuxResources).
+func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*emptypb.Empty, error) {
+	c, err := s.getContainer(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Resources == nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "update %s: no resources", r.ID)
+	}
+	var res specs.LinuxResources
+	if err := json.Unmarshal(r.Resources.Value, &res); err != nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "update %s: resources: %v", r.ID, err)
+	}
+	if err := checkResources(&res); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	if err := s.runsc().Update(ctx, c.id, &res); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return empty, nil
+}
+
+// Connect reports the shim's and the task's PIDs.
+func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {
+	var pid int
+	if c, err := s.getContainer(r.ID); err == nil {
+		pid = c.init.getPid()
+	}
+	return &taskAPI.ConnectResponse{ShimPid: uint32(os.Getpid()), TaskPid: uint32(pid)}, nil
+}
+
+// Shutdown stops the shim once it runs no container.
+func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	n := len(s.containers)
+	s.mu.Unlock()
+	if n > 0 {
+		return empty, nil
+	}
+	s.sd.Shutdown()
+	return empty, nil
+}
