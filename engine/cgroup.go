@@ -18,7 +18,7 @@ const cgroup2Mount = "/sys/fs/cgroup"
 // createCgroup creates the sandbox's cgroup at path with res, before runsc
 // runs: runsc then joins a cgroup it did not create, applies nothing to it
 // and never deletes it (docs/decisions/0004-sandbox-cgroups.md). sbx
-// deletes it (removeCgroup) when the sandbox is stopped or removed, so a
+// deletes it (hostcgroup.Remove) when the sandbox is stopped or removed, so a
 // sandbox that died on its own (out of memory) keeps its counters until
 // then.
 //

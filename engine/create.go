@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/policy/hostcgroup"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 	"sbx.dev/sbx/runsc-sandbox/agent"
 )
@@ -178,7 +179,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 			return nil, err
 		}
 		undo.add(func() {
-			if err := removeCgroup(cgroupPath(id)); err != nil {
+			if err := hostcgroup.Remove(cgroupPath(id)); err != nil {
 				log.G(ctx).WithError(err).Warn("remove cgroup")
 			}
 		})
@@ -329,7 +330,7 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 	// the cgroup: they must be gone before it is removed.
 	killOrphans(sb.ID)
 	if !e.rootless {
-		if err := removeCgroup(cgroupPath(sb.ID)); err != nil {
+		if err := hostcgroup.Remove(cgroupPath(sb.ID)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -53,40 +53,20 @@ var pauseCommand = &cli.Command{
 	Name:      "pause",
 	Usage:     "checkpoint sandboxes' memory and filesystem to disk and stop their processes",
 	ArgsUsage: "ID...",
-	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, -1, "ID...")
-		if err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		return eachID(c, a, func(id string) error {
-			_, err := e.Pause(c.Context, id)
-			return err
-		})
-	},
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		_, err := e.Pause(c.Context, id)
+		return err
+	}),
 }
 
 var resumeCommand = &cli.Command{
 	Name:      "resume",
 	Usage:     "restore paused sandboxes; their processes continue",
 	ArgsUsage: "ID...",
-	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, -1, "ID...")
-		if err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		return eachID(c, a, func(id string) error {
-			_, err := e.Resume(c.Context, id)
-			return err
-		})
-	},
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		_, err := e.Resume(c.Context, id)
+		return err
+	}),
 }
 
 var forkCommand = &cli.Command{

@@ -321,7 +321,26 @@ var stopCommand = &cli.Command{
 	Name:      "stop",
 	Usage:     "stop sandboxes (their records stay until rm)",
 	ArgsUsage: "ID...",
-	Action: func(c *cli.Context) error {
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		_, err := e.Stop(c.Context, id)
+		return err
+	}),
+}
+
+var rmCommand = &cli.Command{
+	Name:      "rm",
+	Usage:     "remove sandboxes",
+	ArgsUsage: "ID...",
+	Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "stop running sandboxes first"}},
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		return e.Remove(c.Context, id, c.Bool("force"))
+	}),
+}
+
+// forEachID is the action of a command that takes IDs (stop, rm, pause,
+// resume): it opens the engine and applies fn to every ID (see eachID).
+func forEachID(fn func(c *cli.Context, e *engine.Engine, id string) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
 		a, err := clix.Args(c, 1, -1, "ID...")
 		if err != nil {
 			return err
@@ -330,29 +349,8 @@ var stopCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		return eachID(c, a, func(id string) error {
-			_, err := e.Stop(c.Context, id)
-			return err
-		})
-	},
-}
-
-var rmCommand = &cli.Command{
-	Name:      "rm",
-	Usage:     "remove sandboxes",
-	ArgsUsage: "ID...",
-	Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "stop running sandboxes first"}},
-	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, -1, "[-f] ID...")
-		if err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		return eachID(c, a, func(id string) error { return e.Remove(c.Context, id, c.Bool("force")) })
-	},
+		return eachID(c, a, func(id string) error { return fn(c, e, id) })
+	}
 }
 
 // eachID applies fn to every ID, printing each one done; it reports every
