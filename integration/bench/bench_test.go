@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,54 +12,6 @@ func TestSummarize(t *testing.T) {
 	}
 	if s := summarize([]float64{3, 1, 2}); s.median != 2 || s.p90 != 3 {
 		t.Errorf("summarize odd = %+v, want median 2, p90 3", s)
-	}
-}
-
-func TestWriteSection(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "benchmarks.md")
-	section := func(body string) string { return startMarker + "\n" + body + "\n" + endMarker + "\n" }
-
-	if err := writeSection(path, section("one")); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(path)
-	if !strings.HasPrefix(string(b), "# Benchmarks\n") || !strings.Contains(string(b), "make bench") ||
-		!strings.HasSuffix(string(b), section("one")) {
-		t.Fatalf("new file:\n%s", b)
-	}
-
-	// Other sections, before and after, are kept as they are.
-	other := "# Benchmarks\n\nintro\n\n" + section("old") + "\n<!-- bench:images:start -->\nimages\n<!-- bench:images:end -->\n"
-	if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeSection(path, section("new")); err != nil {
-		t.Fatal(err)
-	}
-	b, _ = os.ReadFile(path)
-	want := "# Benchmarks\n\nintro\n\n" + section("new") + "\n<!-- bench:images:start -->\nimages\n<!-- bench:images:end -->\n"
-	if string(b) != want {
-		t.Fatalf("replaced:\n%s\nwant:\n%s", b, want)
-	}
-
-	// A file without the section gets it appended.
-	if err := os.WriteFile(path, []byte("# Benchmarks\n\nintro\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeSection(path, section("x")); err != nil {
-		t.Fatal(err)
-	}
-	b, _ = os.ReadFile(path)
-	if string(b) != "# Benchmarks\n\nintro\n\n"+section("x") {
-		t.Fatalf("appended:\n%s", b)
-	}
-
-	// Half a section is an error, not a guess.
-	if err := os.WriteFile(path, []byte(startMarker+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeSection(path, section("y")); err == nil {
-		t.Fatal("unbalanced markers accepted")
 	}
 }
 

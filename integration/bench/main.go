@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"sbx.dev/sbx/integration/bench/benchdoc"
 )
 
 // config is the command line.
@@ -92,7 +94,7 @@ func run(c config) error {
 	if c.out == "" {
 		return nil
 	}
-	if err := writeSection(c.out, section); err != nil {
+	if err := benchdoc.WriteSection(c.out, "lifecycle", section); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", c.out)

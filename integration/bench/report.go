@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -13,13 +12,6 @@ import (
 
 // aim is the target ratio of sbx's median to raw runsc's for latencies.
 const aim = 1.3
-
-// Section markers: this program owns the text between them; other
-// benchmark programs own other sections of the same file.
-const (
-	startMarker = "<!-- bench:lifecycle:start -->"
-	endMarker   = "<!-- bench:lifecycle:end -->"
-)
 
 // stats summarizes samples (seconds, bytes, ...).
 type stats struct {
@@ -178,7 +170,6 @@ func render(r *report) string {
 	var w strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
 
-	p("%s\n", startMarker)
 	p("## Sandbox lifecycle: sbx against raw runsc\n\n")
 	p("Produced by %s on %s, as root, in %s. The two sides run interleaved "+
 		"(sbx first in even pairs, runsc first in odd ones) after %d untimed warm-up runs each; "+
@@ -300,7 +291,6 @@ func render(r *report) string {
 	p("| PSS | %s | %s | %.2fx |\n", mib(i.sbxPSS.median), mib(i.rawPSS.median), i.sbxPSS.median/i.rawPSS.median)
 	p("| RSS | %s | %s | %.2fx |\n", mib(i.sbxRSS.median), mib(i.rawRSS.median), i.sbxRSS.median/i.rawRSS.median)
 	p("| host processes | %.0f | %.0f | |\n\n", i.sbxProcs.median, i.rawProcs.median)
-	p("%s\n", endMarker)
 	return w.String()
 }
 
@@ -372,37 +362,4 @@ func describeResources(res *specs.LinuxResources) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// writeSection replaces the lifecycle section of the markdown file at
-// path, creating the file if needed and appending the section if the file
-// has none.
-func writeSection(path, section string) error {
-	old, err := os.ReadFile(path)
-	var doc string
-	switch {
-	case os.IsNotExist(err):
-		doc = "# Benchmarks\n\n" +
-			"Every number on this page is written by a benchmark program in a real run; " +
-			"regenerate them with `make bench` (as root).\n\n" + section
-	case err != nil:
-		return err
-	default:
-		doc = string(old)
-		i := strings.Index(doc, startMarker)
-		j := strings.Index(doc, endMarker)
-		switch {
-		case i >= 0 && j > i:
-			doc = doc[:i] + section + strings.TrimPrefix(doc[j+len(endMarker):], "\n")
-		case i < 0 && j < 0:
-			doc = strings.TrimRight(doc, "\n") + "\n\n" + section
-		default:
-			return fmt.Errorf("%s: unbalanced %s / %s markers", path, startMarker, endMarker)
-		}
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

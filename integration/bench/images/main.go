@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"sbx.dev/sbx/integration/bench/benchdoc"
 )
 
 func main() {
@@ -161,7 +163,7 @@ func run(binDir, out string) error {
 	fmt.Fprintf(&b, "\n| base image size | |\n| --- | --- |\n")
 	fmt.Fprintf(&b, "| compressed (blobs in the store) | %.1f MiB |\n", float64(size)/(1<<20))
 	fmt.Fprintf(&b, "| unpacked root filesystem, shared by its sandboxes (`du -sk`) | %.1f MiB |\n", float64(kib)/1024)
-	return writeSection(out, "images", b.String())
+	return benchdoc.WriteSection(out, "images", b.String())
 }
 
 func (s sbx) stopDaemon() {
@@ -187,29 +189,6 @@ func median(ds []time.Duration) time.Duration {
 		}
 	}
 	return s[len(s)/2]
-}
-
-// writeSection replaces (or appends) the <!-- bench:NAME --> section of
-// the file, creating the file with its header if needed.
-func writeSection(path, name, body string) error {
-	start, end := "<!-- bench:"+name+":start -->", "<!-- bench:"+name+":end -->"
-	old, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		old = []byte("# Benchmarks\n\nNumbers from the programs under integration/bench on this project's CI machine kind; regenerate with `make bench` (as root).\n")
-	} else if err != nil {
-		return err
-	}
-	s := string(old)
-	section := start + "\n" + body + end
-	if i, j := strings.Index(s, start), strings.Index(s, end); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(end):]
-	} else {
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 func copyFile(src, dst string) error {

@@ -20,12 +20,8 @@ import (
 	"sort"
 	"strings"
 	"time"
-)
 
-const (
-	sectionStart = "<!-- bench:persist:start -->"
-	sectionEnd   = "<!-- bench:persist:end -->"
-	header       = "# Benchmarks\n\nRegenerate with `make bench` (root, built binaries); each section is rewritten by its own program.\n"
+	"sbx.dev/sbx/integration/bench/benchdoc"
 )
 
 type bench struct {
@@ -247,7 +243,6 @@ func (b *bench) fork(n int) {
 
 func (b *bench) write(path string) error {
 	var s strings.Builder
-	s.WriteString(sectionStart + "\n")
 	s.WriteString("## Persistence: snapshots, setup cache, pause/resume, fork\n\n")
 	fmt.Fprintf(&s, "Measured by `integration/bench/persist` on %s (%d CPUs); wall time of each command, median of the runs. Raw runsc uses the same flags, bundle and checkpoint as sbx.\n\n",
 		time.Now().UTC().Format("2006-01-02"), cpus())
@@ -255,26 +250,8 @@ func (b *bench) write(path string) error {
 	for _, r := range b.rows {
 		s.WriteString("| " + strings.Join(r, " | ") + " |\n")
 	}
-	s.WriteString(sectionEnd + "\n")
-
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	doc := string(old)
-	if doc == "" {
-		doc = header
-	}
-	if i, j := strings.Index(doc, sectionStart), strings.Index(doc, sectionEnd); i >= 0 && j > i {
-		doc = doc[:i] + s.String() + strings.TrimPrefix(doc[j+len(sectionEnd):], "\n")
-	} else {
-		doc = strings.TrimRight(doc, "\n") + "\n\n" + s.String()
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
 	fmt.Print(s.String())
-	return os.WriteFile(path, []byte(doc), 0o644)
+	return benchdoc.WriteSection(path, "persist", s.String())
 }
 
 func cpus() int {

@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"sbx.dev/sbx/integration/bench/benchdoc"
 )
 
 const (
@@ -139,31 +141,8 @@ func main() {
 	fmt.Fprintf(&b, "| small GET, p95 | %s | %s |\n", ms(pct(latDirect, 0.95)), ms(pct(latFwd, 0.95)))
 	fmt.Fprintf(&b, "| %d MiB GET, median of %d | %s | %s |\n\n", bigSize>>20, throughputRuns, mibps(bigDirect), mibps(bigFwd))
 	fmt.Fprintf(&b, "One `runsc exec` per connection was the other design: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
-	if err := writeSection(*out, "portforward", b.String()); err != nil {
+	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(b.String())
-}
-
-// writeSection replaces (or appends) the named section of the document,
-// creating the document's header if it is missing.
-func writeSection(path, name, body string) error {
-	start, end := "<!-- bench:"+name+":start -->", "<!-- bench:"+name+":end -->"
-	doc, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		doc = []byte("# Benchmarks\n\nRegenerate with `make bench` (as root, after `make build`); each section is written by its own program.\n")
-	} else if err != nil {
-		return err
-	}
-	s := string(doc)
-	section := start + "\n" + body + end
-	if i, j := strings.Index(s, start), strings.Index(s, end); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(end):]
-	} else {
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
 }
