@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -441,9 +442,27 @@ func (b *bench) cleanup() {
 		progress("cleanup: sbx ls: %v", err)
 	}
 	b.raw.cleanup()
+	stopBuilder(filepath.Join(b.root, "buildkit"))
 	unmountNullNetNS(b.raw.root)
 	unmountNullNetNS(filepath.Join(b.root, "runsc"))
 	if err := os.RemoveAll(b.tmp); err != nil {
 		progress("cleanup: %v", err)
+	}
+}
+
+// stopBuilder stops the buildkitd that sbx started under dir (when the
+// default image had to be built) and waits for it: no daemon outlives the
+// run's temporary root.
+func stopBuilder(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "supervisor.pid"))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	for i := 0; i < 300 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
 	}
 }
