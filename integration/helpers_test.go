@@ -175,10 +175,16 @@ type sandboxRecord struct {
 func (e *env) inspect(id string) sandboxRecord {
 	e.t.Helper()
 	var sb sandboxRecord
-	if err := json.Unmarshal([]byte(e.ok("inspect", id)), &sb); err != nil {
+	e.inspectInto(id, &sb)
+	return sb
+}
+
+// inspectInto decodes `sbx inspect id` into v, the fields a test reads.
+func (e *env) inspectInto(id string, v any) {
+	e.t.Helper()
+	if err := json.Unmarshal([]byte(e.ok("inspect", id)), v); err != nil {
 		e.t.Fatalf("inspect %s: %v", id, err)
 	}
-	return sb
 }
 
 func (e *env) list() []sandboxRecord {

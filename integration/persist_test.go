@@ -26,9 +26,7 @@ type persistRecord struct {
 func (e *env) inspectPersist(id string) persistRecord {
 	e.t.Helper()
 	var r persistRecord
-	if err := json.Unmarshal([]byte(e.ok("inspect", id)), &r); err != nil {
-		e.t.Fatalf("inspect %s: %v", id, err)
-	}
+	e.inspectInto(id, &r)
 	return r
 }
 
