@@ -181,7 +181,7 @@ func (e *env) inspectPersistAfterCreate(args ...string) persistRecord {
 // startServices starts a counter loop and an HTTP server with exec -d.
 func startServices(e *env, id string) {
 	e.t.Helper()
-	e.ok("exec", "-d", id, "--", "sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /root/count; echo tick $i; sleep 0.1; done")
+	e.ok("exec", "-d", id, "--", "sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /root/count.new; mv /root/count.new /root/count; echo tick $i; sleep 0.1; done")
 	e.ok("exec", id, "--", "sh", "-c", "mkdir -p /www && echo hello-from-httpd > /www/index.html")
 	e.ok("exec", "-d", id, "--", "httpd", "-f", "-p", "8080", "-h", "/www")
 	waitFor(e.t, func() bool {
