@@ -174,15 +174,17 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		}
 	}
 	if !e.rootless {
-		// sbx owns the cgroup; runsc joins it (docs/decisions/0004).
-		if err := createCgroup(cgroupPath(id), spec.Linux.Resources); err != nil {
-			return nil, err
-		}
+		// sbx owns the cgroup; runsc joins it (docs/decisions/0004). The
+		// undo comes first: on cgroup v1 a failure can leave the
+		// controllers made before it, and Remove takes whatever exists.
 		undo.add(func() {
 			if err := hostcgroup.Remove(cgroupPath(id)); err != nil {
 				log.G(ctx).WithError(err).Warn("remove cgroup")
 			}
 		})
+		if err := createCgroup(cgroupPath(id), spec.Linux.Resources); err != nil {
+			return nil, err
+		}
 	}
 	bundle := filepath.Join(e.sandboxDir(id), "bundle")
 	if err := runsc.WriteBundle(bundle, spec); err != nil {
