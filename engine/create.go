@@ -203,10 +203,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		return nil, err
 	}
 	defer logf.Close()
-	if err := r.Create(ctx, id, bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	if err := r.Start(ctx, id); err != nil {
+	if err := r.RunDetached(ctx, id, bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	// runsc wrote the sandbox process's PID at create; a started sandbox

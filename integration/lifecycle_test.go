@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -145,6 +146,40 @@ func TestExecTimeout(t *testing.T) {
 	ps := e.ok("exec", id, "--", "ps", "-o", "args")
 	if strings.Contains(ps, "sleep 600") {
 		t.Fatalf("the timed-out command still runs:\n%s", ps)
+	}
+}
+
+// A signal to `sbx exec` reaches the command inside the sandbox, which
+// decides what to do with it; its status is the command's.
+func TestExecForwardsSignals(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	c := e.cmd(nil, "exec", id, "--", "sh", "-c",
+		`trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done`)
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	rd := bufio.NewReader(stdout)
+	if line, err := rd.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	c.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(rd)
+	err = c.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if string(rest) != "got TERM\n" || code != 7 {
+		t.Fatalf("after SIGTERM to sbx exec: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, code, err)
+	}
+	if ps := e.ok("exec", id, "--", "ps", "-o", "args"); strings.Contains(ps, "while") {
+		t.Fatalf("the signalled command still runs:\n%s", ps)
 	}
 }
 

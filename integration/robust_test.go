@@ -163,12 +163,14 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 		// script is a runsc stand-in that fails one step, then behaves.
 		script string
 	}{
-		{"runsc create killed mid-way", `case " $* " in *" create "*)
+		// sbx creates and starts a sandbox with one `runsc run --detach`.
+		{"runsc run killed while creating", `case " $* " in *" run "*)
   "$REAL" "$@" & p=$!; sleep 0.05; kill -9 $p; kill -9 $$;; esac
 exec "$REAL" "$@"`},
-		{"runsc start killed", `case " $* " in *" start "*) kill -9 $$;; esac
+		{"runsc run killed once the sandbox runs", `case " $* " in *" run "*)
+  "$REAL" "$@"; kill -9 $$;; esac
 exec "$REAL" "$@"`},
-		{"runsc create fails", `case " $* " in *" create "*) echo "create: injected failure" >&2; exit 1;; esac
+		{"runsc run fails", `case " $* " in *" run "*) echo "run: injected failure" >&2; exit 1;; esac
 exec "$REAL" "$@"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,7 +201,7 @@ exec "$REAL" "$@"`},
 	}
 }
 
-// createdID is the container ID of the `runsc create` call logged in calls.
+// createdID is the container ID of the `runsc run` call logged in calls.
 func createdID(t *testing.T, calls string) string {
 	t.Helper()
 	b, err := os.ReadFile(calls)
@@ -208,11 +210,11 @@ func createdID(t *testing.T, calls string) string {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 0 && slices.Contains(f, "create") {
+		if len(f) > 0 && slices.Contains(f, "run") {
 			return f[len(f)-1]
 		}
 	}
-	t.Fatalf("no runsc create call in:\n%s", b)
+	t.Fatalf("no runsc run call in:\n%s", b)
 	return ""
 }
 

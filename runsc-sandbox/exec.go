@@ -68,10 +68,34 @@ type ExecProcess struct {
 	killMu  sync.Mutex // guards waited and timeout
 	waited  bool
 	timeout bool
+
+	// A plain exec runs without runsc exec, over the sandbox's control
+	// socket (ctlexec.go): ctl is the process, or notStarted why it could
+	// not start. cmd and tmp are then unused.
+	ctl        *ctlProc
+	notStarted error
+	drain      time.Duration
 }
 
 // Exec starts p inside container id.
 func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts) (*ExecProcess, error) {
+	if !p.Terminal && o.ConsoleSocket == "" && o.Terminal == nil && !o.Detach {
+		e := &ExecProcess{r: r, id: id, done: make(chan struct{}), drain: o.IODrain}
+		if e.drain == 0 {
+			e.drain = time.Second
+		}
+		err := r.ctlExec(e, p, o)
+		switch {
+		case err == nil:
+			e.watch(ctx)
+			return e, nil
+		case errors.Is(err, ErrNotStarted):
+			e.notStarted = err
+			return e, nil
+		case !errors.Is(err, errNoControl):
+			return nil, err
+		}
+	}
 	tmp, err := os.MkdirTemp("", "sbx-exec-")
 	if err != nil {
 		return nil, err
@@ -156,6 +180,12 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 		e.term.serve(o.Stdin, o.Stdout, o.Resize, e.done)
 	}
 	ok = true
+	e.watch(ctx)
+	return e, nil
+}
+
+// watch kills the process when ctx ends before it has been waited for.
+func (e *ExecProcess) watch(ctx context.Context) {
 	if ctx.Done() != nil {
 		go func() {
 			select {
@@ -170,7 +200,6 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 			}
 		}()
 	}
-	return e, nil
 }
 
 // writerOnly hides an *os.File behind io.Writer so that os/exec gives runsc
@@ -186,6 +215,10 @@ func writerOnly(w io.Writer) io.Writer {
 // process's sandbox PID, which runsc writes once the process runs; until
 // then it waits briefly for it.
 func (e *ExecProcess) killLocked() {
+	if e.ctl != nil {
+		e.ctl.signal(e.id, syscall.SIGKILL) //nolint:errcheck // best effort: it may be gone
+		return
+	}
 	for i := 0; i < 50; i++ {
 		if pid, err := e.Pid(); err == nil {
 			e.r.Kill(context.Background(), e.id, syscall.SIGKILL, KillOpts{Pid: pid}) //nolint:errcheck // best effort: it may be gone
@@ -199,6 +232,12 @@ func (e *ExecProcess) killLocked() {
 
 // Pid returns the process's PID inside the sandbox, once it has started.
 func (e *ExecProcess) Pid() (int, error) {
+	if e.ctl != nil {
+		return int(e.ctl.pid), nil
+	}
+	if e.notStarted != nil {
+		return 0, e.notStarted
+	}
 	b, err := os.ReadFile(filepath.Join(e.tmp, "pid"))
 	if err != nil {
 		return 0, err
@@ -208,6 +247,16 @@ func (e *ExecProcess) Pid() (int, error) {
 
 // Signal forwards sig to the process (runsc exec relays it).
 func (e *ExecProcess) Signal(sig os.Signal) error {
+	if e.notStarted != nil {
+		return nil
+	}
+	if e.ctl != nil {
+		s, ok := sig.(syscall.Signal)
+		if !ok {
+			return fmt.Errorf("signal %v: not a syscall.Signal", sig)
+		}
+		return e.ctl.signal(e.id, s)
+	}
 	return e.cmd.Process.Signal(sig)
 }
 
@@ -216,6 +265,17 @@ func (e *ExecProcess) Signal(sig os.Signal) error {
 // context given to Exec ended first, the process was killed and TimedOut
 // reports true. ErrNotStarted means runsc could not start it.
 func (e *ExecProcess) Wait() (int, error) {
+	if e.ctl != nil || e.notStarted != nil {
+		code, err := 128, e.notStarted
+		if e.ctl != nil {
+			code, err = e.ctl.wait(e.drain)
+		}
+		e.killMu.Lock()
+		e.waited = true
+		e.killMu.Unlock()
+		close(e.done)
+		return code, err
+	}
 	err := e.cmd.Wait()
 	e.killMu.Lock()
 	e.waited = true

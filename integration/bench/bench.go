@@ -351,7 +351,7 @@ func (b *bench) idleMemory(ctx context.Context, rep *report) error {
 			return err
 		}
 		id := b.rawID("idle", i)
-		if _, _, err := b.raw.createStart(ctx, id, []string{"sleep", "1000000"}); err != nil {
+		if _, err := b.raw.runDetached(ctx, id, []string{"sleep", "1000000"}); err != nil {
 			return err
 		}
 		sleepCtx(ctx, b.cfg.settle)

@@ -14,10 +14,8 @@ type lifecycleRun struct {
 	// runDelete is the `runsc delete` after `runsc run`, zero if runsc
 	// had already removed the container (raw side only).
 	runDelete time.Duration
-	// create is `sbx create`, or `runsc create` + `runsc start` of sbx's
-	// spec; createOnly is the `runsc create` part (raw side only).
-	create     result
-	createOnly time.Duration
+	// create is `sbx create`, or `runsc run --detach` of sbx's spec.
+	create result
 	// exec is a first `echo hi` into the sandbox just created.
 	exec result
 	// rm is `sbx rm -f`, or `runsc delete --force`.
@@ -96,7 +94,7 @@ func (b *bench) sbxLifecycle(ctx context.Context) (lifecycleRun, error) {
 }
 
 // rawLifecycle is the runsc side: `runsc run` of echo hi (and `runsc
-// delete` if it leaves state), then `runsc create` + `runsc start` of
+// delete` if it leaves state), then `runsc run --detach` of
 // sbx's spec with sbx-init as init, `runsc exec ID echo hi` and `runsc
 // delete --force ID`.
 func (b *bench) rawLifecycle(ctx context.Context, i int) (lifecycleRun, error) {
@@ -114,7 +112,7 @@ func (b *bench) rawLifecycle(ctx context.Context, i int) (lifecycleRun, error) {
 	}
 
 	id := b.rawID("steps", i)
-	l.create, l.createOnly, err = b.raw.createStart(ctx, id, b.raw.spec.Process.Args)
+	l.create, err = b.raw.runDetached(ctx, id, b.raw.spec.Process.Args)
 	if err == nil {
 		r, err = timed(ctx, runOpts{}, b.raw.runsc, append(b.raw.globals(id), "exec", id, "echo", "hi")...)
 		l.exec, err = expect(r, err, "hi\n")

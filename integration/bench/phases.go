@@ -141,7 +141,7 @@ func (b *bench) phased(ctx context.Context, s *phaseSeries, keep bool, args ...s
 	return out, nil
 }
 
-// allPhases splits `sbx create`, `sbx exec` and `sbx rm` into phases,
+// allPhases splits `sbx create` and `sbx rm` into phases,
 // each paired with the runsc calls a runsc user would make instead.
 func (b *bench) allPhases(ctx context.Context, rep *report) error {
 	var err error
@@ -157,36 +157,13 @@ func (b *bench) allPhases(ctx context.Context, rep *report) error {
 		},
 		func(ctx context.Context, s *phaseSeries, i int, keep bool) error {
 			id := b.rawID("phase-create", i)
-			res, create, err := b.raw.createStart(ctx, id, b.raw.spec.Process.Args)
-			if err == nil {
-				var st result
-				st, err = timed(ctx, runOpts{}, b.raw.runsc, append(b.raw.globals(id), "state", id)...)
-				if keep && err == nil {
-					s.record("create", create)
-					s.record("start", res.exit-create)
-					s.record("state", st.exit)
-					s.rawTotal = append(s.rawTotal, res.exit.Seconds())
-				}
+			res, err := b.raw.runDetached(ctx, id, b.raw.spec.Process.Args)
+			if keep && err == nil {
+				s.record("run", res.exit)
+				s.rawTotal = append(s.rawTotal, res.exit.Seconds())
 			}
 			if _, rmErr := b.raw.remove(ctx, id); err == nil {
 				err = rmErr
-			}
-			return err
-		})
-	if err != nil {
-		return err
-	}
-
-	rep.execPhases, err = b.phaseSeries(ctx, "phases of sbx exec",
-		func(ctx context.Context, s *phaseSeries, keep bool) error {
-			_, err := b.phased(ctx, s, keep, "exec", b.target, "--", "true")
-			return err
-		},
-		func(ctx context.Context, s *phaseSeries, i int, keep bool) error {
-			r, err := b.rawExec(ctx, runOpts{}, "true")
-			if keep && err == nil {
-				s.record("exec", r.exit)
-				s.rawTotal = append(s.rawTotal, r.exit.Seconds())
 			}
 			return err
 		})
@@ -205,7 +182,7 @@ func (b *bench) allPhases(ctx context.Context, rep *report) error {
 		},
 		func(ctx context.Context, s *phaseSeries, i int, keep bool) error {
 			id := b.rawID("phase-rm", i)
-			_, _, err := b.raw.createStart(ctx, id, b.raw.spec.Process.Args)
+			_, err := b.raw.runDetached(ctx, id, b.raw.spec.Process.Args)
 			r, rmErr := b.raw.remove(ctx, id)
 			if err == nil {
 				err = rmErr

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -130,21 +129,15 @@ func (r *rawSide) run(ctx context.Context, id string, args []string) (result, er
 	return timed(ctx, runOpts{}, r.runsc, cmd...)
 }
 
-// createStart times `runsc create` then `runsc start` of a container whose
-// init is args. The result's exit is the sum; create is the first part.
-func (r *rawSide) createStart(ctx context.Context, id string, args []string) (res result, create time.Duration, err error) {
+// runDetached times `runsc run --detach` of a container whose init is
+// args: created and started, left running.
+func (r *rawSide) runDetached(ctx context.Context, id string, args []string) (result, error) {
 	bundle, err := r.prepare(id, args)
 	if err != nil {
-		return result{}, 0, err
+		return result{}, err
 	}
-	created, err := timed(ctx, runOpts{discardStdout: true}, r.runsc,
-		append(r.globals(id), "create", "--bundle", bundle, id)...)
-	if err != nil {
-		return created, 0, err
-	}
-	started, err := timed(ctx, runOpts{discardStdout: true}, r.runsc, append(r.globals(id), "start", id)...)
-	started.exit += created.exit
-	return started, created.exit, err
+	return timed(ctx, runOpts{discardStdout: true}, r.runsc,
+		append(r.globals(id), "run", "--detach", "--bundle", bundle, id)...)
 }
 
 // remove times `runsc delete --force`, then removes the container's

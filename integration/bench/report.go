@@ -109,9 +109,9 @@ type report struct {
 	// state for `runsc delete` to remove.
 	rawRunDeletes int
 
-	// Inside sbx create, exec and rm, phase by phase.
-	createPhases, execPhases, rmPhases *phaseSeries
-	shimOverhead                       float64
+	// Inside sbx create and rm, phase by phase.
+	createPhases, rmPhases *phaseSeries
+	shimOverhead           float64
 
 	stream streamResult
 	idle   idleResult
@@ -207,7 +207,8 @@ func render(r *report) string {
 	p("- **create → first output**: from just before fork until the first byte of `hi` is read from the command's stdout pipe.\n")
 	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. "+
 		"`run` creates a sandbox as `sbx create` does (its own files, then the runsc calls %s, with sbx-init as the sandbox's init), "+
-		"then runs `echo hi` in it with `runsc exec`; the removal (`--rm`) comes after the first byte.\n", runscCalls(r.createPhases))
+		"then runs `echo hi` in it as `runsc exec` would, with the same two calls (ExecuteAsync, WaitPID) on the sandbox's control socket "+
+		"(docs/decisions/0008-exec-over-the-control-socket.md); the removal (`--rm`) comes after the first byte.\n", runscCalls(r.createPhases))
 	p("  - runsc: `runsc %s run --bundle B ID`: sbx's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
 		"B/config.json is the spec sbx generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
 		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one sbx unpacked), the same mounts (%s), "+
@@ -215,7 +216,7 @@ func render(r *report) string {
 		"The bundle and D are made before the clock starts; `runsc delete`, where runsc left state, runs after it stops.\n",
 		placeholders(r.targetGlobals, "R", "D"), rawCgroupPrefix+"RUN", strings.Join(r.mounts, ", "), describeResources(r.resources))
 	p("- **exec**: both sides exec into the same running sbx sandbox (default limits, otherwise idle). "+
-		"sbx: `sbx exec ID -- CMD`. runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
+		"sbx: `sbx exec ID -- CMD` (no runsc process: the control socket, as above). runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
 		"`true` is timed to the CLI process's exit, `echo hi` to the first byte of output.\n\n",
 		placeholders(r.targetGlobals, "SBX_ROOT/runsc", "SBX_ROOT/sandboxes/ID"))
 
@@ -224,27 +225,26 @@ func render(r *report) string {
 	p("The steps of `sbx run`, each timed on its own against its runsc counterpart, in the same %d pairs as the create → first output "+
 		"latency above (medians): after its `sbx run --rm`, each sbx pass runs `sbx create`, a first `sbx exec ID -- echo hi` "+
 		"into the sandbox just created, and `sbx rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
-		"from sbx's exact spec (sbx-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
+		"(`runsc run --detach`) from sbx's exact spec (sbx-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
 	p("| step | sbx | runsc | sbx median | runsc median | difference |\n")
 	p("|---|---|---|---:|---:|---:|\n")
 	step := func(name, sbxCmd, rawCmd string, l row) {
 		p("| %s | %s | %s | %s | %s | %s |\n", name, sbxCmd, rawCmd, ms(l.sbx.median), ms(l.raw.median), signedMs(l.sbx.median-l.raw.median))
 	}
-	step("create and start", "`sbx create`", "`runsc create` + `runsc start`", r.create)
+	step("create and start", "`sbx create`", "`runsc run --detach`", r.create)
 	step("first exec, to first output", "`sbx exec ID -- echo hi`", "`runsc exec ID echo hi`", r.firstExec)
 	step("remove", "`sbx rm -f`", "`runsc delete --force`", r.rm)
 	step("whole cycle, to exit", "`sbx run --rm -- echo hi`",
 		fmt.Sprintf("`runsc run`, then `runsc delete` if state is left (after %d of %d runs)", r.rawRunDeletes, r.cfg.n), r.runCycle)
 	p("| CLI start-up | `sbx ls -q` (reads the state root, runs no runsc) | — | %s | — | — |\n\n", ms(r.cliFloor.median))
 
-	p("#### Inside `sbx create`, `sbx exec` and `sbx rm`\n\n")
+	p("#### Inside `sbx create` and `sbx rm`\n\n")
 	p("Here sbx runs with `--runsc SHIM`, SHIM being this benchmark program: it notes the time of each runsc call, "+
 		"then execs the real runsc. Each phase runs from one call to the next; the shim adds about %s to each call "+
 		"(`runsc state` through it against directly), included below. Medians of %d pairs each: "+
 		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec.\n\n",
 		ms(r.shimOverhead), r.cfg.n)
-	phaseTable(p, "`sbx create`", r.createPhases, "`runsc create` + `runsc start`")
-	phaseTable(p, "`sbx exec ID -- true`", r.execPhases, "`runsc exec`")
+	phaseTable(p, "`sbx create`", r.createPhases, "`runsc run --detach`")
 	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
 
 	over := r.run.sbx.median - r.run.raw.median
@@ -254,14 +254,14 @@ func render(r *report) string {
 	rest := over - createOver - execOver - design
 	p("Reading it: `sbx run` reaches its first output %s than `runsc run` (%s against %s). Split by the steps above:\n\n",
 		laterOrSooner(over), ms(r.run.sbx.median), ms(r.run.raw.median))
-	p("- %s: `sbx create` against `runsc create` + `runsc start` of the same spec; see its phases above;\n", signedMs(createOver))
+	p("- %s: `sbx create` against `runsc run --detach` of the same spec; see its phases above;\n", signedMs(createOver))
 	p("- %s: the first `sbx exec` against the first `runsc exec` into a just-started sandbox;\n", signedMs(execOver))
-	p("- %s: the design itself, measured on runsc alone: create + start with sbx-init as init, then exec the command, "+
+	p("- %s: the design itself, measured on runsc alone: `run --detach` with sbx-init as init, then exec the command, "+
 		"against `runsc run` with the command as init (%s + %s against %s);\n",
 		signedMs(design), ms(r.create.raw.median), ms(r.firstExec.raw.median), ms(r.run.raw.median))
 	p("- %s: the rest (`sbx run` does both steps in one process; noise).\n\n", signedMs(rest))
-	p("Exec into a running sandbox: sbx adds %s to `runsc exec` (`true` to exit) and %s (`echo hi` to first output); "+
-		"starting any sbx process costs %s (`sbx ls -q`).\n\n",
+	p("Exec into a running sandbox: against `runsc exec`, sbx differs by %s (`true` to exit) and %s (`echo hi` to first output); "+
+		"`sbx exec` starts no runsc process, and starting any sbx process costs %s (`sbx ls -q`).\n\n",
 		signedMs(r.execTrue.sbx.median-r.execTrue.raw.median), signedMs(r.execEcho.sbx.median-r.execEcho.raw.median),
 		ms(r.cliFloor.median))
 
@@ -274,13 +274,13 @@ func render(r *report) string {
 	p("| measurement | sbx | runsc |\n")
 	p("|---|---:|---:|\n")
 	p("| peak RSS of the `sbx` process itself (VmHWM, sampled every 10 ms) | %s | — |\n", mib(s.sbxHWM.median))
-	p("| getrusage ru_maxrss of the CLI child (sbx: the larger of sbx and the `runsc exec` it waits for; runsc: `runsc exec`) | %s | %s |\n",
+	p("| getrusage ru_maxrss of the CLI child (sbx: the sbx process, which starts no runsc; runsc: `runsc exec`) | %s | %s |\n",
 		mib(s.sbxMaxRSS.median), mib(s.rawMaxRSS.median))
 	p("| time to stream it | %s | %s |\n", ms(s.sbxTime.median), ms(s.rawTime.median))
 	p("| throughput | %.0f MB/s | %.0f MB/s |\n\n", s.sbxRate.median, s.rawRate.median)
 
 	i := r.idle
-	p("Idle sandbox, host side: a fresh `sbx create` (`%s` as init) against `runsc create` + `runsc start` "+
+	p("Idle sandbox, host side: a fresh `sbx create` (`%s` as init) against `runsc run --detach` "+
 		"of the same spec with busybox `sleep 1000000` as init, read %s after start. "+
 		"Summed over the host processes whose command line contains the sandbox ID (runsc's sandbox and gofer) and their descendants "+
 		"(systrap stubs); PSS divides shared pages among the processes sharing them, RSS counts them in full in each. "+

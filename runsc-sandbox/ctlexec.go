@@ -1,0 +1,337 @@
+package runsc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/abi/linux"
+	"gvisor.dev/gvisor/pkg/unet"
+	"gvisor.dev/gvisor/pkg/urpc"
+)
+
+// A plain exec (pipes, no terminal, not detached) does not run the runsc
+// binary: it makes the two calls `runsc exec` would make on the sandbox's
+// control socket, ExecuteAsync and WaitPID, itself. Starting runsc, loading
+// its Go runtime and reading the container's state takes about as long as
+// starting the process inside gVisor; see docs/decisions/0008-exec-over-
+// the-control-socket.md. The messages below are those of the pinned runsc
+// (runsc/boot/controller.go, pkg/sentry/control/proc.go); a test decodes
+// them into runsc's own types.
+
+// Methods of runsc's container manager, as runsc/boot names them.
+const (
+	ctlExecuteAsync = "containerManager.ExecuteAsync"
+	ctlWaitPID      = "containerManager.WaitPID"
+	ctlSignal       = "containerManager.Signal"
+)
+
+// ctlExecArgs is runsc's control.ExecArgs, with the fields `runsc exec`
+// sets (argsFromProcess in runsc/cmd/exec.go); the rest stay unset there
+// too.
+type ctlExecArgs struct {
+	urpc.FilePayload
+	GuestFDs         []int
+	Argv             []string `json:"argv"`
+	Envv             []string `json:"envv"`
+	WorkingDirectory string   `json:"wd"`
+	KUID             uint32
+	KGID             uint32
+	ExtraKGIDs       []uint32
+	NoNewPrivileges  bool
+	Capabilities     *ctlCaps
+	StdioIsPty       bool
+	SupportTTYs      bool
+	ContainerID      string
+}
+
+// ctlCaps is auth.TaskCapabilities: each set a bit mask of capabilities.
+type ctlCaps struct {
+	PermittedCaps   uint64
+	InheritableCaps uint64
+	EffectiveCaps   uint64
+	BoundingCaps    uint64
+	AmbientCaps     uint64
+}
+
+// ctlWaitPIDArgs is boot.WaitPIDArgs.
+type ctlWaitPIDArgs struct {
+	PID int32
+	CID string
+}
+
+// ctlSignalArgs is boot.SignalArgs, delivering to one process (mode 0,
+// DeliverToProcess).
+type ctlSignalArgs struct {
+	CID   string
+	Signo int32
+	PID   int32
+	Mode  int
+}
+
+// ctlState is what a plain exec needs of runsc's state file for a
+// container: its status and its sandbox's control socket and user.
+type ctlState struct {
+	Status  string `json:"status"`
+	Sandbox struct {
+		ControlSocketPath string `json:"controlSocketPath"`
+		UID               int    `json:"uid"`
+		GID               int    `json:"gid"`
+	} `json:"sandbox"`
+}
+
+// errNoControl means the control socket cannot be used for this exec; the
+// caller runs `runsc exec`, which reports the reason in runsc's words.
+var errNoControl = errors.New("control socket not usable")
+
+// loadCtlState reads runsc's state for container id.
+func (r *Runsc) loadCtlState(id string) (*ctlState, error) {
+	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
+	if len(m) != 1 {
+		return nil, errNoControl
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		return nil, errNoControl
+	}
+	var st ctlState
+	if err := json.Unmarshal(b, &st); err != nil || st.Sandbox.ControlSocketPath == "" {
+		return nil, errNoControl
+	}
+	// runsc exec accepts the same two states.
+	if st.Status != "created" && st.Status != "running" {
+		return nil, errNoControl
+	}
+	return &st, nil
+}
+
+// ctlCall makes one call on its own connection, as runsc does.
+func ctlCall(socket, method string, arg, result any) error {
+	s, err := unet.Connect(socket, false)
+	if err != nil {
+		return err
+	}
+	c := urpc.NewClient(s)
+	defer c.Close()
+	return c.Call(method, arg, result)
+}
+
+// capMask turns capability names into a mask; CAP_NET_RAW is left out, as
+// runsc leaves it out without --net-raw.
+func capMask(names []string) (uint64, error) {
+	var m uint64
+	for _, n := range names {
+		c, ok := linux.CapabilityFromString(n)
+		if !ok {
+			return 0, fmt.Errorf("unknown capability %q", n)
+		}
+		if c == linux.CAP_NET_RAW {
+			continue
+		}
+		m |= 1 << uint(c)
+	}
+	return m, nil
+}
+
+func ctlCapsOf(lc *specs.LinuxCapabilities) (*ctlCaps, error) {
+	var c ctlCaps
+	var err error
+	for _, s := range []struct {
+		dst   *uint64
+		names []string
+	}{
+		{&c.PermittedCaps, lc.Permitted}, {&c.InheritableCaps, lc.Inheritable},
+		{&c.EffectiveCaps, lc.Effective}, {&c.BoundingCaps, lc.Bounding},
+		{&c.AmbientCaps, lc.Ambient},
+	} {
+		if *s.dst, err = capMask(s.names); err != nil {
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// ctlProc is the state of a process started over the control socket.
+type ctlProc struct {
+	socket string
+	pid    int32
+
+	exited  chan struct{} // closed when WaitPID has returned
+	status  uint32        // its wait status, once exited
+	waitErr error         // WaitPID's failure, once exited
+	copying sync.WaitGroup
+	outputs []*os.File // our ends of the output pipes
+}
+
+// ctlExec starts p in container id over the control socket. errNoControl
+// means it did not try (the caller falls back to runsc exec); ErrNotStarted
+// means the sandbox could not start the process.
+func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr error) {
+	if p.Capabilities == nil {
+		return errNoControl
+	}
+	caps, err := ctlCapsOf(p.Capabilities)
+	if err != nil {
+		return errNoControl
+	}
+	st, err := r.loadCtlState(e.id)
+	if err != nil {
+		return err
+	}
+	var child []*os.File // the process's ends, closed here once sent
+	defer func() {
+		for _, f := range child {
+			f.Close()
+		}
+	}()
+	var parent []*os.File // our ends, closed on failure
+	defer func() {
+		if retErr != nil {
+			for _, f := range parent {
+				f.Close()
+			}
+		}
+	}()
+	devnull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
+
+	var stdin, stdinW *os.File
+	if o.Stdin != nil {
+		if stdin, stdinW, err = os.Pipe(); err != nil {
+			return err
+		}
+		parent = append(parent, stdinW)
+	} else if stdin, err = devnull(); err != nil {
+		return err
+	}
+	child = append(child, stdin)
+	type sink struct {
+		w io.Writer
+		r *os.File
+	}
+	var sinks []sink
+	outFile := func(w io.Writer) (*os.File, error) {
+		if w == nil {
+			return devnull()
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		parent = append(parent, pr)
+		sinks = append(sinks, sink{w, pr})
+		return pw, nil
+	}
+	stdout, err := outFile(o.Stdout)
+	if err != nil {
+		return err
+	}
+	child = append(child, stdout)
+	stderr, err := outFile(o.Stderr)
+	if err != nil {
+		return err
+	}
+	child = append(child, stderr)
+	// runsc gives the stdio to the sandbox's user (configureStdios); as
+	// there, a refusal is not an error.
+	if os.Geteuid() == 0 {
+		for _, f := range child {
+			f.Chown(st.Sandbox.UID, st.Sandbox.GID) //nolint:errcheck // as runsc: best effort
+		}
+	}
+
+	gids := make([]uint32, len(p.User.AdditionalGids))
+	copy(gids, p.User.AdditionalGids)
+	args := &ctlExecArgs{
+		FilePayload:      urpc.FilePayload{Files: child},
+		GuestFDs:         []int{0, 1, 2},
+		Argv:             p.Args,
+		Envv:             p.Env,
+		WorkingDirectory: p.Cwd,
+		KUID:             p.User.UID,
+		KGID:             p.User.GID,
+		ExtraKGIDs:       gids,
+		NoNewPrivileges:  p.NoNewPrivileges,
+		Capabilities:     caps,
+		SupportTTYs:      true,
+		ContainerID:      e.id,
+	}
+	var pid int32
+	if err := ctlCall(st.Sandbox.ControlSocketPath, ctlExecuteAsync, args, &pid); err != nil {
+		var re urpc.RemoteError
+		if errors.As(err, &re) {
+			return fmt.Errorf("%s: %w", re.Message, ErrNotStarted)
+		}
+		// Not connected, or the sandbox went away mid-call: runsc exec
+		// says which.
+		return errNoControl
+	}
+
+	cp := &ctlProc{socket: st.Sandbox.ControlSocketPath, pid: pid, exited: make(chan struct{})}
+	e.ctl = cp
+	for _, s := range sinks {
+		cp.outputs = append(cp.outputs, s.r)
+		cp.copying.Add(1)
+		go func() {
+			defer cp.copying.Done()
+			io.Copy(s.w, s.r) //nolint:errcheck // the writer's failure ends the copy
+		}()
+	}
+	if stdinW != nil {
+		e.stdinW = stdinW
+		go func() {
+			io.Copy(stdinW, o.Stdin) //nolint:errcheck // the process may stop reading
+			stdinW.Close()
+		}()
+	}
+	go func() {
+		var ws uint32
+		err := ctlCall(cp.socket, ctlWaitPID, &ctlWaitPIDArgs{PID: pid, CID: e.id}, &ws)
+		cp.status, cp.waitErr = ws, err
+		close(cp.exited)
+	}()
+	return nil
+}
+
+// signal delivers sig to the process.
+func (cp *ctlProc) signal(cid string, sig syscall.Signal) error {
+	return ctlCall(cp.socket, ctlSignal, &ctlSignalArgs{CID: cid, Signo: int32(sig), PID: cp.pid}, nil)
+}
+
+// wait returns the process's exit status once it has exited and its output
+// has been read (for at most drain more, when a child of it keeps the
+// output open).
+func (cp *ctlProc) wait(drain time.Duration) (int, error) {
+	<-cp.exited
+	copied := make(chan struct{})
+	go func() {
+		cp.copying.Wait()
+		close(copied)
+	}()
+	select {
+	case <-copied:
+	case <-time.After(drain):
+		// A background child of the process still holds the output:
+		// stop reading it, as runsc exec's caller would.
+	}
+	for _, f := range cp.outputs {
+		f.Close()
+	}
+	if cp.waitErr != nil {
+		// The sandbox stopped (or was checkpointed) under the process:
+		// it was killed with it.
+		return 128 + int(syscall.SIGKILL), nil
+	}
+	ws := unix.WaitStatus(cp.status)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
