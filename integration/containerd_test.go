@@ -328,7 +328,12 @@ func TestContainerdOOM(t *testing.T) {
 	podCfg := c.podConfig("hungry", nil, fmt.Sprintf(`"cgroup_parent":%q,`, podCg))
 	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
 	hog := c.runContainer(pod, podCfg, "hog", "sh", "-c", "sleep 1; dd if=/dev/zero of=/dev/shm/fill bs=1M count=512; sleep 1000")
-	waitFor(t, func() bool { return strings.Contains(c.crictlOK("inspect", hog), `"reason": "OOMKilled"`) })
+	// The reason can show before the exit has been processed; kubelet
+	// removes a pod once its containers have exited, and so does this.
+	waitFor(t, func() bool {
+		st := c.crictlOK("inspect", hog)
+		return strings.Contains(st, `"reason": "OOMKilled"`) && strings.Contains(st, `"state": "CONTAINER_EXITED"`)
+	})
 	c.crictlOK("rmp", "-f", pod)
 	c.assertClean(pod, hog)
 }
