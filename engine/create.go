@@ -75,6 +75,12 @@ func (c *cleanup) clean() {
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
 // error it leaves nothing behind: no record, lease, cgroup or process.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	return e.create(ctx, req, nil)
+}
+
+// create is Create; with first, the sandbox's init runs first's command
+// at boot (Run).
+func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstCommand) (*Sandbox, error) {
 	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
@@ -139,6 +145,16 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	// them in the record rather than reading the image store per exec.
 	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
 	sb.ImageUser = img.Config.Config.User
+	initArgs := []string{agent.MountPath}
+	if first != nil {
+		// A bad --user fails here, before anything runs.
+		if err := first.prepare(e, sb); err != nil {
+			return nil, err
+		}
+		undo.add(first.close)
+		initArgs = append(initArgs, agent.CmdFirst)
+		sb.OneShot = true
+	}
 
 	netns, netMounts, err := e.setupNetwork(ctx, sb, pr.Allow, &undo)
 	if err != nil {
@@ -150,7 +166,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		Rootfs:   rootfs,
 		Hostname: sb.ShortID(),
 		Process: specs.Process{
-			Args: []string{agent.MountPath},
+			Args: initArgs,
 			Env:  env,
 			Cwd:  "/",
 		},
@@ -203,7 +219,17 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 		return nil, err
 	}
 	defer logf.Close()
-	if err := r.RunDetached(ctx, id, bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
+	opts := runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}
+	if first != nil {
+		opts.PassFiles = first.child
+		first.startIO(r, id)
+	}
+	err = r.RunDetached(ctx, id, bundle, opts)
+	if first != nil {
+		// The sandbox has them now (or never will).
+		first.closeChild()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	// runsc wrote the sandbox process's PID at create; a started sandbox

@@ -138,6 +138,9 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 		return nil, err
 	}
 	defer unlock()
+	if err := checkpointable(sb); err != nil {
+		return nil, err
+	}
 	ck, err := e.checkpoint(ctx, sb)
 	if err != nil {
 		return nil, err
@@ -154,6 +157,15 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
 	sb.State = StatePaused
 	return sb, e.save(sb)
+}
+
+// checkpointable refuses a sandbox whose memory cannot be checkpointed:
+// one made for a single command, whose init holds the host's pipes.
+func checkpointable(sb *Sandbox) error {
+	if sb.OneShot {
+		return fmt.Errorf("sandbox %s runs one command (run --rm) and cannot be paused or forked: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }
 
 // lockRunning resolves ref, takes its lock and checks that it runs.
@@ -316,6 +328,10 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 	}
 	parent, unlock, err := e.lockRunning(ctx, ref)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkpointable(parent); err != nil {
+		unlock()
 		return nil, err
 	}
 	img, err := e.sandboxImage(ctx, parent)

@@ -84,6 +84,9 @@ type Sandbox struct {
 	// OOMKilled: the host's OOM killer ended the sandbox when it reached
 	// its memory limit.
 	OOMKilled bool `json:"oomKilled,omitempty"`
+	// OneShot: the sandbox's init ran one command at boot (Run) and
+	// stops with it; its host descriptors cannot be checkpointed.
+	OneShot bool `json:"oneShot,omitempty"`
 
 	// Ports are the published ports, with the host ports they got, and
 	// Forwarder the detached process that serves them.

@@ -206,9 +206,9 @@ func render(r *report) string {
 	p("What each side does:\n\n")
 	p("- **create → first output**: from just before fork until the first byte of `hi` is read from the command's stdout pipe.\n")
 	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. "+
-		"`run` creates a sandbox as `sbx create` does (its own files, then the runsc calls %s, with sbx-init as the sandbox's init), "+
-		"then runs `echo hi` in it as `runsc exec` would, with the same two calls (ExecuteAsync, WaitPID) on the sandbox's control socket "+
-		"(docs/decisions/0008-exec-over-the-control-socket.md); the removal (`--rm`) comes after the first byte.\n", runscCalls(r.createPhases))
+		"`run --rm` creates a sandbox as `sbx create` does (its own files, then the runsc calls %s, with sbx-init as the sandbox's init), "+
+		"with `echo hi` handed to sbx-init, which starts it as soon as the sandbox boots "+
+		"(docs/decisions/0009-run-rm-first-command.md); the removal comes after the first byte.\n", runscCalls(r.createPhases))
 	p("  - runsc: `runsc %s run --bundle B ID`: sbx's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
 		"B/config.json is the spec sbx generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
 		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one sbx unpacked), the same mounts (%s), "+
@@ -216,15 +216,17 @@ func render(r *report) string {
 		"The bundle and D are made before the clock starts; `runsc delete`, where runsc left state, runs after it stops.\n",
 		placeholders(r.targetGlobals, "R", "D"), rawCgroupPrefix+"RUN", strings.Join(r.mounts, ", "), describeResources(r.resources))
 	p("- **exec**: both sides exec into the same running sbx sandbox (default limits, otherwise idle). "+
-		"sbx: `sbx exec ID -- CMD` (no runsc process: the control socket, as above). runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
+		"sbx: `sbx exec ID -- CMD`, which starts no runsc process: it makes runsc exec's two calls (ExecuteAsync, WaitPID) on the sandbox's "+
+		"control socket itself (docs/decisions/0008-exec-over-the-control-socket.md). runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
 		"`true` is timed to the CLI process's exit, `echo hi` to the first byte of output.\n\n",
 		placeholders(r.targetGlobals, "SBX_ROOT/runsc", "SBX_ROOT/sandboxes/ID"))
 
 	// Where the time goes.
 	p("### Where the time goes\n\n")
-	p("The steps of `sbx run`, each timed on its own against its runsc counterpart, in the same %d pairs as the create → first output "+
-		"latency above (medians): after its `sbx run --rm`, each sbx pass runs `sbx create`, a first `sbx exec ID -- echo hi` "+
-		"into the sandbox just created, and `sbx rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
+	p("The steps of a sandbox's life, each timed on its own against its runsc counterpart, in the same %d pairs as the create → first output "+
+		"latency above (medians): after its `sbx run --rm`, each sbx pass runs `sbx create` (sbx's own work is that of `run --rm`; "+
+		"its init then waits), a first `sbx exec ID -- echo hi` into the sandbox just created (what `run` without `--rm` does after creating), "+
+		"and `sbx rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
 		"(`runsc run --detach`) from sbx's exact spec (sbx-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
 	p("| step | sbx | runsc | sbx median | runsc median | difference |\n")
 	p("|---|---|---|---:|---:|---:|\n")
@@ -249,17 +251,11 @@ func render(r *report) string {
 
 	over := r.run.sbx.median - r.run.raw.median
 	createOver := r.create.sbx.median - r.create.raw.median
-	execOver := r.firstExec.sbx.median - r.firstExec.raw.median
-	design := r.create.raw.median + r.firstExec.raw.median - r.run.raw.median
-	rest := over - createOver - execOver - design
-	p("Reading it: `sbx run` reaches its first output %s than `runsc run` (%s against %s). Split by the steps above:\n\n",
+	p("Reading it: `sbx run --rm` reaches its first output %s than `runsc run` (%s against %s). Split:\n\n",
 		laterOrSooner(over), ms(r.run.sbx.median), ms(r.run.raw.median))
-	p("- %s: `sbx create` against `runsc run --detach` of the same spec; see its phases above;\n", signedMs(createOver))
-	p("- %s: the first `sbx exec` against the first `runsc exec` into a just-started sandbox;\n", signedMs(execOver))
-	p("- %s: the design itself, measured on runsc alone: `run --detach` with sbx-init as init, then exec the command, "+
-		"against `runsc run` with the command as init (%s + %s against %s);\n",
-		signedMs(design), ms(r.create.raw.median), ms(r.firstExec.raw.median), ms(r.run.raw.median))
-	p("- %s: the rest (`sbx run` does both steps in one process; noise).\n\n", signedMs(rest))
+	p("- %s: sbx's own work, `sbx create` against `runsc run --detach` of the same spec (see its phases above);\n", signedMs(createOver))
+	p("- %s: the rest: sbx-init (a Go program) starting inside the sandbox and then starting `echo hi`, against runsc starting "+
+		"`echo hi` as the init; and noise.\n\n", signedMs(over-createOver))
 	p("Exec into a running sandbox: against `runsc exec`, sbx differs by %s (`true` to exit) and %s (`echo hi` to first output); "+
 		"`sbx exec` starts no runsc process, and starting any sbx process costs %s (`sbx ls -q`).\n\n",
 		signedMs(r.execTrue.sbx.median-r.execTrue.raw.median), signedMs(r.execEcho.sbx.median-r.execEcho.raw.median),

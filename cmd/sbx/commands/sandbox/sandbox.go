@@ -157,11 +157,26 @@ var runCommand = &cli.Command{
 		// leave it behind: hold them until the command runs.
 		sigs := notifySignals()
 		defer signal.Stop(sigs)
-		sb, err := e.Create(c.Context, req)
-		if err != nil {
-			return err
+		var sb *engine.Sandbox
+		var code int
+		if c.Bool("rm") {
+			// The sandbox lives for this one command: its init can
+			// start it at boot.
+			code, err = runIn(c, args, sigs, func(xreq engine.ExecRequest) (int, error) {
+				var code int
+				var err error
+				sb, code, err = e.Run(c.Context, req, xreq)
+				return code, err
+			})
+			if sb == nil {
+				return clix.Exit(code, err)
+			}
+		} else {
+			if sb, err = e.Create(c.Context, req); err != nil {
+				return err
+			}
+			code, err = execIn(c, e, sb.ID, args, sigs)
 		}
-		code, err := execIn(c, e, sb.ID, args, sigs)
 		if c.Bool("rm") {
 			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil {
 				return rmErr
@@ -207,6 +222,11 @@ func notifySignals() chan os.Signal {
 // execIn runs args in sandbox id with the exec flags of c. It returns the
 // command's exit status, or 125 with an error of sbx's own.
 func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs chan os.Signal) (int, error) {
+	return runIn(c, args, sigs, func(req engine.ExecRequest) (int, error) { return e.Exec(c.Context, id, req) })
+}
+
+// runIn runs args through exec with the exec flags of c.
+func runIn(c *cli.Context, args []string, sigs chan os.Signal, exec func(engine.ExecRequest) (int, error)) (int, error) {
 	req := engine.ExecRequest{
 		Args: args, Workdir: c.String("workdir"), User: c.String("user"),
 		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Timeout: c.Duration("timeout"),
@@ -235,7 +255,7 @@ func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs cha
 	if req.Stderr == nil {
 		req.Stderr = os.Stderr
 	}
-	code, err := e.Exec(c.Context, id, req)
+	code, err := exec(req)
 	switch {
 	case errors.Is(err, engine.ErrTimeout):
 		return code, err

@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `sbx run --rm` hands its command to the sandbox's init, which starts it
+// at boot. The command must still behave as an exec'd one would: these
+// tests check what differs in how it is started.
+
+// startRun starts `sbx run --rm` of args and returns it once the command
+// has printed its first line, which is returned too.
+func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
+	t.Helper()
+	c := e.cmd(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, args...)...)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	rd := bufio.NewReader(stdout)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no first line from run --rm (%v); stderr %q", err, stderr.String())
+	}
+	return c, rd, line
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// While its command runs, a run --rm sandbox is an ordinary running
+// sandbox (ls, exec) that refuses to be paused or forked; a signal to sbx
+// reaches the command; afterwards nothing is left.
+func TestRunRmWhileRunning(t *testing.T) {
+	e := newEnv(t)
+	c, rd, line := e.startRun(t, "sh", "-c", `trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done`)
+	if line != "ready\n" {
+		t.Fatalf("first line %q", line)
+	}
+	ls := e.list()
+	if len(ls) != 1 || ls[0].State != "running" {
+		t.Fatalf("ls while run --rm runs: %+v", ls)
+	}
+	id := ls[0].ID
+	if out := e.ok("exec", id, "--", "sh", "-c", "ps -o args | grep -c 'while :'"); strings.TrimSpace(out) == "0" {
+		t.Fatalf("exec into the run --rm sandbox does not see its command")
+	}
+	assertOneLineError(t, e.run(nil, "pause", id), "cannot be paused")
+	assertOneLineError(t, e.run(nil, "fork", id), "cannot be paused or forked")
+
+	c.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(rd)
+	err := c.Wait()
+	if string(rest) != "got TERM\n" || exitCode(err) != 7 {
+		t.Fatalf("after SIGTERM to sbx run: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, exitCode(err), err)
+	}
+	e.assertClean(id)
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
+	}
+}
+
+// A command that leaves a background process holding its output still
+// ends the run; stdin streams in; statuses are the command's.
+func TestRunRmStreamsAndStatuses(t *testing.T) {
+	e := newEnv(t)
+	in := make([]byte, 1<<20)
+	rand.Read(in)
+	r := e.run(bytes.NewReader(in), "run", "--rm", "-i", "--image", "busybox", "--", "cat")
+	if r.code != 0 || r.stdout != string(in) {
+		t.Fatalf("run --rm -i cat of 1 MiB: exit %d, %d bytes back, stderr %q", r.code, len(r.stdout), r.stderr)
+	}
+
+	done := make(chan result, 1)
+	go func() {
+		done <- e.run(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "sleep 600 & echo started; exit 4")
+	}()
+	select {
+	case r := <-done:
+		if r.code != 4 || r.stdout != "started\n" {
+			t.Fatalf("run --rm with a background child: %s", r)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run --rm waits for a background process of its command")
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"sh", "-c", "exit 42"}, 42},
+		{[]string{"no-such-command"}, 127},
+		{[]string{"/etc/passwd"}, 126},
+		{[]string{"sh", "-c", "kill -9 $$"}, 137},
+	} {
+		if r := e.run(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, tc.args...)...); r.code != tc.code {
+			t.Errorf("run --rm %v: want %d, got %s", tc.args, tc.code, r)
+		}
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
+	}
+}
+
+// The command of run --rm gets what an exec'd one gets: the seccomp
+// filter, capabilities, user and groups, environment and directory.
+func TestRunRmProcessMatchesExec(t *testing.T) {
+	e := newEnv(t)
+	show := []string{"sh", "-c", `grep -E '^(Seccomp|NoNewPrivs|Cap[A-Za-z]+|Groups):' /proc/self/status; id; pwd; env | grep -v '^HOSTNAME=' | sort`}
+	for _, user := range []string{"", "1000:1000", "nobody"} {
+		create := []string{"--env", "EXTRA=1", "--workdir", "/tmp"}
+		var as []string
+		if user != "" {
+			as = []string{"--user", user}
+		}
+		id := e.create(create...)
+		want := e.ok(append(append(append([]string{"exec"}, as...), id, "--"), show...)...)
+		e.ok("rm", "-f", id)
+		got := e.ok(append(append(append(append([]string{"run", "--rm", "--image", "busybox"}, create...), as...), "--"), show...)...)
+		if got != want || !strings.Contains(got, "Seccomp:\t2") {
+			t.Errorf("user %q: run --rm's command sees\n%s\nan exec'd one\n%s", user, got, want)
+		}
+	}
+}
+
+// A bad user and a memory bomb fail the way they fail for exec, and leave
+// nothing behind.
+func TestRunRmFailures(t *testing.T) {
+	e := newEnv(t)
+	assertOneLineError(t, e.run(nil, "run", "--rm", "--image", "busybox", "--user", "nosuchuser", "--", "true"), "nosuchuser")
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("a refused run left state behind: %v", d)
+	}
+	r := e.run(nil, "run", "--rm", "--image", "busybox", "--memory", "128m", "--", "sh", "-c",
+		"head -c 1000m /dev/zero | tail > /dev/null; echo survived")
+	if r.code != 137 || !strings.Contains(r.stderr, "out of memory") || strings.Contains(r.stdout, "survived") {
+		t.Fatalf("memory bomb under run --rm: want exit 137 with the reason, got %s", r)
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("run --rm of a memory bomb left state behind: %v", d)
+	}
+	if left := processesMentioning(e.root); len(left) != 0 {
+		t.Fatalf("processes left: %v", left)
+	}
+}
