@@ -221,7 +221,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstComm
 	defer logf.Close()
 	opts := runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}
 	if first != nil {
-		opts.PassFiles = first.child
+		opts.PassFiles = first.passFiles()
 		first.startIO(r, id)
 	}
 	err = r.RunDetached(ctx, id, bundle, opts)

@@ -128,6 +128,9 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 	if errors.Is(err, runsc.ErrNotStarted) {
 		return e.whyNotStarted(context.Background(), sb, proc), nil
 	}
+	if errors.Is(err, runsc.ErrSandboxGone) {
+		return e.stoppedUnder(sb, req.Args[0])
+	}
 	// A sandbox killed for memory takes its processes with it: only an
 	// abnormal end can mean that.
 	if code >= 128 || err != nil {
@@ -154,6 +157,23 @@ func forwardSignals(p *runsc.ExecProcess, sigs <-chan os.Signal) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// stoppedUnder reports a command whose sandbox stopped while it ran: 137,
+// with the reason (out of memory) when there is one. The sandbox's
+// process may take a moment to go after the command's end is seen.
+func (e *Engine) stoppedUnder(sb *Sandbox, cmd string) (int, error) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		now, err := e.load(sb.ID)
+		if err != nil || now.State != StateRunning {
+			if err == nil && now.OOMKilled {
+				return ExitOOMKilled, oomError(now)
+			}
+			break
+		}
+	}
+	// Killed with its sandbox, as by SIGKILL.
+	return 128 + int(unix.SIGKILL), fmt.Errorf("sandbox %s stopped while %s ran", sb.ShortID(), cmd)
 }
 
 // whyNotStarted asks the sandbox's agent, with the same environment,

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -54,19 +52,16 @@ func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) 
 type firstCommand struct {
 	req ExecRequest
 
-	child  []*os.File // the sandbox's ends, passed to runsc run
-	status *os.File   // where the init writes the command's status
-	stdinW *os.File
-	// outputs are the command's stdout and stderr, read until the
-	// command exits (and its output drains).
-	outputs []*os.File
-	copying sync.WaitGroup
+	request *os.File // the sandbox's end of the request pipe
+	statusW *os.File // the sandbox's end of the status pipe
+	status  *os.File // where the init writes the command's status
+	pipes   *runsc.Pipes
 	sandbox string
 	r       *runsc.Runsc
 }
 
 // prepare renders the request for the init and makes the descriptors.
-func (f *firstCommand) prepare(e *Engine, sb *Sandbox) error {
+func (f *firstCommand) prepare(e *Engine, sb *Sandbox) (err error) {
 	proc, err := e.process(sb, f.req)
 	if err != nil {
 		return err
@@ -78,55 +73,29 @@ func (f *firstCommand) prepare(e *Engine, sb *Sandbox) error {
 	if err != nil {
 		return err
 	}
-	ok := false
 	defer func() {
-		if !ok {
+		if err != nil {
 			f.close()
 		}
 	}()
-	reqR, reqW, err := os.Pipe()
-	if err != nil {
+	var reqW *os.File
+	if f.request, reqW, err = os.Pipe(); err != nil {
 		return err
 	}
-	f.child = append(f.child, reqR)
 	go func() {
 		reqW.Write(msg) //nolint:errcheck // a sandbox that failed to start reads nothing
 		reqW.Close()
 	}()
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
+	if f.status, f.statusW, err = os.Pipe(); err != nil {
 		return err
 	}
-	f.status = statusR
-	f.child = append(f.child, statusW)
-	devnull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
-	var stdin *os.File
-	if f.req.Stdin != nil {
-		if stdin, f.stdinW, err = os.Pipe(); err != nil {
-			return err
-		}
-	} else if stdin, err = devnull(); err != nil {
-		return err
-	}
-	f.child = append(f.child, stdin)
-	for _, w := range []io.Writer{f.req.Stdout, f.req.Stderr} {
-		var end *os.File
-		if w == nil {
-			if end, err = devnull(); err != nil {
-				return err
-			}
-		} else {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return err
-			}
-			f.outputs = append(f.outputs, pr)
-			end = pw
-		}
-		f.child = append(f.child, end)
-	}
-	ok = true
-	return nil
+	f.pipes, err = runsc.NewPipes(f.req.Stdin, f.req.Stdout, f.req.Stderr)
+	return err
+}
+
+// passFiles are the descriptors the init gets, from agent.FirstRequestFD.
+func (f *firstCommand) passFiles() []*os.File {
+	return append([]*os.File{f.request, f.statusW}, f.pipes.Child[:]...)
 }
 
 // startIO starts moving the command's stdio, before the sandbox starts:
@@ -134,41 +103,31 @@ func (f *firstCommand) prepare(e *Engine, sb *Sandbox) error {
 // passed on as it comes, while runsc is still returning.
 func (f *firstCommand) startIO(r *runsc.Runsc, id string) {
 	f.r, f.sandbox = r, id
-	k := 0
-	for _, w := range []io.Writer{f.req.Stdout, f.req.Stderr} {
-		if w == nil {
-			continue
-		}
-		pr := f.outputs[k]
-		k++
-		f.copying.Add(1)
-		go func() {
-			defer f.copying.Done()
-			io.Copy(w, pr) //nolint:errcheck // a failing writer ends the copy
-		}()
-	}
-	if f.stdinW != nil {
-		go func() {
-			io.Copy(f.stdinW, f.req.Stdin) //nolint:errcheck // the command may stop reading
-			f.stdinW.Close()
-		}()
-	}
+	f.pipes.Start()
 }
 
+// closeChild closes the sandbox's ends here, once it holds them (or never
+// will).
 func (f *firstCommand) closeChild() {
-	for _, c := range f.child {
-		c.Close()
+	for _, c := range []*os.File{f.request, f.statusW} {
+		if c != nil {
+			c.Close()
+		}
 	}
-	f.child = nil
+	f.request, f.statusW = nil, nil
+	if f.pipes != nil {
+		f.pipes.CloseChild()
+	}
 }
 
 // close releases every descriptor of a command that will not run.
 func (f *firstCommand) close() {
 	f.closeChild()
-	for _, c := range append([]*os.File{f.status, f.stdinW}, f.outputs...) {
-		if c != nil {
-			c.Close()
-		}
+	if f.status != nil {
+		f.status.Close()
+	}
+	if f.pipes != nil {
+		f.pipes.Close()
 	}
 }
 
@@ -194,20 +153,9 @@ func (f *firstCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 	}
 	line, _ := bufio.NewReader(f.status).ReadString('\n')
 	f.status.Close()
-	copied := make(chan struct{})
-	go func() {
-		f.copying.Wait()
-		close(copied)
-	}()
-	select {
-	case <-copied:
-	case <-time.After(time.Second):
-		// A process the command left behind still holds its output;
-		// the sandbox is stopping.
-	}
-	for _, o := range f.outputs {
-		o.Close()
-	}
+	// A process the command left behind may still hold its output; the
+	// sandbox is stopping.
+	f.pipes.Finish(time.Second)
 	kind, n, _ := strings.Cut(strings.TrimSpace(line), " ")
 	code, err := strconv.Atoi(n)
 	switch {
@@ -218,10 +166,7 @@ func (f *firstCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 	case kind == "":
 		// The sandbox ended before its init could report: killed,
 		// perhaps by the host's OOM killer.
-		if now, lerr := e.load(sb.ID); lerr == nil && now.OOMKilled {
-			return ExitOOMKilled, oomError(now)
-		}
-		return -1, fmt.Errorf("sandbox %s stopped before %s finished", sb.ShortID(), f.req.Args[0])
+		return e.stoppedUnder(sb, f.req.Args[0])
 	}
 	return -1, errors.New("sandbox init: " + strings.TrimSpace(line))
 }

@@ -21,8 +21,8 @@ import (
 func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
 	t.Helper()
 	c := e.cmd(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, args...)...)
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
+	stderr := &bytes.Buffer{}
+	c.Stderr = stderr
 	stdout, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +34,13 @@ func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, 
 	rd := bufio.NewReader(stdout)
 	line, err := rd.ReadString('\n')
 	if err != nil {
-		t.Fatalf("no first line from run --rm (%v); stderr %q", err, stderr.String())
+		t.Fatalf("no first line from run --rm (%v); stderr %q", err, stderr)
 	}
 	return c, rd, line
 }
+
+// runStderr is what a command started by startRun wrote on stderr.
+func runStderr(c *exec.Cmd) string { return c.Stderr.(*bytes.Buffer).String() }
 
 func exitCode(err error) int {
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -163,4 +166,47 @@ func TestRunRmFailures(t *testing.T) {
 	if left := processesMentioning(e.root); len(left) != 0 {
 		t.Fatalf("processes left: %v", left)
 	}
+}
+
+// A command whose sandbox is stopped under it ends with 137, for exec and
+// for run --rm alike.
+func TestCommandWhoseSandboxStops(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	c := e.cmd(nil, "exec", id, "--", "sh", "-c", "echo ready; sleep 600")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	e.ok("stop", id)
+	err = c.Wait()
+	// stop kills the sandbox's processes first: the command dies of
+	// SIGKILL, as it would on a host shutting down.
+	if exitCode(err) != 137 {
+		t.Fatalf("exec whose sandbox stopped: exit %d, stderr %q", exitCode(err), stderr.String())
+	}
+	e.ok("rm", id)
+	e.assertClean(id)
+
+	run, _, _ := e.startRun(t, "sh", "-c", "echo ready; sleep 600")
+	ls := e.list()
+	if len(ls) != 1 {
+		t.Fatalf("ls while run --rm runs: %+v", ls)
+	}
+	e.ok("rm", "-f", ls[0].ID)
+	// Its init is killed with it and cannot report: sbx says what
+	// happened.
+	if err := run.Wait(); exitCode(err) != 137 || !strings.Contains(runStderr(run), "stopped while sh ran") {
+		t.Fatalf("run --rm whose sandbox was removed: exit %d (%v), stderr %q", exitCode(err), err, runStderr(run))
+	}
+	e.assertClean(ls[0].ID)
 }

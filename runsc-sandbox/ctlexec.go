@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -88,6 +86,10 @@ type ctlState struct {
 	} `json:"sandbox"`
 }
 
+// ErrSandboxGone is returned by ExecProcess.Wait, with status 137, when
+// the sandbox itself stopped (or was checkpointed) under the process.
+var ErrSandboxGone = errors.New("the sandbox stopped under it")
+
 // errNoControl means the control socket cannot be used for this exec; the
 // caller runs `runsc exec`, which reports the reason in runsc's words.
 var errNoControl = errors.New("control socket not usable")
@@ -167,8 +169,7 @@ type ctlProc struct {
 	exited  chan struct{} // closed when WaitPID has returned
 	status  uint32        // its wait status, once exited
 	waitErr error         // WaitPID's failure, once exited
-	copying sync.WaitGroup
-	outputs []*os.File // our ends of the output pipes
+	pipes   *Pipes
 }
 
 // ctlExec starts p in container id over the control socket. errNoControl
@@ -186,63 +187,19 @@ func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr err
 	if err != nil {
 		return err
 	}
-	var child []*os.File // the process's ends, closed here once sent
-	defer func() {
-		for _, f := range child {
-			f.Close()
-		}
-	}()
-	var parent []*os.File // our ends, closed on failure
+	pipes, err := NewPipes(o.Stdin, o.Stdout, o.Stderr)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if retErr != nil {
-			for _, f := range parent {
-				f.Close()
-			}
+			pipes.Close()
 		}
 	}()
-	devnull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
-
-	var stdin, stdinW *os.File
-	if o.Stdin != nil {
-		if stdin, stdinW, err = os.Pipe(); err != nil {
-			return err
-		}
-		parent = append(parent, stdinW)
-	} else if stdin, err = devnull(); err != nil {
-		return err
-	}
-	child = append(child, stdin)
-	type sink struct {
-		w io.Writer
-		r *os.File
-	}
-	var sinks []sink
-	outFile := func(w io.Writer) (*os.File, error) {
-		if w == nil {
-			return devnull()
-		}
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		parent = append(parent, pr)
-		sinks = append(sinks, sink{w, pr})
-		return pw, nil
-	}
-	stdout, err := outFile(o.Stdout)
-	if err != nil {
-		return err
-	}
-	child = append(child, stdout)
-	stderr, err := outFile(o.Stderr)
-	if err != nil {
-		return err
-	}
-	child = append(child, stderr)
 	// runsc gives the stdio to the sandbox's user (configureStdios); as
 	// there, a refusal is not an error.
 	if os.Geteuid() == 0 {
-		for _, f := range child {
+		for _, f := range pipes.Child {
 			f.Chown(st.Sandbox.UID, st.Sandbox.GID) //nolint:errcheck // as runsc: best effort
 		}
 	}
@@ -250,7 +207,7 @@ func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr err
 	gids := make([]uint32, len(p.User.AdditionalGids))
 	copy(gids, p.User.AdditionalGids)
 	args := &ctlExecArgs{
-		FilePayload:      urpc.FilePayload{Files: child},
+		FilePayload:      urpc.FilePayload{Files: pipes.Child[:]},
 		GuestFDs:         []int{0, 1, 2},
 		Argv:             p.Args,
 		Envv:             p.Env,
@@ -264,7 +221,9 @@ func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr err
 		ContainerID:      e.id,
 	}
 	var pid int32
-	if err := ctlCall(st.Sandbox.ControlSocketPath, ctlExecuteAsync, args, &pid); err != nil {
+	err = ctlCall(st.Sandbox.ControlSocketPath, ctlExecuteAsync, args, &pid)
+	pipes.CloseChild()
+	if err != nil {
 		var re urpc.RemoteError
 		if errors.As(err, &re) {
 			return fmt.Errorf("%s: %w", re.Message, ErrNotStarted)
@@ -274,23 +233,9 @@ func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr err
 		return errNoControl
 	}
 
-	cp := &ctlProc{socket: st.Sandbox.ControlSocketPath, pid: pid, exited: make(chan struct{})}
+	cp := &ctlProc{socket: st.Sandbox.ControlSocketPath, pid: pid, exited: make(chan struct{}), pipes: pipes}
 	e.ctl = cp
-	for _, s := range sinks {
-		cp.outputs = append(cp.outputs, s.r)
-		cp.copying.Add(1)
-		go func() {
-			defer cp.copying.Done()
-			io.Copy(s.w, s.r) //nolint:errcheck // the writer's failure ends the copy
-		}()
-	}
-	if stdinW != nil {
-		e.stdinW = stdinW
-		go func() {
-			io.Copy(stdinW, o.Stdin) //nolint:errcheck // the process may stop reading
-			stdinW.Close()
-		}()
-	}
+	pipes.Start()
 	go func() {
 		var ws uint32
 		err := ctlCall(cp.socket, ctlWaitPID, &ctlWaitPIDArgs{PID: pid, CID: e.id}, &ws)
@@ -310,24 +255,12 @@ func (cp *ctlProc) signal(cid string, sig syscall.Signal) error {
 // output open).
 func (cp *ctlProc) wait(drain time.Duration) (int, error) {
 	<-cp.exited
-	copied := make(chan struct{})
-	go func() {
-		cp.copying.Wait()
-		close(copied)
-	}()
-	select {
-	case <-copied:
-	case <-time.After(drain):
-		// A background child of the process still holds the output:
-		// stop reading it, as runsc exec's caller would.
-	}
-	for _, f := range cp.outputs {
-		f.Close()
-	}
+	// A background child of the process may still hold the output: stop
+	// reading it after drain, as runsc exec's caller would.
+	cp.pipes.Finish(drain)
 	if cp.waitErr != nil {
-		// The sandbox stopped (or was checkpointed) under the process:
-		// it was killed with it.
-		return 128 + int(syscall.SIGKILL), nil
+		// It was killed with the sandbox.
+		return 128 + int(syscall.SIGKILL), ErrSandboxGone
 	}
 	ws := unix.WaitStatus(cp.status)
 	if ws.Signaled() {

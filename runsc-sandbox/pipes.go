@@ -1,0 +1,117 @@
+package runsc
+
+import (
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Pipes connect a caller's stdin reader and output writers to a sandboxed
+// process that gets host descriptors as its stdio (an exec over the
+// control socket, or a command the sandbox's init starts): Child are the
+// process's ends, the caller's side is copied in constant memory. A nil
+// reader or writer gives the process /dev/null instead.
+type Pipes struct {
+	// Child are the process's stdin, stdout and stderr, to hand to the
+	// sandbox and then close with CloseChild.
+	Child [3]*os.File
+
+	stdin   io.Reader
+	stdinW  *os.File
+	sinks   []io.Writer
+	outputs []*os.File
+	copying sync.WaitGroup
+}
+
+// NewPipes makes the pipes for stdin, stdout and stderr.
+func NewPipes(stdin io.Reader, stdout, stderr io.Writer) (p *Pipes, err error) {
+	p = &Pipes{stdin: stdin}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	devnull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
+	if stdin != nil {
+		if p.Child[0], p.stdinW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+	} else if p.Child[0], err = devnull(); err != nil {
+		return nil, err
+	}
+	for i, w := range []io.Writer{stdout, stderr} {
+		if w == nil {
+			if p.Child[1+i], err = devnull(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		r, cw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		p.Child[1+i] = cw
+		p.sinks, p.outputs = append(p.sinks, w), append(p.outputs, r)
+	}
+	return p, nil
+}
+
+// Start starts copying: stdin into the process until it ends or the
+// process stops reading, the outputs out until they end (Finish).
+func (p *Pipes) Start() {
+	for i, r := range p.outputs {
+		w := p.sinks[i]
+		p.copying.Add(1)
+		go func() {
+			defer p.copying.Done()
+			io.Copy(w, r) //nolint:errcheck // the writer's failure ends the copy
+		}()
+	}
+	if p.stdinW != nil {
+		go func() {
+			io.Copy(p.stdinW, p.stdin) //nolint:errcheck // the process may stop reading
+			p.stdinW.Close()
+		}()
+	}
+}
+
+// CloseChild closes the process's ends here, once the sandbox holds them
+// (or never will): the outputs end when the process's copies close.
+func (p *Pipes) CloseChild() {
+	for i, f := range p.Child {
+		if f != nil {
+			f.Close()
+			p.Child[i] = nil
+		}
+	}
+}
+
+// Finish waits until the outputs have been copied to their end, for at
+// most drain (a background child of the process may hold them open
+// forever), then stops reading them.
+func (p *Pipes) Finish(drain time.Duration) {
+	copied := make(chan struct{})
+	go func() {
+		p.copying.Wait()
+		close(copied)
+	}()
+	select {
+	case <-copied:
+	case <-time.After(drain):
+	}
+	for _, r := range p.outputs {
+		r.Close()
+	}
+}
+
+// Close releases every descriptor of pipes whose process never ran.
+func (p *Pipes) Close() {
+	p.CloseChild()
+	for _, r := range p.outputs {
+		r.Close()
+	}
+	if p.stdinW != nil {
+		p.stdinW.Close()
+	}
+}
