@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -154,27 +153,15 @@ func TestExecTimeout(t *testing.T) {
 func TestExecForwardsSignals(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
-	c := e.cmd(nil, "exec", id, "--", "sh", "-c",
+	c, rd, line := e.startFirstLine(t, "exec", id, "--", "sh", "-c",
 		`trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done`)
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Process.Kill()
-	rd := bufio.NewReader(stdout)
-	if line, err := rd.ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("first line %q, %v", line, err)
+	if line != "ready\n" {
+		t.Fatalf("first line %q", line)
 	}
 	c.Process.Signal(syscall.SIGTERM)
 	rest, _ := io.ReadAll(rd)
-	err = c.Wait()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	err := c.Wait()
+	code := exitCode(err)
 	if string(rest) != "got TERM\n" || code != 7 {
 		t.Fatalf("after SIGTERM to sbx exec: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, code, err)
 	}

@@ -16,11 +16,11 @@ import (
 // at boot. The command must still behave as an exec'd one would: these
 // tests check what differs in how it is started.
 
-// startRun starts `sbx run --rm` of args and returns it once the command
-// has printed its first line, which is returned too.
-func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
+// startFirstLine starts sbx with args and returns it once the command
+// inside has printed its first line, which is returned too.
+func (e *env) startFirstLine(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
 	t.Helper()
-	c := e.cmd(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, args...)...)
+	c := e.cmd(nil, args...)
 	stderr := &bytes.Buffer{}
 	c.Stderr = stderr
 	stdout, err := c.StdoutPipe()
@@ -34,12 +34,18 @@ func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, 
 	rd := bufio.NewReader(stdout)
 	line, err := rd.ReadString('\n')
 	if err != nil {
-		t.Fatalf("no first line from run --rm (%v); stderr %q", err, stderr)
+		t.Fatalf("no first line from sbx %v (%v); stderr %q", args, err, stderr)
 	}
 	return c, rd, line
 }
 
-// runStderr is what a command started by startRun wrote on stderr.
+// startRun is startFirstLine of `sbx run --rm` of args.
+func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
+	t.Helper()
+	return e.startFirstLine(t, append([]string{"run", "--rm", "--image", "busybox", "--"}, args...)...)
+}
+
+// runStderr is what a command started by startFirstLine wrote on stderr.
 func runStderr(c *exec.Cmd) string { return c.Stderr.(*bytes.Buffer).String() }
 
 func exitCode(err error) int {
@@ -173,26 +179,16 @@ func TestRunRmFailures(t *testing.T) {
 func TestCommandWhoseSandboxStops(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
-	c := e.cmd(nil, "exec", id, "--", "sh", "-c", "echo ready; sleep 600")
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Process.Kill()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("first line %q, %v", line, err)
+	c, _, line := e.startFirstLine(t, "exec", id, "--", "sh", "-c", "echo ready; sleep 600")
+	if line != "ready\n" {
+		t.Fatalf("first line %q", line)
 	}
 	e.ok("stop", id)
-	err = c.Wait()
+	err := c.Wait()
 	// stop kills the sandbox's processes first: the command dies of
 	// SIGKILL, as it would on a host shutting down.
 	if exitCode(err) != 137 {
-		t.Fatalf("exec whose sandbox stopped: exit %d, stderr %q", exitCode(err), stderr.String())
+		t.Fatalf("exec whose sandbox stopped: exit %d, stderr %q", exitCode(err), runStderr(c))
 	}
 	e.ok("rm", id)
 	e.assertClean(id)
