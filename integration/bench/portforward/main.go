@@ -91,7 +91,7 @@ func main() {
 	}
 	defer os.RemoveAll(root)
 
-	id := strings.TrimSpace(sbx(root, "create", "-p", "0:8080"))
+	id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "-p", "0:8080"))
 	defer sbx(root, "rm", "-f", id)
 	var rec struct {
 		Ports []struct{ HostPort int } `json:"ports"`
@@ -135,12 +135,12 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Port forwarding (`-p`, `sbx port-forward`)\n\n")
 	fmt.Fprintf(&b, "`go run ./integration/bench/portforward`, %s, %d CPUs, %s. ", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(&b, "HTTP GETs from the host, a new TCP connection each. *Direct*: a Go file server on the host's loopback. *Forwarded*: busybox `httpd` inside a sandbox with `--net none`, through `-p` (one yamux session over one `runsc exec` of the agent, shared by every connection). The forwarded figures include gVisor's netstack and busybox httpd, not only the forwarder. The machine is shared: compare columns, not runs.\n\n")
+	fmt.Fprintf(&b, "HTTP GETs from the host, a new TCP connection each. *Direct*: a Go file server on the host's loopback. *Forwarded*: busybox `httpd` inside a sandbox with `--net none`, through `-p` (one yamux session over one exec of the agent, made on the sandbox's control socket like every plain exec and shared by every connection). The forwarded figures include gVisor's netstack and busybox httpd, not only the forwarder. The machine is shared: compare columns, not runs.\n\n")
 	fmt.Fprintf(&b, "| measure | direct | forwarded |\n| --- | --- | --- |\n")
 	fmt.Fprintf(&b, "| small GET, median of %d | %s | %s |\n", latencyRuns, ms(pct(latDirect, 0.5)), ms(pct(latFwd, 0.5)))
 	fmt.Fprintf(&b, "| small GET, p95 | %s | %s |\n", ms(pct(latDirect, 0.95)), ms(pct(latFwd, 0.95)))
 	fmt.Fprintf(&b, "| %d MiB GET, median of %d | %s | %s |\n\n", bigSize>>20, throughputRuns, mibps(bigDirect), mibps(bigFwd))
-	fmt.Fprintf(&b, "One `runsc exec` per connection was the other design: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
+	fmt.Fprintf(&b, "One exec per connection was the other design: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
 	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
 		log.Fatal(err)
 	}
