@@ -21,13 +21,14 @@ import (
 // Run creates a sandbox for one command and runs it, as Create then Exec
 // would, returning the sandbox and the command's status (Exec's). When
 // the command can be given to the sandbox's init at boot (no TTY, no
-// detach, no timeout, no secrets), it is: the init starts it as soon as
-// the sandbox runs (sbx-init's first-command mode), sparing an exec, and
-// the sandbox stops when it exits. Such a sandbox cannot be paused or
-// forked. The caller removes the sandbox; on an error before it exists,
+// detach, no exec timeout, no secrets), it is: the init starts it as soon
+// as the sandbox runs (sbx-init's first-command mode), sparing an exec,
+// and the sandbox stops when it exits. Such a sandbox cannot be paused
+// or forked, so a lifetime (whose end pauses by default) also keeps
+// create then exec. The caller removes the sandbox; on an error before it exists,
 // Run returns a nil Sandbox.
 func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) (*Sandbox, int, error) {
-	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 {
+	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || creq.Timeout > 0 {
 		sb, err := e.Create(ctx, creq)
 		if err != nil {
 			return nil, -1, err

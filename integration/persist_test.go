@@ -487,6 +487,23 @@ func TestLifetime(t *testing.T) {
 	}
 	e.ok("rm", stopped)
 	e.assertClean(stopped)
+
+	// run --rm with a lifetime: the command ends when the lifetime does.
+	done := make(chan result, 1)
+	go func() {
+		done <- e.run(nil, "run", "--rm", "--image", "busybox", "--timeout", "2s", "--", "sleep", "600")
+	}()
+	select {
+	case r := <-done:
+		if r.code == 0 {
+			t.Fatalf("run --rm past its lifetime succeeded: %s", r)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatal("run --rm --timeout 2s still runs its command after 120 s")
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("run --rm --timeout left state behind: %v", d)
+	}
 }
 
 // exec -d reports commands that cannot start, like exec.
