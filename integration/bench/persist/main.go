@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/integration/bench/benchdoc"
+	"sbx.dev/sbx/integration/bench/benchexit"
 )
 
 type bench struct {
@@ -36,14 +36,15 @@ func main() {
 	flag.Parse()
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	root, err := os.MkdirTemp("", "sbx-bench-persist-")
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	b := &bench{bin: abs, root: root}
 	defer b.cleanup()
+	benchexit.AtExit(b.cleanup)
 
 	b.snapshots(*runs)
 	b.setupCache(*runs)
@@ -52,7 +53,7 @@ func main() {
 	b.fork(10)
 
 	if err := b.write(*out); err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 }
 
@@ -83,7 +84,7 @@ func (b *bench) sbx(args ...string) (string, error) {
 func (b *bench) must(args ...string) string {
 	out, err := b.sbx(args...)
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	return strings.TrimSpace(out)
 }
@@ -114,7 +115,7 @@ func (b *bench) runscIn(dir string, disk int64, args ...string) time.Duration {
 	// a pipe open forever.
 	errf, err := os.CreateTemp(b.root, "runsc-stderr-")
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	defer os.Remove(errf.Name())
 	defer errf.Close()
@@ -122,7 +123,7 @@ func (b *bench) runscIn(dir string, disk int64, args ...string) time.Duration {
 	start := time.Now()
 	if err := c.Run(); err != nil {
 		msg, _ := os.ReadFile(errf.Name())
-		log.Fatalf("runsc %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("runsc %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return time.Since(start)
 }
@@ -216,7 +217,7 @@ func (b *bench) pauseResume(mib, runs int) {
 func copyBundle(src, dst, id string) string {
 	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	var spec map[string]any
 	json.Unmarshal(raw, &spec) //nolint:errcheck
@@ -228,7 +229,7 @@ func copyBundle(src, dst, id string) string {
 	out, _ := json.Marshal(spec)
 	os.MkdirAll(dst, 0o700)
 	if err := os.WriteFile(filepath.Join(dst, "config.json"), out, 0o600); err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	return dst
 }

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/integration/bench/benchdoc"
+	"sbx.dev/sbx/integration/bench/benchexit"
 )
 
 const (
@@ -40,7 +40,7 @@ func sbx(root string, args ...string) string {
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		log.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return string(out)
 }
@@ -52,12 +52,12 @@ var client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{Disab
 func fetch(url string) int64 {
 	resp, err := client.Get(url)
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err != nil || resp.StatusCode != 200 {
-		log.Fatalf("GET %s: %s %v", url, resp.Status, err)
+		benchexit.Fatalf("GET %s: %s %v", url, resp.Status, err)
 	}
 	return n
 }
@@ -87,9 +87,21 @@ func main() {
 	flag.Parse()
 	root, err := os.MkdirTemp("", "sbx-bench-pf-")
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	defer os.RemoveAll(root)
+	benchexit.AtExit(func() {
+		// Whatever sandbox the run had made.
+		c := exec.Command(filepath.Join(bin, "sbx"), "ls", "-q")
+		c.Env = append(os.Environ(), "SBX_ROOT="+root)
+		out, _ := c.Output()
+		for _, id := range strings.Fields(string(out)) {
+			rm := exec.Command(filepath.Join(bin, "sbx"), "rm", "-f", id)
+			rm.Env = c.Env
+			rm.Run() //nolint:errcheck // best effort on the way out
+		}
+		os.RemoveAll(root)
+	})
 
 	id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "-p", "0:8080"))
 	defer sbx(root, "rm", "-f", id)
@@ -97,7 +109,7 @@ func main() {
 		Ports []struct{ HostPort int } `json:"ports"`
 	}
 	if err := json.Unmarshal([]byte(sbx(root, "inspect", id)), &rec); err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	sbx(root, "exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /tmp/www && echo hello > /tmp/www/index.html && head -c %d /dev/zero > /tmp/www/big", bigSize))
 	sbx(root, "exec", "-d", id, "--", "httpd", "-f", "-p", "8080", "-h", "/tmp/www")
@@ -110,7 +122,7 @@ func main() {
 	os.WriteFile(filepath.Join(dir, "big"), make([]byte, bigSize), 0o644)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	go http.Serve(l, http.FileServer(http.Dir(dir)))
 	direct := "http://" + l.Addr().String()
@@ -121,7 +133,7 @@ func main() {
 			break
 		}
 		if time.Now().After(deadline) {
-			log.Fatal("httpd in the sandbox never answered")
+			benchexit.Fatal("httpd in the sandbox never answered")
 		}
 	}
 	fetch(fwd + "/big") // warm up
@@ -142,7 +154,7 @@ func main() {
 	fmt.Fprintf(&b, "| %d MiB GET, median of %d | %s | %s |\n\n", bigSize>>20, throughputRuns, mibps(bigDirect), mibps(bigFwd))
 	fmt.Fprintf(&b, "One exec per connection was the other design: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
 	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
-		log.Fatal(err)
+		benchexit.Fatal(err)
 	}
 	fmt.Print(b.String())
 }
