@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 
-	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -133,22 +131,14 @@ type HostPids struct {
 // HostPids reads the host PIDs of container id from runsc's state, so that
 // a caller that inherits them (a subreaper) can wait for them.
 func (r *Runsc) HostPids(id string) (HostPids, error) {
-	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
-	if len(m) == 0 {
-		return HostPids{}, fmt.Errorf("runsc container %q: %w", id, errdefs.ErrNotFound)
-	}
-	b, err := os.ReadFile(m[0])
-	if err != nil {
-		return HostPids{}, err
-	}
 	var st struct {
 		GoferPid json.RawMessage `json:"goferPid"`
 		Sandbox  struct {
 			Pid json.RawMessage `json:"pid"`
 		} `json:"sandbox"`
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return HostPids{}, fmt.Errorf("runsc state of %s: %w", id, err)
+	if err := r.readState(id, &st); err != nil {
+		return HostPids{}, err
 	}
 	return HostPids{Sandbox: atoiJSON(st.Sandbox.Pid), Gofer: atoiJSON(st.GoferPid)}, nil
 }

@@ -1,11 +1,9 @@
 package runsc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -96,16 +94,8 @@ var errNoControl = errors.New("control socket not usable")
 
 // loadCtlState reads runsc's state for container id.
 func (r *Runsc) loadCtlState(id string) (*ctlState, error) {
-	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
-	if len(m) != 1 {
-		return nil, errNoControl
-	}
-	b, err := os.ReadFile(m[0])
-	if err != nil {
-		return nil, errNoControl
-	}
 	var st ctlState
-	if err := json.Unmarshal(b, &st); err != nil || st.Sandbox.ControlSocketPath == "" {
+	if err := r.readState(id, &st); err != nil || st.Sandbox.ControlSocketPath == "" {
 		return nil, errNoControl
 	}
 	// runsc exec accepts the same two states.

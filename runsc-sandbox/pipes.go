@@ -54,9 +54,9 @@ func NewPipes(stdin io.Reader, stdout, stderr io.Writer) (p *Pipes, err error) {
 			return nil, err
 		}
 		p.Child[1+i] = cw
-		// gVisor writes to a full host pipe by waiting for it to drain:
-		// a 256 KiB buffer (not 64 KiB) streams about a fifth faster. Not
-		// more: an unprivileged user's pipes share a 64 MiB budget.
+		// gVisor writes to a full host pipe by waiting for it to drain,
+		// so a 256 KiB buffer (not 64 KiB) streams faster. Not more: an
+		// unprivileged user's pipes share a 64 MiB budget.
 		unix.FcntlInt(cw.Fd(), unix.F_SETPIPE_SZ, 256<<10) //nolint:errcheck // a larger buffer is only faster
 		p.sinks, p.outputs = append(p.sinks, w), append(p.outputs, r)
 	}

@@ -166,8 +166,32 @@ func (r *Runsc) wrapErr(sub string, err error, errf *os.File) error {
 // Exists reports whether runsc has state for container id. It reads runsc's
 // state directory rather than parsing runsc's error text.
 func (r *Runsc) Exists(id string) bool {
+	return r.statePath(id) != ""
+}
+
+// statePath is runsc's state file for container id, or "" if it has none.
+func (r *Runsc) statePath(id string) string {
 	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
-	return len(m) > 0
+	if len(m) == 0 {
+		return ""
+	}
+	return m[0]
+}
+
+// readState decodes runsc's state file for container id into v.
+func (r *Runsc) readState(id string, v any) error {
+	p := r.statePath(id)
+	if p == "" {
+		return fmt.Errorf("runsc container %q: %w", id, errdefs.ErrNotFound)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("runsc state of %s: %w", id, err)
+	}
+	return nil
 }
 
 func globEscape(s string) string {
