@@ -78,9 +78,8 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	return e.create(ctx, req, nil)
 }
 
-// create is Create; with first, the sandbox's init runs first's command
-// at boot (Run).
-func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstCommand) (*Sandbox, error) {
+// create is Create; with cmd, cmd is the sandbox's init (Run).
+func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*Sandbox, error) {
 	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
@@ -145,14 +144,15 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstComm
 	// them in the record rather than reading the image store per exec.
 	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
 	sb.ImageUser = img.Config.Config.User
-	initArgs := []string{agent.MountPath}
-	if first != nil {
+	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
+	init := specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
+	if cmd != nil {
 		// A bad --user fails here, before anything runs.
-		if err := first.prepare(e, sb); err != nil {
+		if err := cmd.prepare(e, sb); err != nil {
 			return nil, err
 		}
-		undo.add(first.close)
-		initArgs = append(initArgs, agent.CmdFirst)
+		undo.add(cmd.close)
+		init = cmd.proc
 		sb.OneShot = true
 	}
 
@@ -161,15 +161,10 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstComm
 		return nil, err
 	}
 
-	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
 	spec := runsc.Spec(runsc.SpecConfig{
 		Rootfs:   rootfs,
 		Hostname: sb.ShortID(),
-		Process: specs.Process{
-			Args: initArgs,
-			Env:  env,
-			Cwd:  "/",
-		},
+		Process:  init,
 		Mounts: append([]specs.Mount{{
 			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
@@ -191,7 +186,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstComm
 	}
 	if !e.rootless {
 		// sbx owns the cgroup; runsc joins it (docs/decisions/0004). The
-		// undo comes first: on cgroup v1 a failure can leave the
+		// undo comes cmd: on cgroup v1 a failure can leave the
 		// controllers made before it, and Remove takes whatever exists.
 		undo.add(func() {
 			if err := hostcgroup.Remove(cgroupPath(id)); err != nil {
@@ -219,28 +214,32 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, first *firstComm
 		return nil, err
 	}
 	defer logf.Close()
-	opts := runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}
-	if first != nil {
-		opts.PassFiles = first.passFiles()
-		first.startIO(r, id)
+	if cmd != nil {
+		// runsc runs the command to its end from here; Run's wait reads
+		// its status, so only runsc failing to start is an error now.
+		// The command may end before its sandbox's PID is read: the
+		// record then shows the sandbox stopped.
+		if sb.Pid, err = cmd.start(ctx, r, id, bundle, pidFile, logf); err != nil {
+			return nil, fmt.Errorf("start sandbox: %w", err)
+		}
+		if sb.Pid != 0 {
+			sb.PidStart, _ = procStartTime(sb.Pid)
+			sb.BootID = bootID()
+		}
+	} else {
+		if err := r.RunDetached(ctx, id, bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
+			return nil, fmt.Errorf("start sandbox: %w", err)
+		}
+		// runsc wrote the sandbox process's PID at create; a started
+		// sandbox whose process is gone fails the liveness check below.
+		if sb.Pid, err = readPidFile(pidFile); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
+		}
+		if sb.PidStart, err = procStartTime(sb.Pid); err != nil {
+			return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
+		}
+		sb.BootID = bootID()
 	}
-	err = r.RunDetached(ctx, id, bundle, opts)
-	if first != nil {
-		// The sandbox has them now (or never will).
-		first.closeChild()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
-	}
-	// runsc wrote the sandbox process's PID at create; a started sandbox
-	// whose process is gone fails the liveness check below.
-	if sb.Pid, err = readPidFile(pidFile); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
-	}
-	if sb.PidStart, err = procStartTime(sb.Pid); err != nil {
-		return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
-	}
-	sb.BootID = bootID()
 	if len(pr.Secrets) > 0 {
 		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
 			return nil, err

@@ -99,6 +99,11 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 		proc = withSecrets(proc)
 	}
 	if req.Detach {
+		if sb.OneShot {
+			// Its init is its command, not sbx-init, which starts
+			// background processes.
+			return -1, fmt.Errorf("sandbox %s runs one command (run --rm) and takes no background commands (exec -d): %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
+		}
 		// A child of the init survives pause and resume; a process of
 		// runsc exec would not.
 		return e.spawn(ctx, sb, proc, req.Stdout)

@@ -160,7 +160,8 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 }
 
 // checkpointable refuses a sandbox whose memory cannot be checkpointed:
-// one made for a single command, whose init holds the host's pipes.
+// one made for a single command, whose init (the command) holds the
+// host's pipes.
 func checkpointable(sb *Sandbox) error {
 	if sb.OneShot {
 		return fmt.Errorf("sandbox %s runs one command (run --rm) and cannot be paused or forked: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)

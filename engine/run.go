@@ -1,34 +1,33 @@
 package engine
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
 )
 
 // Run creates a sandbox for one command and runs it, as Create then Exec
-// would, returning the sandbox and the command's status (Exec's). When
-// the command can be given to the sandbox's init at boot (no TTY, no
-// detach, no exec timeout, no secrets), it is: the init starts it as soon
-// as the sandbox runs (sbx-init's first-command mode), sparing an exec,
-// and the sandbox stops when it exits. Such a sandbox cannot be paused
-// or forked, so a lifetime (whose end pauses by default) also keeps
-// create then exec. The caller removes the sandbox; on an error before it exists,
-// Run returns a nil Sandbox.
+// would, returning the sandbox and the command's status (Exec's). When it
+// can (no TTY, no detach, no exec timeout, no secrets, no lifetime, no
+// setup left to run), the command is the sandbox's init, as raw runsc runs
+// one: `runsc run` without --detach starts it as soon as the sandbox has
+// booted and ends with its status, and the sandbox stops when it exits
+// (docs/decisions/0010). Such a sandbox cannot be paused or forked and
+// takes no background exec; ls, exec, cp and logs work while it runs, and
+// it dies with the calling process. The caller removes the sandbox; on an
+// error before it exists, Run returns a nil Sandbox.
 func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) (*Sandbox, int, error) {
-	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || creq.Timeout > 0 {
+	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || creq.Timeout > 0 ||
+		!e.setupCached(ctx, creq) {
 		sb, err := e.Create(ctx, creq)
 		if err != nil {
 			return nil, -1, err
@@ -39,7 +38,7 @@ func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) 
 	if len(xreq.Args) == 0 {
 		return nil, -1, fmt.Errorf("run: no command given: %w", errdefs.ErrInvalidArgument)
 	}
-	f := &firstCommand{req: xreq}
+	f := &initCommand{req: xreq}
 	sb, err := e.create(ctx, creq, f)
 	if err != nil {
 		return nil, -1, err
@@ -48,93 +47,91 @@ func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) 
 	return sb, code, err
 }
 
-// firstCommand is the command a sandbox's init starts at boot, and the
-// host's ends of its descriptors (agent.FirstRequestFD and on).
-type firstCommand struct {
-	req ExecRequest
-
-	request *os.File // the sandbox's end of the request pipe
-	statusW *os.File // the sandbox's end of the status pipe
-	status  *os.File // where the init writes the command's status
-	pipes   *runsc.Pipes
-	sandbox string
-	r       *runsc.Runsc
+// setupCached reports whether req has no setup commands to run: none, or
+// their result is cached. Setup commands run in the new sandbox before
+// anything else, so a sandbox that has them to run cannot start with its
+// command.
+func (e *Engine) setupCached(ctx context.Context, req CreateRequest) bool {
+	if len(req.Setup) == 0 {
+		return true
+	}
+	name := req.Image
+	if name == "" {
+		name = DefaultImage
+	}
+	img, err := e.Image(ctx, name)
+	if err != nil {
+		// Create reports it.
+		return true
+	}
+	_, _, hit, err := e.setupImage(ctx, img, req.Setup)
+	return err != nil || hit
 }
 
-// prepare renders the request for the init and makes the descriptors.
-func (f *firstCommand) prepare(e *Engine, sb *Sandbox) (err error) {
-	proc, err := e.process(sb, f.req)
-	if err != nil {
-		return err
-	}
-	msg, err := json.Marshal(agent.FirstRequest{
-		Args: proc.Args, Env: proc.Env, Dir: proc.Cwd,
-		UID: proc.User.UID, GID: proc.User.GID, Groups: proc.User.AdditionalGids,
-	})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.close()
-		}
-	}()
-	var reqW *os.File
-	if f.request, reqW, err = os.Pipe(); err != nil {
-		return err
-	}
-	go func() {
-		reqW.Write(msg) //nolint:errcheck // a sandbox that failed to start reads nothing
-		reqW.Close()
-	}()
-	if f.status, f.statusW, err = os.Pipe(); err != nil {
+// initCommand is the command that is a sandbox's init (Run), and the
+// host's ends of its stdio.
+type initCommand struct {
+	req ExecRequest
+
+	proc    specs.Process
+	pipes   *runsc.Pipes
+	run     *runsc.Attached
+	started bool // the sandbox process was seen
+	r       *runsc.Runsc
+	sandbox string
+}
+
+// prepare renders the command as an exec's process and makes its pipes.
+func (f *initCommand) prepare(e *Engine, sb *Sandbox) (err error) {
+	if f.proc, err = e.process(sb, f.req); err != nil {
 		return err
 	}
 	f.pipes, err = runsc.NewPipes(f.req.Stdin, f.req.Stdout, f.req.Stderr)
 	return err
 }
 
-// passFiles are the descriptors the init gets, from agent.FirstRequestFD.
-func (f *firstCommand) passFiles() []*os.File {
-	return append([]*os.File{f.request, f.statusW}, f.pipes.Child[:]...)
-}
-
-// startIO starts moving the command's stdio, before the sandbox starts:
-// the command runs as soon as the sandbox has booted, and its output is
-// passed on as it comes, while runsc is still returning.
-func (f *firstCommand) startIO(r *runsc.Runsc, id string) {
+// start runs the sandbox with runsc run, attached, and returns once the
+// sandbox process's PID is known (written to pidFile before the command
+// starts) or runsc has ended. The command's stdio moves from the start:
+// its output is passed on as it comes.
+func (f *initCommand) start(ctx context.Context, r *runsc.Runsc, id, bundle, pidFile string, out *os.File) (int, error) {
 	f.r, f.sandbox = r, id
 	f.pipes.Start()
-}
-
-// closeChild closes the sandbox's ends here, once it holds them (or never
-// will).
-func (f *firstCommand) closeChild() {
-	for _, c := range []*os.File{f.request, f.statusW} {
-		if c != nil {
-			c.Close()
-		}
+	var err error
+	f.run, err = r.RunAttached(ctx, id, bundle, runsc.AttachedOpts{
+		PidFile: pidFile, Stdio: f.pipes.Child, Output: out,
+	})
+	// The sandbox has them now (or never will).
+	f.pipes.CloseChild()
+	if err != nil {
+		return 0, err
 	}
-	f.request, f.statusW = nil, nil
-	if f.pipes != nil {
-		f.pipes.CloseChild()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if pid, err := readPidFile(pidFile); err == nil {
+			f.started = true
+			return pid, nil
+		}
+		select {
+		case <-f.run.Done():
+			// Ended before the PID could be read: Wait says why.
+			return 0, nil
+		case <-tick.C:
+		}
 	}
 }
 
 // close releases every descriptor of a command that will not run.
-func (f *firstCommand) close() {
-	f.closeChild()
-	if f.status != nil {
-		f.status.Close()
-	}
+func (f *initCommand) close() {
 	if f.pipes != nil {
 		f.pipes.Close()
 	}
 }
 
-// wait returns the command's status once the init has reported it and its
+// wait returns the command's status once runsc has ended and the command's
 // output has been read.
-func (f *firstCommand) wait(e *Engine, sb *Sandbox) (int, error) {
+func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 	done := make(chan struct{})
 	defer close(done)
 	if f.req.Signals != nil {
@@ -143,7 +140,7 @@ func (f *firstCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 				select {
 				case s := <-f.req.Signals:
 					if sig, ok := s.(syscall.Signal); ok {
-						// To the init, which passes it on.
+						// To the command: it is the sandbox's init.
 						f.r.Kill(context.Background(), f.sandbox, sig, runsc.KillOpts{}) //nolint:errcheck // it may be gone
 					}
 				case <-done:
@@ -152,22 +149,69 @@ func (f *firstCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 			}
 		}()
 	}
-	line, _ := bufio.NewReader(f.status).ReadString('\n')
-	f.status.Close()
-	// A process the command left behind may still hold its output; the
-	// sandbox is stopping.
+	code, err := f.run.Wait()
+	// The sandbox is gone, and with it anything that held the output.
 	f.pipes.Finish(time.Second)
-	kind, n, _ := strings.Cut(strings.TrimSpace(line), " ")
-	code, err := strconv.Atoi(n)
+	var re *runsc.Error
 	switch {
-	case kind == "exit" && err == nil:
+	case err == nil:
+		if code == 128+int(syscall.SIGKILL) {
+			// The host's OOM killer, sbx stop and sbx rm -f end the
+			// whole sandbox, which runsc reports as its init killed.
+			// Stop and rm hold the sandbox's lock from before they kill
+			// it until its record says so (or is gone): taking it
+			// waits for their word.
+			now, unlock, lerr := e.getLocked(context.Background(), sb.ID)
+			if lerr == nil {
+				unlock()
+			}
+			switch {
+			case lerr == nil && now.OOMKilled:
+				return ExitOOMKilled, oomError(now)
+			case lerr != nil || now.Stopped:
+				return code, fmt.Errorf("sandbox %s stopped while %s ran", sb.ShortID(), f.req.Args[0])
+			}
+		}
 		return code, nil
-	case kind == "signal" && err == nil:
-		return 128 + code, nil
-	case kind == "":
-		// The sandbox ended before its init could report: killed,
-		// perhaps by the host's OOM killer.
+	case errors.As(err, &re):
+		if code, msg, ok := notStarted(re.Stderr, f.req.Args[0]); ok {
+			return code, errors.New(msg)
+		}
+	}
+	if f.started {
 		return e.stoppedUnder(sb, f.req.Args[0])
 	}
-	return -1, errors.New("sandbox init: " + strings.TrimSpace(line))
+	return -1, fmt.Errorf("start sandbox: %w", err)
+}
+
+// notStarted reads runsc's error for a command it could not start: 127
+// when there is no such file, 126 when there is one that cannot be run.
+// The texts are the pinned gVisor's (pkg/sentry/fsimpl/user/path.go, and
+// runsc/boot's "failed to load" for a path that is given); a test runs
+// both cases through real runsc.
+func notStarted(runscErr, cmd string) (int, string, bool) {
+	line := runscErr
+	if i := strings.LastIndex(strings.TrimSpace(line), "\n"); i >= 0 {
+		line = line[i+1:]
+	}
+	line = strings.TrimSpace(line)
+	var why string
+	switch {
+	case strings.Contains(line, "error finding executable "):
+		// error finding executable "CMD" in PATH [...]: ERRNO
+		_, errno, _ := strings.Cut(line[strings.Index(line, "error finding executable "):], "]: ")
+		why = cmd + ": " + errno
+		if errno == "no such file or directory" {
+			why = cmd + ": command not found"
+		}
+	case strings.Contains(line, "failed to load "):
+		// failed to load PATH: ERRNO
+		why = line[strings.Index(line, "failed to load ")+len("failed to load "):]
+	default:
+		return 0, "", false
+	}
+	if strings.HasSuffix(line, "no such file or directory") {
+		return ExitNotFound, why, true
+	}
+	return ExitNotExecutable, why, true
 }

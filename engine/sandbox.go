@@ -84,8 +84,9 @@ type Sandbox struct {
 	// OOMKilled: the host's OOM killer ended the sandbox when it reached
 	// its memory limit.
 	OOMKilled bool `json:"oomKilled,omitempty"`
-	// OneShot: the sandbox's init ran one command at boot (Run) and
-	// stops with it; its host descriptors cannot be checkpointed.
+	// OneShot: the sandbox's init is one command (Run), with the host's
+	// pipes as its stdio, and the sandbox stops with it: it cannot be
+	// checkpointed and takes no background exec.
 	OneShot bool `json:"oneShot,omitempty"`
 
 	// Ports are the published ports, with the host ports they got, and

@@ -77,6 +77,7 @@ func TestRunRmWhileRunning(t *testing.T) {
 	}
 	assertOneLineError(t, e.run(nil, "pause", id), "cannot be paused")
 	assertOneLineError(t, e.run(nil, "fork", id), "cannot be paused or forked")
+	assertOneLineError(t, e.run(nil, "exec", "-d", id, "--", "sleep", "60"), "takes no background commands")
 
 	c.Process.Signal(syscall.SIGTERM)
 	rest, _ := io.ReadAll(rd)
@@ -115,16 +116,21 @@ func TestRunRmStreamsAndStatuses(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		args []string
-		code int
+		args   []string
+		code   int
+		stderr string
 	}{
-		{[]string{"sh", "-c", "exit 42"}, 42},
-		{[]string{"no-such-command"}, 127},
-		{[]string{"/etc/passwd"}, 126},
-		{[]string{"sh", "-c", "kill -9 $$"}, 137},
+		{[]string{"sh", "-c", "exit 42"}, 42, ""},
+		{[]string{"sh", "-c", "exit 128"}, 128, ""},
+		{[]string{"no-such-command"}, 127, "sbx: no-such-command: command not found\n"},
+		{[]string{"/no/such/file"}, 127, "sbx: /no/such/file: no such file or directory\n"},
+		{[]string{"/etc/passwd"}, 126, "sbx: /etc/passwd: permission denied\n"},
+		{[]string{"/etc"}, 126, "sbx: /etc: permission denied\n"},
+		{[]string{"sh", "-c", "kill -9 $$"}, 137, ""},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 143, ""},
 	} {
-		if r := e.run(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, tc.args...)...); r.code != tc.code {
-			t.Errorf("run --rm %v: want %d, got %s", tc.args, tc.code, r)
+		if r := e.run(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, tc.args...)...); r.code != tc.code || r.stderr != tc.stderr {
+			t.Errorf("run --rm %v: want %d and stderr %q, got %s", tc.args, tc.code, tc.stderr, r)
 		}
 	}
 	if d := e.sandboxDirs(); len(d) != 0 {
@@ -205,4 +211,47 @@ func TestCommandWhoseSandboxStops(t *testing.T) {
 		t.Fatalf("run --rm whose sandbox was removed: exit %d (%v), stderr %q", exitCode(err), err, runStderr(run))
 	}
 	e.assertClean(ls[0].ID)
+}
+
+// The sandbox of run --rm lives no longer than sbx: killing sbx (even with
+// SIGKILL, which it cannot catch) ends the sandbox, which ls then shows
+// stopped and rm cleans.
+func TestRunRmDiesWithSbx(t *testing.T) {
+	e := newEnv(t)
+	c, _, _ := e.startRun(t, "sh", "-c", "echo ready; sleep 600")
+	ls := e.list()
+	if len(ls) != 1 {
+		t.Fatalf("ls while run --rm runs: %+v", ls)
+	}
+	id := ls[0].ID
+	c.Process.Kill()
+	c.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(processesMentioning(id)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := processesMentioning(id); len(left) > 0 {
+		t.Fatalf("the sandbox outlived its sbx run --rm: %v", left)
+	}
+	if ls := e.list(); len(ls) != 1 || ls[0].State != "stopped" {
+		t.Fatalf("ls after sbx was killed: %+v", ls)
+	}
+	e.ok("rm", id)
+	e.assertClean(id)
+}
+
+// Setup commands that are not cached yet run before the command of
+// run --rm; once cached, the command starts from their result.
+func TestRunRmWithSetup(t *testing.T) {
+	e := newEnv(t)
+	for i, want := range []string{"ran", "hit"} {
+		r := e.run(nil, "run", "--rm", "--image", "busybox", "--setup", "echo prepared > /prepared", "--",
+			"sh", "-c", "cat /prepared")
+		if r.code != 0 || r.stdout != "prepared\n" {
+			t.Fatalf("run --rm --setup (%s, run %d): %s", want, i+1, r)
+		}
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
+	}
 }

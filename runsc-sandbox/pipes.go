@@ -11,7 +11,7 @@ import (
 
 // Pipes connect a caller's stdin reader and output writers to a sandboxed
 // process that gets host descriptors as its stdio (an exec over the
-// control socket, or a command the sandbox's init starts): Child are the
+// control socket, or the init of an attached runsc run): Child are the
 // process's ends, the caller's side is copied in constant memory. A nil
 // reader or writer gives the process /dev/null instead.
 type Pipes struct {

@@ -216,9 +216,6 @@ type CreateOpts struct {
 	// real files (pipes, /dev/null, a log file): runsc hands them to the
 	// sandbox, which outlives this call.
 	Stdin, Stdout, Stderr *os.File
-	// PassFiles are more descriptors for the init, from 3 up, in order
-	// (runsc run --pass-fd; RunDetached only).
-	PassFiles []*os.File
 }
 
 // Create creates container id from the bundle at bundle, without starting
@@ -245,10 +242,7 @@ func (r *Runsc) RunDetached(ctx context.Context, id, bundle string, o CreateOpts
 	if o.ConsoleSocket != "" {
 		args = append(args, "--console-socket", o.ConsoleSocket)
 	}
-	for i := range o.PassFiles {
-		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", 3+i, 3+i))
-	}
-	return r.runDetaching(ctx, "run", append(args, id), o.Stdin, o.Stdout, o.Stderr, o.PassFiles...)
+	return r.runDetaching(ctx, "run", append(args, id), o.Stdin, o.Stdout, o.Stderr)
 }
 
 // runDetaching runs a runsc command that leaves a sandbox behind (create,
@@ -256,9 +250,8 @@ func (r *Runsc) RunDetached(ctx context.Context, id, bundle string, o CreateOpts
 // /dev/null). runsc's own error goes to the same stderr, so it is read
 // back from a file (the caller's, from where it stood, or a temporary one)
 // rather than a pipe, which the sandbox would hold open forever.
-func (r *Runsc) runDetaching(ctx context.Context, sub string, args []string, stdin, stdout, stderr *os.File, extra ...*os.File) error {
+func (r *Runsc) runDetaching(ctx context.Context, sub string, args []string, stdin, stdout, stderr *os.File) error {
 	cmd := r.command(ctx, sub, args...)
-	cmd.ExtraFiles = extra
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err

@@ -205,10 +205,10 @@ func render(r *report) string {
 
 	p("What each side does:\n\n")
 	p("- **create → first output**: from just before fork until the first byte of `hi` is read from the command's stdout pipe.\n")
-	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. "+
-		"`run --rm` creates a sandbox as `sbx create` does (its own files, then the runsc calls %s, with sbx-init as the sandbox's init), "+
-		"with `echo hi` handed to sbx-init, which starts it as soon as the sandbox boots "+
-		"(docs/decisions/0009-run-rm-first-command.md); the removal comes after the first byte.\n", runscCalls(r.createPhases))
+	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. " +
+		"`run --rm` does the work of `sbx create` (its files, cgroup and record) and then, as raw runsc runs a command, runs `runsc run` " +
+		"without `--detach` with `echo hi` as the sandbox's init and sbx's pipes as its stdio (`--pass-fd`) " +
+		"(docs/decisions/0010-run-rm-command-as-init.md); the removal comes after the first byte.\n")
 	p("  - runsc: `runsc %s run --bundle B ID`: sbx's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
 		"B/config.json is the spec sbx generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
 		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one sbx unpacked), the same mounts (%s), "+
@@ -250,12 +250,15 @@ func render(r *report) string {
 	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
 
 	over := r.run.sbx.median - r.run.raw.median
-	createOver := r.create.sbx.median - r.create.raw.median
+	var before float64
+	if len(r.createPhases.phases) > 0 {
+		before = summarize(r.createPhases.phases[0].samples).median
+	}
 	p("Reading it: `sbx run --rm` reaches its first output %s than `runsc run` (%s against %s). Split:\n\n",
 		laterOrSooner(over), ms(r.run.sbx.median), ms(r.run.raw.median))
-	p("- %s: sbx's own work, `sbx create` against `runsc run --detach` of the same spec (see its phases above);\n", signedMs(createOver))
-	p("- %s: the rest: sbx-init (a Go program) starting inside the sandbox and then starting `echo hi`, against runsc starting "+
-		"`echo hi` as the init; and noise.\n\n", signedMs(over-createOver))
+	p("- %s: sbx's own work before it starts runsc (the first phase of `sbx create` above: `run --rm` does the same work first);\n", ms(before))
+	p("- %s: the rest: `runsc run` of sbx's spec (which adds the sbx-init mount, passes the stdio with `--pass-fd` "+
+		"and joins the cgroup sbx made) against raw runsc's, the copy through sbx's pipes, and noise.\n\n", signedMs(over-before))
 	p("Exec into a running sandbox: against `runsc exec`, sbx differs by %s (`true` to exit) and %s (`echo hi` to first output); "+
 		"`sbx exec` starts no runsc process, and starting any sbx process costs %s (`sbx ls -q`).\n\n",
 		signedMs(r.execTrue.sbx.median-r.execTrue.raw.median), signedMs(r.execEcho.sbx.median-r.execEcho.raw.median),
@@ -306,20 +309,6 @@ func phaseTable(p func(string, ...any), cmd string, s *phaseSeries, rawWhat stri
 		p("| %s | %s | %s |\n", ph.name, ms(st.median), raw)
 	}
 	p("| total (sbx: sum of the medians above; runsc: %s) | %s | %s |\n\n", rawWhat, ms(total), ms(summarize(s.rawTotal).median))
-}
-
-// runscCalls lists the runsc subcommands of an sbx command's phases.
-func runscCalls(s *phaseSeries) string {
-	var calls []string
-	for _, ph := range s.phases {
-		if ph.sub != "" {
-			calls = append(calls, "`"+ph.sub+"`")
-		}
-	}
-	if len(calls) == 0 {
-		return "(none seen)"
-	}
-	return strings.Join(calls, ", ")
 }
 
 // placeholders shows runsc global flags with the run's temporary paths

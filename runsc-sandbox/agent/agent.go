@@ -57,11 +57,6 @@ func Main() {
 	if len(os.Args) > 1 && os.Args[1] == "spawn" {
 		os.Exit(spawnClient(os.Args[2:]))
 	}
-	if len(os.Args) > 1 && os.Args[1] == CmdFirst {
-		if code := startFirst(); code != 0 {
-			os.Exit(code)
-		}
-	}
 	os.Exit(initLoop())
 }
 
@@ -107,41 +102,25 @@ func LookPath(name string) int {
 // returns when asked to stop.
 func initLoop() int {
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	serve()
-	// A first command may have exited before SIGCHLD was caught.
-	if first.pid > 0 && reap() {
-		return 0
-	}
 	for sig := range sigs {
-		switch {
-		case sig == syscall.SIGCHLD:
-			if reap() {
-				return 0
-			}
-		case first.pid > 0:
-			// The first command decides what a signal means.
-			syscall.Kill(first.pid, sig.(syscall.Signal)) //nolint:errcheck // it may be gone
-		case sig != syscall.SIGQUIT:
+		switch sig {
+		case syscall.SIGCHLD:
+			reap()
+		default:
 			return 0
 		}
 	}
 	return 0
 }
 
-// reap reaps every child that has exited; it reports whether the init
-// is done (its first command has exited).
-func reap() (done bool) {
+func reap() {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 		if pid <= 0 || err != nil {
-			return done
-		}
-		if pid == first.pid {
-			firstExited(ws)
-			done = true
-			continue
+			return
 		}
 		childExited(pid, ws)
 	}

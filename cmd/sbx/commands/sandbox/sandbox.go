@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/urfave/cli/v2"
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
@@ -178,7 +179,8 @@ var runCommand = &cli.Command{
 			code, err = execIn(c, e, sb.ID, args, sigs)
 		}
 		if c.Bool("rm") {
-			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil {
+			// Removed already (sbx rm -f under it) is what --rm wants.
+			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil && !errdefs.IsNotFound(rmErr) {
 				return rmErr
 			}
 		}
