@@ -60,6 +60,14 @@ type CreateRequest struct {
 	OnTimeout string
 }
 
+// image is the image req names, or the default one.
+func (req CreateRequest) image() string {
+	if req.Image == "" {
+		return DefaultImage
+	}
+	return req.Image
+}
+
 // cleanup runs its functions in reverse unless released: the undo stack of
 // a create that fails halfway.
 type cleanup struct{ fns []func() }
@@ -95,11 +103,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			l.Listener.Close()
 		}
 	}()
-	imageName := req.Image
-	if imageName == "" {
-		imageName = DefaultImage
-	}
-	img, err := e.Image(ctx, imageName)
+	img, err := e.Image(ctx, req.image())
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +190,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	}
 	if !e.rootless {
 		// sbx owns the cgroup; runsc joins it (docs/decisions/0004). The
-		// undo comes cmd: on cgroup v1 a failure can leave the
+		// undo comes first: on cgroup v1 a failure can leave the
 		// controllers made before it, and Remove takes whatever exists.
 		undo.add(func() {
 			if err := hostcgroup.Remove(cgroupPath(id)); err != nil {

@@ -55,11 +55,7 @@ func (e *Engine) setupCached(ctx context.Context, req CreateRequest) bool {
 	if len(req.Setup) == 0 {
 		return true
 	}
-	name := req.Image
-	if name == "" {
-		name = DefaultImage
-	}
-	img, err := e.Image(ctx, name)
+	img, err := e.Image(ctx, req.image())
 	if err != nil {
 		// Create reports it.
 		return true
