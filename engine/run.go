@@ -186,11 +186,11 @@ func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 // runsc/boot's "failed to load" for a path that is given); a test runs
 // both cases through real runsc.
 func notStarted(runscErr, cmd string) (int, string, bool) {
-	line := runscErr
-	if i := strings.LastIndex(strings.TrimSpace(line), "\n"); i >= 0 {
-		line = line[i+1:]
+	// The error is runsc's last line.
+	line := strings.TrimSpace(runscErr)
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = strings.TrimSpace(line[i+1:])
 	}
-	line = strings.TrimSpace(line)
 	var why string
 	switch {
 	case strings.Contains(line, "error finding executable "):
