@@ -168,7 +168,10 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
   "$REAL" "$@" & p=$!; sleep 0.05; kill -9 $p; kill -9 $$;; esac
 exec "$REAL" "$@"`},
 		{"runsc run killed once the sandbox runs", `case " $* " in *" run "*)
-  "$REAL" "$@"; kill -9 $$;; esac
+  case " $* " in *" --detach "*) "$REAL" "$@"; kill -9 $$;; esac
+  # run --rm: runsc run waits for the command; the sandbox boots in
+  # well under 0.15 s on an idle machine, and the command runs 0.3 s.
+  "$REAL" "$@" & p=$!; sleep 0.15; kill -9 $p; kill -9 $$;; esac
 exec "$REAL" "$@"`},
 		{"runsc run fails", `case " $* " in *" run "*) echo "run: injected failure" >&2; exit 1;; esac
 exec "$REAL" "$@"`},
@@ -189,15 +192,33 @@ exec "$REAL" "$@"`},
 			if strings.Contains(tc.script, "injected failure") && !strings.Contains(r.stderr, "injected failure") {
 				t.Fatalf("runsc's own message should reach the user: %s", r)
 			}
-			id := createdID(t, calls)
-			waitFor(t, func() bool { return len(processesMentioning(id)) == 0 })
-			sub := *e
-			sub.t = t
-			sub.assertClean(id)
-			if d := e.sandboxDirs(); len(d) != 0 {
-				t.Fatalf("sandbox state left behind: %v", d)
+			assertFailedCleanly(t, e, createdID(t, calls))
+
+			// run --rm runs `runsc run` attached, with the command as
+			// the init: the same failures end it with 125 (before the
+			// sandbox runs) or 137 (after), never the command's status.
+			os.Remove(calls)
+			r = e.run(nil, "--runsc", wrapper, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "sleep 0.3; echo done")
+			if (r.code != 125 && r.code != 137) || strings.Contains(r.stdout, "done") {
+				t.Fatalf("run --rm with a failing runsc should fail with 125 or 137 before its command ends: %s", r)
 			}
+			if strings.Contains(tc.script, "injected failure") && (r.code != 125 || !strings.Contains(r.stderr, "injected failure")) {
+				t.Fatalf("runsc's own message should reach the user, with 125: %s", r)
+			}
+			assertFailedCleanly(t, e, createdID(t, calls))
 		})
+	}
+}
+
+// assertFailedCleanly checks that the failed sandbox id left nothing.
+func assertFailedCleanly(t *testing.T, e *env, id string) {
+	t.Helper()
+	waitFor(t, func() bool { return len(processesMentioning(id)) == 0 })
+	sub := *e
+	sub.t = t
+	sub.assertClean(id)
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
 	}
 }
 

@@ -94,9 +94,11 @@ func (a *Attached) Done() <-chan struct{} { return a.done }
 
 // Wait returns the command's exit status once runsc has ended: its own,
 // or 128+N if a signal N ended it. A failure of runsc's own (the command
-// could not start, the sandbox failed) is an *Error with runsc's message;
-// runsc ends with status 128 then and writes why, which the command's
-// own status 128 never does.
+// could not start, the sandbox failed, runsc was killed) is an *Error
+// with runsc's message. runsc prints nothing of its own unless it fails
+// (its logs go to files or nowhere: stdout and stderr are the
+// application's), and then ends with 128: what it wrote tells its failure
+// from the command's own status 128.
 func (a *Attached) Wait() (int, error) {
 	<-a.done
 	defer a.close()
@@ -108,11 +110,8 @@ func (a *Attached) Wait() (int, error) {
 		return -1, &Error{Sub: "run", Status: -1, Err: a.err}
 	}
 	code := ee.ExitCode()
-	if code == 128 || code < 0 {
-		out := a.output()
-		if code < 0 || out != "" {
-			return -1, &Error{Sub: "run", Status: code, Stderr: out, Err: a.err}
-		}
+	if out := a.output(); code < 0 || out != "" {
+		return -1, &Error{Sub: "run", Status: code, Stderr: out, Err: a.err}
 	}
 	return code, nil
 }
