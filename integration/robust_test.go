@@ -278,9 +278,11 @@ func TestFullDiskCreate(t *testing.T) {
 	if free := st.Bavail * uint64(st.Bsize); free > 256<<10 {
 		t.Fatalf("could not fill the tmpfs: %d bytes free", free)
 	}
-	r := e.run(nil, "create", "--image", "busybox")
-	if r.code != 125 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-		t.Fatalf("create on a full disk: want one error line and exit 125, got %s", r)
+	for _, args := range [][]string{{"create", "--image", "busybox"}, {"run", "--rm", "--image", "busybox", "--", "true"}} {
+		r := e.run(nil, args...)
+		if r.code != 125 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("%s on a full disk: want one error line and exit 125, got %s", args[0], r)
+		}
 	}
 	if d := e.sandboxDirs(); len(d) != 0 {
 		t.Fatalf("sandbox state left on a full disk: %v", d)
