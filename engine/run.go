@@ -137,7 +137,7 @@ func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 				case s := <-f.req.Signals:
 					if sig, ok := s.(syscall.Signal); ok {
 						// To the command: it is the sandbox's init.
-						f.r.Kill(context.Background(), f.sandbox, sig, runsc.KillOpts{}) //nolint:errcheck // it may be gone
+						f.run.Signal(context.Background(), f.r, f.sandbox, sig) //nolint:errcheck // it may be gone
 					}
 				case <-done:
 					return

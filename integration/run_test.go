@@ -255,3 +255,38 @@ func TestRunRmWithSetup(t *testing.T) {
 		t.Fatalf("sandbox state left behind: %v", d)
 	}
 }
+
+// A Ctrl-C that reaches sbx while the sandbox is still being made is not
+// lost: the command gets it once it runs (runsc itself drops a SIGINT to a
+// container not started yet).
+func TestRunRmSignalBeforeStart(t *testing.T) {
+	e := newEnv(t)
+	c := e.cmd(nil, "run", "--rm", "--image", "busybox", "--", "sleep", "30")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	// sbx handles signals from before it makes the sandbox's directory;
+	// the sandbox starts tens of milliseconds after that.
+	for deadline := time.Now().Add(30 * time.Second); len(e.sandboxDirs()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("sbx made no sandbox directory within 30s")
+		}
+	}
+	c.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if exitCode(err) != 130 {
+			t.Fatalf("run --rm interrupted while starting: exit %d (%v), stderr %q; want 130", exitCode(err), err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a SIGINT sent while the sandbox was being made never reached the command")
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
+	}
+}

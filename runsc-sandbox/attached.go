@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // Attached is a container run by `runsc run` without --detach, as raw
@@ -87,6 +88,29 @@ func (r *Runsc) RunAttached(ctx context.Context, id, bundle string, o AttachedOp
 		return nil, r.wrapErr("run", err, nil)
 	}
 	return a, nil
+}
+
+// Signal sends sig to the command once it has started. runsc drops a
+// signal other than SIGTERM and SIGKILL sent to a container that is
+// created but not started, so Signal waits for the start, reading runsc's
+// state, until runsc ends.
+func (a *Attached) Signal(ctx context.Context, r *Runsc, id string, sig syscall.Signal) error {
+	for {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := r.readState(id, &st); err != nil || (st.Status != "creating" && st.Status != "created") {
+			break
+		}
+		select {
+		case <-a.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return r.Kill(ctx, id, sig, KillOpts{})
 }
 
 // Done is closed when runsc has ended.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,5 +85,43 @@ func TestRunAttached(t *testing.T) {
 	}
 	if r.Exists("att3") {
 		t.Fatal("a failed runsc run left the container's state behind")
+	}
+}
+
+// A signal for a container that is created but not started reaches its
+// init once it starts, where runsc kill alone would drop it.
+func TestAttachedSignalWaitsForStart(t *testing.T) {
+	r := testRunsc(t)
+	ctx := context.Background()
+	const id = "sigwait"
+	if err := r.Create(ctx, id, busyboxBundle(t, "exec sleep 30"), CreateOpts{}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { r.Delete(context.Background(), id, true) })
+	a := &Attached{done: make(chan struct{})}
+	sent := make(chan error, 1)
+	go func() { sent <- a.Signal(ctx, r, id, syscall.SIGINT) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-sent:
+		t.Fatalf("the signal went to a container that was not started (%v)", err)
+	default:
+	}
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("signal: %v", err)
+	}
+	// SIGINT ends the init (sleep as PID 1: gVisor does not
+	// shield PID 1), which stops the container.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := r.State(ctx, id)
+		if err != nil || st.Status == "stopped" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the init still runs 10s after SIGINT (state %q)", st.Status)
+		}
 	}
 }
