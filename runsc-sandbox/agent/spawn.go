@@ -264,6 +264,25 @@ func childExited(pid int, ws syscall.WaitStatus) {
 	logLine("init", fmt.Sprintf("%d exited with status %d", pid, ws.ExitStatus()))
 }
 
+// initStartWait bounds how long a client waits for a starting init to
+// take requests: a request can come as soon as the sandbox has started,
+// before the init has made its socket.
+const initStartWait = 5 * time.Second
+
+// dialInit connects to the init's socket at path, waiting up to wait for
+// it to appear, listen and be opened to every user.
+func dialInit(path string, wait time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil || time.Now().After(deadline) ||
+			!(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EACCES)) {
+			return c, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // spawnClient is `sbx-init spawn [--] CMD...`: it asks the init to start
 // CMD and prints its PID. Its exit status is 0, or the shell's 126/127
 // when CMD cannot be started, or 1 when the init cannot be reached.
@@ -279,7 +298,7 @@ func spawnClient(args []string) int {
 	if err != nil {
 		dir = "/"
 	}
-	c, err := net.Dial("unix", SocketPath)
+	c, err := dialInit(SocketPath, initStartWait)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sbx-init: cannot reach the sandbox's init: %v\n", err)
 		return 1
