@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -285,6 +287,40 @@ func TestRunRmSignalBeforeStart(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a SIGINT sent while the sandbox was being made never reached the command")
+	}
+	if d := e.sandboxDirs(); len(d) != 0 {
+		t.Fatalf("sandbox state left behind: %v", d)
+	}
+}
+
+// A port published by run --rm is served by its command, the sandbox's
+// init, and goes with it.
+func TestRunRmPublishesPorts(t *testing.T) {
+	e := newEnv(t)
+	port := freePort(t)
+	c, _, line := e.startFirstLine(t, "run", "--rm", "--image", "busybox", "-p", fmt.Sprintf("%d:80", port), "--", "sh", "-c",
+		"mkdir /w && echo served by pid $$ > /w/index.html && echo ready && exec httpd -f -p 80 -h /w")
+	if line != "ready\n" {
+		t.Fatalf("first line %q", line)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/index.html", port)
+	var body string
+	var err error
+	for i := 0; i < 100; i++ {
+		if body, err = get(url); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || body != "served by pid 1\n" {
+		t.Fatalf("GET %s through run --rm -p: %q, %v", url, body, err)
+	}
+	c.Process.Signal(syscall.SIGTERM)
+	if err := c.Wait(); exitCode(err) != 128+int(syscall.SIGTERM) {
+		t.Fatalf("httpd after SIGTERM to sbx: exit %d (%v), stderr %q", exitCode(err), err, runStderr(c))
+	}
+	if _, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+		t.Fatalf("port %d still open after run --rm ended", port)
 	}
 	if d := e.sandboxDirs(); len(d) != 0 {
 		t.Fatalf("sandbox state left behind: %v", d)
