@@ -15,6 +15,20 @@ func TestRootless(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "hi\n") || !strings.Contains(r.stdout, "gvisor") || !strings.HasSuffix(r.stdout, "\n0\n") {
 		t.Fatalf("rootless run: %s", r)
 	}
+	// The command's status and runsc's reasons for not starting it come
+	// through the same way without root.
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"sh", "-c", "echo out; exit 42"}, 42, ""},
+		{[]string{"no-such-command"}, 127, "sbx: no-such-command: command not found\n"},
+	} {
+		if r := e.run(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, tc.args...)...); r.code != tc.code || r.stderr != tc.stderr {
+			t.Fatalf("rootless run --rm %v: want %d and stderr %q, got %s", tc.args, tc.code, tc.stderr, r)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(e.root, "images")); err != nil {
 		t.Fatalf("state is not under $XDG_DATA_HOME/sbx (%s): %v", e.root, err)
 	}
