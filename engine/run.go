@@ -69,12 +69,9 @@ func (e *Engine) setupCached(ctx context.Context, req CreateRequest) bool {
 type initCommand struct {
 	req ExecRequest
 
-	proc    specs.Process
-	pipes   *runsc.Pipes
-	run     *runsc.Attached
-	started bool // the sandbox process was seen
-	r       *runsc.Runsc
-	sandbox string
+	proc  specs.Process
+	pipes *runsc.Pipes
+	run   *runsc.Attached
 }
 
 // prepare renders the command as an exec's process and makes its pipes.
@@ -91,7 +88,6 @@ func (f *initCommand) prepare(e *Engine, sb *Sandbox) (err error) {
 // starts) or runsc has ended. The command's stdio moves from the start:
 // its output is passed on as it comes.
 func (f *initCommand) start(ctx context.Context, r *runsc.Runsc, id, bundle, pidFile string, out *os.File) (int, error) {
-	f.r, f.sandbox = r, id
 	f.pipes.Start()
 	var err error
 	f.run, err = r.RunAttached(ctx, id, bundle, runsc.AttachedOpts{
@@ -106,7 +102,6 @@ func (f *initCommand) start(ctx context.Context, r *runsc.Runsc, id, bundle, pid
 	defer tick.Stop()
 	for {
 		if pid, err := readPidFile(pidFile); err == nil {
-			f.started = true
 			return pid, nil
 		}
 		select {
@@ -137,7 +132,7 @@ func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 				case s := <-f.req.Signals:
 					if sig, ok := s.(syscall.Signal); ok {
 						// To the command: it is the sandbox's init.
-						f.run.Signal(context.Background(), f.r, f.sandbox, sig) //nolint:errcheck // it may be gone
+						f.run.Signal(context.Background(), sig) //nolint:errcheck // it may be gone
 					}
 				case <-done:
 					return
@@ -174,7 +169,8 @@ func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
 			return code, errors.New(msg)
 		}
 	}
-	if f.started {
+	if sb.Pid != 0 {
+		// The sandbox was seen running.
 		return e.stoppedUnder(sb, f.req.Args[0])
 	}
 	return -1, fmt.Errorf("start sandbox: %w", err)

@@ -20,6 +20,8 @@ import (
 // signal (its attached mode), and the runsc process gets one from its
 // caller, so a caller that dies takes the sandbox with it.
 type Attached struct {
+	r      *Runsc
+	id     string
 	done   chan struct{}
 	err    error    // the runsc process's end, or why it did not start
 	errf   *os.File // runsc's stdout and stderr
@@ -45,7 +47,7 @@ type AttachedOpts struct {
 // RunAttached starts `runsc run` of container id from the bundle at bundle
 // and returns at once; Wait returns the command's status.
 func (r *Runsc) RunAttached(ctx context.Context, id, bundle string, o AttachedOpts) (*Attached, error) {
-	a := &Attached{done: make(chan struct{}), errf: o.Output}
+	a := &Attached{r: r, id: id, done: make(chan struct{}), errf: o.Output}
 	if a.errf == nil {
 		f, err := os.CreateTemp("", "sbx-runsc-run-")
 		if err != nil {
@@ -94,12 +96,12 @@ func (r *Runsc) RunAttached(ctx context.Context, id, bundle string, o AttachedOp
 // signal other than SIGTERM and SIGKILL sent to a container that is
 // created but not started, so Signal waits for the start, reading runsc's
 // state, until runsc ends.
-func (a *Attached) Signal(ctx context.Context, r *Runsc, id string, sig syscall.Signal) error {
+func (a *Attached) Signal(ctx context.Context, sig syscall.Signal) error {
 	for {
 		var st struct {
 			Status string `json:"status"`
 		}
-		if err := r.readState(id, &st); err != nil || (st.Status != "creating" && st.Status != "created") {
+		if err := a.r.readState(a.id, &st); err != nil || (st.Status != "creating" && st.Status != "created") {
 			break
 		}
 		select {
@@ -110,7 +112,7 @@ func (a *Attached) Signal(ctx context.Context, r *Runsc, id string, sig syscall.
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return r.Kill(ctx, id, sig, KillOpts{})
+	return a.r.Kill(ctx, a.id, sig, KillOpts{})
 }
 
 // Done is closed when runsc has ended.

@@ -98,9 +98,9 @@ func TestAttachedSignalWaitsForStart(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	t.Cleanup(func() { r.Delete(context.Background(), id, true) })
-	a := &Attached{done: make(chan struct{})}
+	a := &Attached{r: r, id: id, done: make(chan struct{})}
 	sent := make(chan error, 1)
-	go func() { sent <- a.Signal(ctx, r, id, syscall.SIGINT) }()
+	go func() { sent <- a.Signal(ctx, syscall.SIGINT) }()
 	time.Sleep(300 * time.Millisecond)
 	select {
 	case err := <-sent:
