@@ -68,37 +68,15 @@ type ExecRequest struct {
 // Exec runs req in sandbox ref and returns the command's exit status: its
 // own, 128+N if killed by signal N, ExitNotFound or ExitNotExecutable if it
 // could not start, ExitTimeout (with ErrTimeout) if it timed out. A non-nil
-// error with status -1 is sbx's own failure.
+// error with status -1 is sbx's own failure. It is Start and Command.Wait,
+// except that with req.Detach it returns once the command runs in the
+// background.
 func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, error) {
-	if len(req.Args) == 0 {
-		return -1, fmt.Errorf("exec: no command given: %w", errdefs.ErrInvalidArgument)
-	}
-	for _, kv := range req.Env {
-		if err := policy.CheckEnv(kv); err != nil {
-			return -1, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-		}
-	}
-	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
-		return -1, fmt.Errorf("--workdir %q: must be an absolute path: %w", req.Workdir, errdefs.ErrInvalidArgument)
-	}
-	sb, err := e.Get(ctx, ref)
-	if err != nil {
-		return -1, err
-	}
-	if sb.State != StateRunning {
-		if sb.OOMKilled {
-			return -1, fmt.Errorf("%w: %w", oomError(sb), errdefs.ErrFailedPrecondition)
-		}
-		return -1, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
-	}
-	proc, err := e.process(sb, req)
-	if err != nil {
-		return -1, err
-	}
-	if len(sb.Secrets) > 0 {
-		proc = withSecrets(proc)
-	}
 	if req.Detach {
+		sb, proc, err := e.prepareExec(ctx, ref, req)
+		if err != nil {
+			return -1, err
+		}
 		if sb.OneShot {
 			// Its init is its command, not sbx-init, which starts
 			// background processes.
@@ -108,60 +86,45 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 		// runsc exec would not.
 		return e.spawn(ctx, sb, proc, req.Stdout)
 	}
-	if req.TTY {
-		ttyProcess(&proc)
-	}
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
-		defer cancel()
-	}
-	r := e.runscFor(sb)
-	p, err := r.Exec(ctx, sb.ID, proc, runsc.ExecOpts{
-		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Detach: req.Detach,
-		Size: req.Size, Resize: req.Resize,
-	})
+	p, err := e.Start(ctx, ref, req)
 	if err != nil {
 		return -1, err
 	}
-	stopSignals := forwardSignals(p, req.Signals)
-	code, err := p.Wait()
-	stopSignals()
-	if p.TimedOut() {
-		return ExitTimeout, fmt.Errorf("%s: %w after %s and was killed", req.Args[0], ErrTimeout, req.Timeout)
-	}
-	if errors.Is(err, runsc.ErrNotStarted) {
-		return e.whyNotStarted(context.Background(), sb, proc), nil
-	}
-	if errors.Is(err, runsc.ErrSandboxGone) {
-		return e.stoppedUnder(sb, req.Args[0])
-	}
-	// A sandbox killed for memory takes its processes with it: only an
-	// abnormal end can mean that.
-	if code >= 128 || err != nil {
-		if now, lerr := e.load(sb.ID); lerr == nil && now.OOMKilled {
-			return ExitOOMKilled, oomError(now)
-		}
-	}
-	return code, err
+	return p.Wait()
 }
 
-func forwardSignals(p *runsc.ExecProcess, sigs <-chan os.Signal) (stop func()) {
-	if sigs == nil {
-		return func() {}
+// prepareExec checks req and renders it as the OCI process to run in the
+// running sandbox ref.
+func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (*Sandbox, specs.Process, error) {
+	if len(req.Args) == 0 {
+		return nil, specs.Process{}, fmt.Errorf("exec: no command given: %w", errdefs.ErrInvalidArgument)
 	}
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				p.Signal(s) //nolint:errcheck // the process may have exited
-			case <-done:
-				return
-			}
+	for _, kv := range req.Env {
+		if err := policy.CheckEnv(kv); err != nil {
+			return nil, specs.Process{}, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
-	}()
-	return func() { close(done) }
+	}
+	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
+		return nil, specs.Process{}, fmt.Errorf("--workdir %q: must be an absolute path: %w", req.Workdir, errdefs.ErrInvalidArgument)
+	}
+	sb, err := e.Get(ctx, ref)
+	if err != nil {
+		return nil, specs.Process{}, err
+	}
+	if sb.State != StateRunning {
+		if sb.OOMKilled {
+			return nil, specs.Process{}, fmt.Errorf("%w: %w", oomError(sb), errdefs.ErrFailedPrecondition)
+		}
+		return nil, specs.Process{}, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	proc, err := e.process(sb, req)
+	if err != nil {
+		return nil, specs.Process{}, err
+	}
+	if len(sb.Secrets) > 0 {
+		proc = withSecrets(proc)
+	}
+	return sb, proc, nil
 }
 
 // stoppedUnder reports a command whose sandbox stopped while it ran: 137,

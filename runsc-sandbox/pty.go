@@ -3,6 +3,7 @@ package runsc
 import (
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/creack/pty"
@@ -28,6 +29,9 @@ type terminal struct {
 	slave  *os.File
 
 	outDone chan struct{} // closed when the pty's output has ended
+	// resizing runs while sizes are applied: finish waits for it before
+	// it closes the master.
+	resizing sync.WaitGroup
 }
 
 func newTerminal(size WinSize) (*terminal, error) {
@@ -63,7 +67,9 @@ func newTerminal(size WinSize) (*terminal, error) {
 // finish waits for it.
 func (t *terminal) serve(stdin io.Reader, stdout io.Writer, resize <-chan WinSize, done <-chan struct{}) {
 	if resize != nil {
+		t.resizing.Add(1)
 		go func() {
+			defer t.resizing.Done()
 			for {
 				select {
 				case ws, ok := <-resize:
@@ -103,6 +109,7 @@ func (t *terminal) finish(drain time.Duration) {
 	case <-t.outDone:
 	case <-time.After(drain):
 	}
+	t.resizing.Wait() // it returns once done is closed, as it is by now
 	t.close()
 	<-t.outDone
 }
