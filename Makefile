@@ -122,3 +122,19 @@ lint: ## go vet and gofmt
 
 clean: ## remove build outputs
 	rm -rf $(BIN)
+
+# --- envd protocol -----------------------------------------------------------
+# Go code for the envd Process and Filesystem services that `sbx serve`
+# answers (E2B's data plane). The generated files are committed; this target
+# regenerates them with Debian's protoc and the plugins at the versions the
+# module pins.
+.PHONY: proto
+PROTO_PLUGINS := $(CURDIR)/$(BIN)/proto-plugins
+
+proto: ## regenerate serve/envdpb from its .proto files (needs protoc: apt-get install protobuf-compiler)
+	GOBIN=$(PROTO_PLUGINS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+	GOBIN=$(PROTO_PLUGINS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$$($(GO) list -m -f '{{.Version}}' connectrpc.com/connect)
+	cd serve/envdpb && PATH=$(PROTO_PLUGINS):$$PATH protoc -I. -I/usr/include \
+		--go_out=. --go_opt=paths=source_relative \
+		--connect-go_out=. --connect-go_opt=paths=source_relative \
+		process/process.proto filesystem/filesystem.proto

@@ -37,6 +37,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	cyphar.com/go-pathrs v0.2.5 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.21.1 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.13.1 // indirect
