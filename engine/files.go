@@ -156,6 +156,11 @@ type WriteFileRequest struct {
 	Data io.Reader
 	// Mode is the file's permission bits (0644 if zero).
 	Mode fs.FileMode
+	// Parents creates the file's missing parent directories (0755).
+	Parents bool
+	// Owner, if set, owns the file and the parents created for it;
+	// otherwise a new file is root's.
+	Owner *Owner
 }
 
 // WriteFile writes req.Data to req.Path in sandbox ref.
@@ -171,7 +176,12 @@ func (e *Engine) WriteFile(ctx context.Context, ref string, req WriteFileRequest
 	if data == nil {
 		data = strings.NewReader("")
 	}
-	return e.agentRun(ctx, ref, []string{"write", req.Path, strconv.FormatUint(uint64(mode), 8)}, data, nil)
+	args := []string{"write"}
+	if req.Parents {
+		args = append(args, "-p")
+	}
+	args = append(append(args, req.Owner.args()...), "--", req.Path, strconv.FormatUint(uint64(mode), 8))
+	return e.agentRun(ctx, ref, args, data, nil)
 }
 
 // Stat describes path in sandbox ref (a symlink itself, not its target).

@@ -79,6 +79,10 @@ type FileInfo struct {
 	Link string `json:"link,omitempty"`
 	UID  uint32 `json:"uid"`
 	GID  uint32 `json:"gid"`
+	// Owner and Group name UID and GID in the sandbox's /etc/passwd and
+	// /etc/group, when they are there.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
 }
 
 func fileInfo(p string, fi fs.FileInfo) FileInfo {
@@ -87,6 +91,7 @@ func fileInfo(p string, fi fs.FileInfo) FileInfo {
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		out.UID, out.GID = st.Uid, st.Gid
+		out.Owner, out.Group = ownerNames(st.Uid, st.Gid)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		out.Link, _ = os.Readlink(p)
@@ -113,22 +118,18 @@ func statMain(args []string) int {
 	return writeJSON(fileInfo(args[0], fi))
 }
 
-// lsMain is "ls DIR": the FileInfo of each entry, as a JSON array.
+// lsMain is "ls [-d DEPTH] [--] DIR": the FileInfo of each entry, as a
+// JSON array; with DEPTH > 1, also of the entries of its subdirectories
+// down to that many levels (depth first, by name; symlinks not followed).
 func lsMain(args []string) int {
-	if len(args) != 1 {
-		return usage("ls DIR")
-	}
-	ents, err := os.ReadDir(args[0])
-	if err != nil {
-		return fail(err)
+	fl := newFlags("ls")
+	depth := fl.Uint("d", 1, "levels to list")
+	if fl.Parse(args) != nil || fl.NArg() != 1 || *depth < 1 {
+		return usage("ls [-d DEPTH] DIR")
 	}
 	out := []FileInfo{}
-	for _, ent := range ents {
-		fi, err := ent.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		out = append(out, fileInfo(filepath.Join(args[0], ent.Name()), fi))
+	if err := listDir(fl.Arg(0), *depth, &out); err != nil {
+		return fail(err)
 	}
 	return writeJSON(out)
 }
@@ -152,15 +153,27 @@ func catMain(args []string) int {
 	return 0
 }
 
-// writeMain is "write FILE MODE": stdin into FILE, created with MODE
-// (octal) or truncated.
+// writeMain is "write [-p] [-o UID:GID] [--] FILE MODE": stdin into FILE,
+// created with MODE (octal) or truncated. With -p, missing parent
+// directories are created first; with -o, they and FILE are owned by
+// UID:GID.
 func writeMain(args []string) int {
-	if len(args) != 2 {
-		return usage("write FILE MODE")
+	fl := newFlags("write")
+	parents := fl.Bool("p", false, "create missing parents")
+	var owner ownerFlag
+	fl.Var(&owner, "o", "owner UID:GID")
+	if fl.Parse(args) != nil || fl.NArg() != 2 {
+		return usage("write [-p] [-o UID:GID] FILE MODE")
 	}
+	args = fl.Args()
 	mode, err := strconv.ParseUint(args[1], 8, 32)
 	if err != nil {
 		return usage("write FILE MODE (octal)")
+	}
+	if *parents {
+		if err := mkdirOwned(filepath.Dir(args[0]), 0o755, owner); err != nil {
+			return fail(err)
+		}
 	}
 	f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fs.FileMode(mode)&fs.ModePerm)
 	if err != nil {
@@ -169,6 +182,9 @@ func writeMain(args []string) int {
 	_, err = io.Copy(f, os.Stdin)
 	if err == nil {
 		err = f.Chmod(fs.FileMode(mode) & fs.ModePerm)
+	}
+	if err == nil && owner.set {
+		err = f.Chown(int(owner.uid), int(owner.gid))
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -203,26 +219,33 @@ func rmMain(args []string) int {
 	return 0
 }
 
-// mkdirMain is "mkdir [-p] DIR MODE".
+// mkdirMain is "mkdir [-p] [-o UID:GID] [--] DIR MODE". With -o, the
+// directories it creates are owned by UID:GID.
 func mkdirMain(args []string) int {
-	parents := len(args) == 3 && args[0] == "-p"
-	if parents {
-		args = args[1:]
+	fl := newFlags("mkdir")
+	parents := fl.Bool("p", false, "create missing parents")
+	var owner ownerFlag
+	fl.Var(&owner, "o", "owner UID:GID")
+	if fl.Parse(args) != nil || fl.NArg() != 2 {
+		return usage("mkdir [-p] [-o UID:GID] DIR MODE")
 	}
-	if len(args) != 2 {
-		return usage("mkdir [-p] DIR MODE")
-	}
+	args = fl.Args()
 	mode, err := strconv.ParseUint(args[1], 8, 32)
 	if err != nil {
 		return usage("mkdir [-p] DIR MODE (octal)")
 	}
-	if parents {
-		err = os.MkdirAll(args[0], fs.FileMode(mode)&fs.ModePerm)
-	} else {
-		err = os.Mkdir(args[0], fs.FileMode(mode)&fs.ModePerm)
+	perm := fs.FileMode(mode) & fs.ModePerm
+	switch {
+	case *parents:
+		err = mkdirOwned(args[0], perm, owner)
+	default:
+		err = os.Mkdir(args[0], perm)
+		if err == nil && owner.set {
+			err = os.Lchown(args[0], int(owner.uid), int(owner.gid))
+		}
 	}
 	if err == nil {
-		err = os.Chmod(args[0], fs.FileMode(mode)&fs.ModePerm)
+		err = os.Chmod(args[0], perm)
 	}
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"strconv"
+
+	"github.com/containerd/errdefs"
+)
+
+// Owner is the user and group that own what a file operation creates in a
+// sandbox.
+type Owner struct {
+	UID, GID uint32
+}
+
+// args is the agent's -o option for o; none for nil.
+func (o *Owner) args() []string {
+	if o == nil {
+		return nil
+	}
+	return []string{"-o", strconv.FormatUint(uint64(o.UID), 10) + ":" + strconv.FormatUint(uint64(o.GID), 10)}
+}
+
+// User is a user of a sandbox's image.
+type User struct {
+	Name     string
+	UID, GID uint32
+	// Home is the user's home directory.
+	Home string
+}
+
+// UnknownUserError is LookupUser's answer for a name the image does not
+// know. It is an errdefs.ErrNotFound.
+type UnknownUserError struct {
+	Name string
+}
+
+func (u *UnknownUserError) Error() string {
+	return fmt.Sprintf("user %q: no such user in the image's /etc/passwd", u.Name)
+}
+
+func (u *UnknownUserError) Unwrap() error { return errdefs.ErrNotFound }
+
+// LookupUser finds the user called name in the /etc/passwd of running
+// sandbox ref's image; an unknown name is an *UnknownUserError.
+func (e *Engine) LookupUser(ctx context.Context, ref, name string) (User, error) {
+	sb, err := e.running(ctx, ref)
+	if err != nil {
+		return User{}, err
+	}
+	if name == "" {
+		return User{}, fmt.Errorf("empty user name: %w", errdefs.ErrInvalidArgument)
+	}
+	ent := e.passwdEntry(sb, name, 0)
+	if ent == nil {
+		return User{}, &UnknownUserError{Name: name}
+	}
+	return User{Name: ent.name, UID: ent.uid, GID: ent.gid, Home: ent.home}, nil
+}
+
+// MkdirRequest is a directory to create in a sandbox.
+type MkdirRequest struct {
+	Path string
+	// Mode is the directory's permission bits (0755 if zero).
+	Mode fs.FileMode
+	// Parents also creates missing parents, and makes an existing
+	// directory no error.
+	Parents bool
+	// Owner, if set, owns the directories created.
+	Owner *Owner
+}
+
+// MakeDir creates the directory req.Path in sandbox ref: Mkdir, with an
+// owner.
+func (e *Engine) MakeDir(ctx context.Context, ref string, req MkdirRequest) error {
+	if err := checkSandboxPath(req.Path); err != nil {
+		return err
+	}
+	mode := req.Mode.Perm()
+	if mode == 0 {
+		mode = 0o755
+	}
+	args := []string{"mkdir"}
+	if req.Parents {
+		args = append(args, "-p")
+	}
+	args = append(append(args, req.Owner.args()...), "--", req.Path, strconv.FormatUint(uint64(mode), 8))
+	return e.agentRun(ctx, ref, args, nil, nil)
+}
+
+// MoveRequest renames a file or directory in a sandbox.
+type MoveRequest struct {
+	Source, Destination string
+	// Owner, if set, owns the parent directories of Destination that the
+	// move creates.
+	Owner *Owner
+}
+
+// Move renames req.Source to req.Destination in sandbox ref, creating
+// Destination's missing parent directories; a file at Destination is
+// replaced. A missing Source is errdefs.ErrNotFound.
+func (e *Engine) Move(ctx context.Context, ref string, req MoveRequest) error {
+	for _, p := range []string{req.Source, req.Destination} {
+		if err := checkSandboxPath(p); err != nil {
+			return err
+		}
+	}
+	args := append(append([]string{"mv"}, req.Owner.args()...), "--", req.Source, req.Destination)
+	return e.agentRun(ctx, ref, args, nil, nil)
+}
+
+// ListDir lists the directory at path in sandbox ref and, for depth > 1,
+// its subdirectories down to depth levels: each directory's entries by
+// name, each subdirectory's entries right after it.
+func (e *Engine) ListDir(ctx context.Context, ref, path string, depth int) ([]FileInfo, error) {
+	if err := checkSandboxPath(path); err != nil {
+		return nil, err
+	}
+	if depth < 1 {
+		return nil, fmt.Errorf("list %s: depth %d: must be at least 1: %w", path, depth, errdefs.ErrInvalidArgument)
+	}
+	var out bytes.Buffer
+	if err := e.agentRun(ctx, ref, []string{"ls", "-d", strconv.Itoa(depth), "--", path}, nil, &out); err != nil {
+		return nil, err
+	}
+	var fis []FileInfo
+	if err := json.Unmarshal(out.Bytes(), &fis); err != nil {
+		return nil, fmt.Errorf("list %s: the sandbox agent's answer: %w", path, err)
+	}
+	return fis, nil
+}
