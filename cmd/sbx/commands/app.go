@@ -14,6 +14,7 @@ import (
 	"sbx.dev/sbx/cmd/sbx/commands/image"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
+	"sbx.dev/sbx/cmd/sbx/commands/tenant"
 )
 
 // App is the sbx CLI.
@@ -34,6 +35,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, system.Commands...)
 	app.Commands = append(app.Commands, image.Command)
 	app.Commands = append(app.Commands, sandbox.Commands...)
+	app.Commands = append(app.Commands, tenant.Command)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
