@@ -133,3 +133,38 @@ func (e *Engine) expire(ctx context.Context, sb *Sandbox) error {
 	_, err := e.Pause(ctx, sb.ID)
 	return err
 }
+
+// SetTimeout gives running sandbox ref a new lifetime of d from now, with
+// what happens at its end (OnTimeoutPause, OnTimeoutStop or
+// OnTimeoutRemove; "" keeps the sandbox's, else pause). d = 0 removes the
+// lifetime. The watchdog is replaced, so a shorter lifetime takes effect
+// at once.
+func (e *Engine) SetTimeout(ctx context.Context, ref string, d time.Duration, onTimeout string) (*Sandbox, error) {
+	if err := e.checkLifetime(d, onTimeout); err != nil {
+		return nil, err
+	}
+	sb, unlock, err := e.getLocked(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb.State != StateRunning {
+		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	stopWatchdog(sb)
+	sb.WatchdogPid, sb.WatchdogStart, sb.Deadline = 0, 0, nil
+	sb.Timeout = ""
+	if onTimeout != "" {
+		sb.OnTimeout = onTimeout
+	}
+	if d > 0 {
+		sb.Timeout = d.String()
+		if err := e.startWatchdog(sb); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.save(sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}

@@ -13,6 +13,7 @@ import (
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/cmd/sbx/commands/image"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
+	servecmd "sbx.dev/sbx/cmd/sbx/commands/serve"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
 	"sbx.dev/sbx/cmd/sbx/commands/tenant"
 )
@@ -36,6 +37,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, image.Command)
 	app.Commands = append(app.Commands, sandbox.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
+	app.Commands = append(app.Commands, servecmd.Command)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}

@@ -1,0 +1,10 @@
+// Package serve is `sbx serve`: an HTTP server that speaks E2B's API (its
+// REST control plane and its envd data plane: the process and filesystem
+// Connect services and /files) over sbx's engine, for many tenants on one
+// host.
+//
+// It uses engine's public Go API only: it never execs runsc, builds a spec
+// or touches a sandbox's files on the host. Every sandbox it creates carries
+// its tenant in a label, and every lookup checks it: another tenant's
+// sandbox answers exactly as an unknown one does.
+package serve

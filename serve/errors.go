@@ -1,0 +1,118 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/containerd/errdefs"
+)
+
+// httpStatus maps an error wrapping an errdefs sentinel to the HTTP status
+// E2B's API answers with.
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrAlreadyExists), errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		return http.StatusForbidden
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrNotImplemented):
+		return http.StatusNotImplemented
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return http.StatusTooManyRequests
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// apiError is E2B's REST error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError answers an HTTP request with E2B's error shape.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(apiError{Code: status, Message: msg}) //nolint:errcheck // the client went away
+}
+
+// writeErr answers with err's status and message.
+func writeErr(w http.ResponseWriter, err error) {
+	writeError(w, httpStatus(err), message(err))
+}
+
+// sentinels are the errdefs errors whose text message leaves out: the
+// status already says it.
+var sentinels = []error{
+	errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists,
+	errdefs.ErrConflict, errdefs.ErrPermissionDenied, errdefs.ErrUnauthenticated,
+	errdefs.ErrFailedPrecondition, errdefs.ErrNotImplemented,
+	errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnknown,
+}
+
+// message is err's text for a client, without the sentinel's name that
+// wrapping appends ("...: not found").
+func message(err error) string {
+	msg := err.Error()
+	for again := true; again; {
+		again = false
+		for _, s := range sentinels {
+			if t, ok := strings.CutSuffix(msg, ": "+s.Error()); ok {
+				msg, again = t, true
+			}
+		}
+	}
+	return msg
+}
+
+// connectError maps an error wrapping an errdefs sentinel to the Connect
+// code envd answers with.
+func connectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		code = connect.CodeUnauthenticated
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, errdefs.ErrNotImplemented):
+		code = connect.CodeUnimplemented
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, errdefs.ErrUnavailable):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	return connect.NewError(code, errors.New(message(err)))
+}

@@ -1,0 +1,228 @@
+package serve
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+)
+
+// uploadedFile is one entry of /files' answer to an upload.
+type uploadedFile struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// serveFiles is envd's /files: GET downloads the file at ?path=, POST
+// uploads one (application/octet-stream, the body is the file, gzip
+// Content-Encoding allowed) or several (multipart/form-data, parts named
+// "file" whose file name is the path unless ?path= is given). Paths are
+// resolved for ?username= (or the request's user), who owns what an upload
+// creates, missing parent directories included. Both directions stream:
+// nothing is held in memory whole.
+func (s *filesystemService) serveFiles(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
+		return
+	}
+	name := r.URL.Query().Get("username")
+	if name == "" {
+		name = requestUser(r.Header)
+	}
+	a, err := s.actorOf(r.Context(), name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if r.Method == http.MethodPost {
+		s.upload(w, r, a)
+		return
+	}
+	s.download(w, r, a)
+}
+
+// download streams the file at ?path= to the client.
+func (s *filesystemService) download(w http.ResponseWriter, r *http.Request, a actor) {
+	raw := r.URL.Query().Get("path")
+	if raw == "" {
+		writeError(w, http.StatusBadRequest, "path is required to download a file")
+		return
+	}
+	p, err := a.resolve(raw)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := &lazyWriter{w: w, start: func(h http.Header) {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	}}
+	var dst io.Writer = out
+	if r.Method == http.MethodHead {
+		dst = io.Discard
+	}
+	err = s.eng.ReadFile(r.Context(), a.sandboxID, p, dst)
+	switch {
+	case err != nil && !out.started:
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = fmt.Errorf("file %s not found: %w", p, err)
+		}
+		writeErr(w, err)
+	case err != nil:
+		// Part of the file is out with a 200: the client must see a
+		// broken transfer, not a short file.
+		slog.WarnContext(r.Context(), "download failed midway", "sandbox", a.sandboxID, "path", p, "error", err)
+		panic(http.ErrAbortHandler)
+	case !out.started:
+		out.begin()
+	}
+}
+
+// lazyWriter sends the response's headers with its first byte, so that an
+// error before any byte can still be answered with an error status.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	start   func(http.Header)
+	started bool
+}
+
+func (l *lazyWriter) begin() {
+	l.started = true
+	l.start(l.w.Header())
+	l.w.WriteHeader(http.StatusOK)
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.begin()
+	}
+	return l.w.Write(p)
+}
+
+// upload writes the request's file or files.
+func (s *filesystemService) upload(w http.ResponseWriter, r *http.Request, a actor) {
+	query := r.URL.Query().Get("path")
+	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil && r.Header.Get("Content-Type") != "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q: %v", r.Header.Get("Content-Type"), err))
+		return
+	}
+	var written []uploadedFile
+	if ct == "multipart/form-data" {
+		written, err = s.uploadMultipart(r, a, query, params["boundary"])
+	} else {
+		var f uploadedFile
+		f, err = s.uploadBody(r, a, query)
+		written = []uploadedFile{f}
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(written) //nolint:errcheck // the client went away
+}
+
+// uploadBody writes the request's body, the file itself, to ?path=.
+func (s *filesystemService) uploadBody(r *http.Request, a actor, query string) (uploadedFile, error) {
+	if query == "" {
+		return uploadedFile{}, fmt.Errorf("path is required to upload a file as %s: %w", r.Header.Get("Content-Type"), errdefs.ErrInvalidArgument)
+	}
+	var body io.Reader = r.Body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return uploadedFile{}, fmt.Errorf("gzip body: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		return uploadedFile{}, fmt.Errorf("content encoding %q: only gzip is supported: %w", enc, errdefs.ErrInvalidArgument)
+	}
+	return s.writeFile(r, a, query, body)
+}
+
+// uploadMultipart writes each part named "file".
+func (s *filesystemService) uploadMultipart(r *http.Request, a actor, query, boundary string) ([]uploadedFile, error) {
+	if boundary == "" {
+		return nil, fmt.Errorf("multipart/form-data without a boundary: %w", errdefs.ErrInvalidArgument)
+	}
+	mr := multipart.NewReader(r.Body, boundary)
+	var out []uploadedFile
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		dest := query
+		if dest == "" {
+			dest = partFileName(part)
+		}
+		if dest == "" {
+			part.Close()
+			return nil, fmt.Errorf("a file part has no file name and no path was given: %w", errdefs.ErrInvalidArgument)
+		}
+		f, err := s.writeFile(r, a, dest, part)
+		part.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("multipart body has no part named \"file\": %w", errdefs.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// partFileName is the file name of a part as the client sent it: E2B's
+// SDKs put the file's path there, which multipart.Part.FileName would cut
+// to its last element.
+func partFileName(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// writeFile streams data to the file raw names, for the actor.
+func (s *filesystemService) writeFile(r *http.Request, a actor, raw string, data io.Reader) (uploadedFile, error) {
+	p, err := a.resolve(raw)
+	if err != nil {
+		return uploadedFile{}, err
+	}
+	if p == "/" {
+		return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
+	}
+	err = s.eng.WriteFile(r.Context(), a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: a.owner()})
+	if err != nil {
+		return uploadedFile{}, err
+	}
+	return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
+}

@@ -1,0 +1,81 @@
+package serve
+
+import (
+	"context"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/serve/tenant"
+)
+
+// usageOf is what a create takes from its tenant's quota, with the
+// engine's defaults for what it leaves unset.
+func usageOf(req engine.CreateRequest) tenant.Usage {
+	u := tenant.Usage{Sandboxes: 1, CPUs: req.CPUs, Memory: req.Memory, Disk: req.Disk}
+	if u.CPUs == 0 {
+		u.CPUs = policy.DefaultCPUs
+	}
+	if u.Memory == 0 {
+		u.Memory = policy.DefaultMemory
+	}
+	if u.Disk == 0 {
+		u.Disk = policy.DefaultDisk
+	}
+	return u
+}
+
+// admit checks that tenant may take want on top of what its sandboxes and
+// the creates in flight hold, and reserves it until release. Running
+// sandboxes count for every quota; paused ones hold only their disk.
+func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage) (release func(), err error) {
+	if s.cfg.Tenants == nil {
+		return func() {}, nil
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	var q tenant.Quota
+	ts, err := s.cfg.Tenants.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ts {
+		if t.Name == tenantName {
+			q = t.Quota
+		}
+	}
+	used := s.reserved[tenantName]
+	sbs, err := s.tenantSandboxes(ctx, tenantName)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range sbs {
+		switch sb.State {
+		case engine.StateRunning, engine.StateCreating:
+			used.Sandboxes++
+			used.CPUs += sb.CPUs
+			used.Memory += sb.Memory
+			used.Disk += sb.Disk
+		case engine.StatePaused:
+			used.Disk += sb.Disk
+		}
+	}
+	if err := q.Admit(used, want); err != nil {
+		return nil, err
+	}
+	r := s.reserved[tenantName]
+	r.Sandboxes += want.Sandboxes
+	r.CPUs += want.CPUs
+	r.Memory += want.Memory
+	r.Disk += want.Disk
+	s.reserved[tenantName] = r
+	return func() {
+		s.createMu.Lock()
+		defer s.createMu.Unlock()
+		r := s.reserved[tenantName]
+		r.Sandboxes -= want.Sandboxes
+		r.CPUs -= want.CPUs
+		r.Memory -= want.Memory
+		r.Disk -= want.Disk
+		s.reserved[tenantName] = r
+	}, nil
+}

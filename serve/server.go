@@ -1,0 +1,395 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/serve/envdpb/filesystem/filesystempbconnect"
+	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
+	"sbx.dev/sbx/serve/tenant"
+)
+
+// EnvdPort is the port E2B's SDKs address the in-sandbox daemon (envd)
+// on: a request for it is served by the server's data plane.
+const EnvdPort = 49983
+
+// EnvdVersion is the envd version the server reports; the SDKs enable
+// features by it.
+const EnvdVersion = "0.5.7"
+
+// DefaultTenant is the tenant of every request when the server runs
+// without a tenants file (loopback only).
+const DefaultTenant = "default"
+
+// Labels the server keeps on the sandboxes it creates, in the engine's
+// record: a restarted server reads everything back from them.
+const (
+	labelPrefix   = "sbx.serve/"
+	labelTenant   = labelPrefix + "tenant"
+	labelTemplate = labelPrefix + "template"
+	// labelPrivate: port previews need the sandbox's traffic token
+	// (public traffic is off).
+	labelPrivate   = labelPrefix + "private-traffic"
+	labelAutoPause = labelPrefix + "auto-pause"
+	// metaPrefix prefixes the E2B metadata keys of a sandbox.
+	metaPrefix = "meta."
+)
+
+// Config configures a Server.
+type Config struct {
+	// Engine runs the sandboxes.
+	Engine *engine.Engine
+	// Tenants authenticates API keys; nil serves one tenant,
+	// DefaultTenant, without keys (a server on loopback).
+	Tenants *tenant.Store
+	// Domain is the domain sandbox hosts are named under:
+	// PORT-SANDBOXID.Domain.
+	Domain string
+	// StateDir holds the server's own state: the key its access tokens
+	// are derived with. Empty: serve/ under the engine's root.
+	StateDir string
+	// AuditLog is the file mutating calls are recorded in; empty: none.
+	AuditLog string
+	// Logger receives the server's structured logs; nil: slog.Default().
+	Logger *slog.Logger
+	// DefaultNetwork is the network mode of a sandbox whose create asks
+	// for nothing: "none" (sbx's default) or "open" (E2B's).
+	DefaultNetwork string
+	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
+	// 1 MiB.
+	MaxBodyBytes int64
+}
+
+// Server is an E2B-compatible API server over an engine. Its state is the
+// engine's: a new Server on the same state root adopts every sandbox.
+type Server struct {
+	cfg     Config
+	eng     *engine.Engine
+	tokens  tokenKey
+	log     *slog.Logger
+	audit   *auditLog
+	metrics *metrics
+	procs   *processService
+	fs      *filesystemService
+	envd    http.Handler
+	api     http.Handler
+
+	// createMu serializes quota admission per tenant; reserved holds
+	// what creates in flight have been admitted for.
+	createMu sync.Mutex
+	reserved map[string]tenant.Usage
+
+	// resumeMu guards resuming: one resume per sandbox at a time.
+	resumeMu sync.Mutex
+	resuming map[string]*sync.Mutex
+
+	// dialMu guards dialers: one agent session per sandbox for port
+	// previews.
+	dialMu  sync.Mutex
+	dialers map[string]*engine.PortDialer
+
+	stop    context.CancelFunc
+	stopCtx context.Context
+}
+
+// New makes a server. Close releases it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, fmt.Errorf("serve: no engine: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	switch cfg.DefaultNetwork {
+	case "":
+		cfg.DefaultNetwork = "none"
+	case "none", "open":
+	default:
+		return nil, fmt.Errorf("default network %q: want none or open: %w", cfg.DefaultNetwork, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Domain == "" {
+		cfg.Domain = "localhost"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(cfg.Engine.Root(), "serve")
+	}
+	tokens, err := loadTokenKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	audit, err := openAudit(cfg.AuditLog)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, eng: cfg.Engine, log: cfg.Logger, audit: audit, tokens: tokens,
+		metrics:  newMetrics(),
+		reserved: map[string]tenant.Usage{},
+		resuming: map[string]*sync.Mutex{},
+		dialers:  map[string]*engine.PortDialer{},
+		stop:     cancel, stopCtx: ctx,
+	}
+	s.metrics.sandboxes = s.countSandboxes
+	s.procs = newProcessService(cfg.Engine)
+	s.fs = newFilesystemService(cfg.Engine)
+	envd := http.NewServeMux()
+	envd.Handle(processpbconnect.NewProcessHandler(s.procs))
+	envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs))
+	envd.HandleFunc("/files", s.fs.serveFiles)
+	envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("envd path %s %s is not supported by sbx", r.Method, r.URL.Path))
+	})
+	s.envd = envd
+	s.api = s.routes()
+	go s.sweep()
+	return s, nil
+}
+
+// Close stops the server's background work and releases what it holds.
+// Sandboxes keep running: a new server adopts them.
+func (s *Server) Close() error {
+	s.stop()
+	s.fs.Close()
+	s.dialMu.Lock()
+	for id, d := range s.dialers {
+		d.Close()
+		delete(s.dialers, id)
+	}
+	s.dialMu.Unlock()
+	return s.audit.Close()
+}
+
+// Handler is the server's whole HTTP surface: the control plane, and the
+// data plane of every sandbox by host name (PORT-ID.DOMAIN) or by E2B's
+// sandbox headers.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		plane := "api"
+		if id, port, ok := s.sandboxOf(r); ok {
+			plane = "sandbox"
+			s.serveSandbox(rw, r, id, port)
+		} else {
+			s.api.ServeHTTP(rw, r)
+		}
+		s.metrics.observe(plane, r.Method, rw.status, time.Since(start))
+		s.log.Debug("request", "plane", plane, "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", rw.status, "duration", time.Since(start))
+	})
+}
+
+// sandboxOf tells whether r is for a sandbox's port: the E2b-Sandbox-Id and
+// E2b-Sandbox-Port headers (E2B_SANDBOX_URL), or a host PORT-ID.DOMAIN.
+func (s *Server) sandboxOf(r *http.Request) (id string, port int, ok bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		p, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port"))
+		if err != nil {
+			p = -1
+		}
+		return id, p, true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, rest, found := strings.Cut(host, ".")
+	if !found || !strings.EqualFold(rest, s.cfg.Domain) {
+		return "", 0, false
+	}
+	ps, id, found := strings.Cut(label, "-")
+	if !found {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil {
+		return "", 0, false
+	}
+	return id, p, true
+}
+
+// serveSandbox serves a request for port of sandbox id: envd's data
+// plane for EnvdPort, else a proxy to the port inside the sandbox.
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string, port int) {
+	if port <= 0 || port > 65535 {
+		writeError(w, http.StatusBadRequest, "E2b-Sandbox-Port: want a port number from 1 to 65535")
+		return
+	}
+	// The data plane knows no tenant, only the sandbox's token: a wrong
+	// token answers exactly as an unknown sandbox does, so that nobody
+	// learns which IDs exist.
+	notFound := func() {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found, or its access token (X-Access-Token) is wrong", id))
+	}
+	sb, err := s.sandbox(r.Context(), id)
+	if err != nil {
+		notFound()
+		return
+	}
+	if port == EnvdPort {
+		if !tokenMatches(s.tokens.envd(sb.ID), r.Header.Get("X-Access-Token")) {
+			notFound()
+			return
+		}
+	} else if sb.Labels[labelPrivate] == "true" {
+		if !tokenMatches(s.tokens.traffic(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
+			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
+			return
+		}
+	}
+	if sb.State == engine.StatePaused {
+		if sb, err = s.resume(r.Context(), sb, sb.Labels[labelTenant]); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	if sb.State != engine.StateRunning {
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s, not running", id, sb.State))
+		return
+	}
+	ctx := withTarget(r.Context(), target{Tenant: sb.Labels[labelTenant], SandboxID: sb.ID})
+	if port == EnvdPort {
+		s.envd.ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
+	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
+}
+
+// sandbox looks up one of the server's sandboxes by its full ID. Anything
+// else (a name, a prefix, a sandbox the server did not create) is not
+// found.
+func (s *Server) sandbox(ctx context.Context, id string) (*engine.Sandbox, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	sb, err := s.eng.Get(ctx, id)
+	if err != nil || sb.ID != id || sb.Labels[labelTenant] == "" {
+		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// owned looks up sandbox id for tenant: another tenant's sandbox is not
+// found, exactly like an unknown one.
+func (s *Server) owned(ctx context.Context, tenantName, id string) (*engine.Sandbox, error) {
+	sb, err := s.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Labels[labelTenant] != tenantName {
+		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// resume resumes a paused sandbox once, however many requests ask at the
+// same time, and forgets what the server held of its old run.
+func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName string) (*engine.Sandbox, error) {
+	s.resumeMu.Lock()
+	mu, ok := s.resuming[sb.ID]
+	if !ok {
+		mu = &sync.Mutex{}
+		s.resuming[sb.ID] = mu
+	}
+	s.resumeMu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	cur, err := s.sandbox(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State != engine.StatePaused {
+		return cur, nil
+	}
+	start := time.Now()
+	cur, err = s.eng.Resume(context.WithoutCancel(ctx), sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.resumed(tenantName, time.Since(start))
+	s.log.Info("resumed", "sandbox", sb.ID, "tenant", tenantName, "duration", time.Since(start))
+	return cur, nil
+}
+
+// forget drops what the server holds for a sandbox that is removed or
+// paused: its processes and its port dialer.
+func (s *Server) forget(id string) {
+	s.procs.forget(id)
+	s.dialMu.Lock()
+	if d, ok := s.dialers[id]; ok {
+		d.Close()
+		delete(s.dialers, id)
+	}
+	s.dialMu.Unlock()
+}
+
+// authenticate is the tenant of a control-plane request.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	if s.cfg.Tenants == nil {
+		return DefaultTenant, nil
+	}
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		return "", fmt.Errorf("missing API key: set the X-API-Key header (E2B_API_KEY): %w", errdefs.ErrUnauthenticated)
+	}
+	t, ok := s.cfg.Tenants.Authenticate(key)
+	if !ok {
+		return "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	}
+	return t.Name, nil
+}
+
+// statusWriter records the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
