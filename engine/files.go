@@ -39,6 +39,9 @@ type FileEvent struct {
 // checkSandboxPath refuses a sandbox path that is empty or has a ".."
 // component.
 func checkSandboxPath(p string) error {
+	if len(p) > 4095 {
+		return fmt.Errorf("sandbox path of %d bytes: longer than 4095 (PATH_MAX): %w", len(p), errdefs.ErrInvalidArgument)
+	}
 	if p == "" || strings.ContainsRune(p, 0) {
 		return fmt.Errorf("sandbox path %q: %w", p, errdefs.ErrInvalidArgument)
 	}
@@ -106,7 +109,9 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 // agentProcess starts the sandbox agent with args in sb, as root. Its
 // stderr goes to errBuf.
 func (e *Engine) agentProcess(ctx context.Context, sb *Sandbox, args []string, stdin io.Reader, stdout io.Writer, errBuf *capBuffer) (*runsc.ExecProcess, error) {
-	proc, err := e.process(sb, ExecRequest{Args: append([]string{agent.MountPath}, args...)})
+	// As root whatever the image's user (the agent acts for the host),
+	// unless ctx says whom the operation acts as (ActingAs).
+	proc, err := e.process(sb, ExecRequest{Args: append([]string{agent.MountPath}, args...), User: agentUser(ctx)})
 	if err != nil {
 		return nil, err
 	}

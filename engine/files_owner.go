@@ -133,3 +133,21 @@ func (e *Engine) ListDir(ctx context.Context, ref, path string, depth int) ([]Fi
 	}
 	return fis, nil
 }
+
+type actingKey struct{}
+
+// ActingAs makes the file operations under ctx act as user o inside the
+// sandbox: the agent runs with o's IDs, so o's permissions apply (a user
+// cannot read or write what the sandbox keeps from it) and what it creates
+// is o's. Without it, file operations act as root.
+func ActingAs(ctx context.Context, o Owner) context.Context {
+	return context.WithValue(ctx, actingKey{}, o)
+}
+
+// agentUser is the user the agent runs as for a file operation under ctx.
+func agentUser(ctx context.Context) string {
+	if o, ok := ctx.Value(actingKey{}).(Owner); ok {
+		return strconv.FormatUint(uint64(o.UID), 10) + ":" + strconv.FormatUint(uint64(o.GID), 10)
+	}
+	return "0:0"
+}

@@ -95,7 +95,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool,
 		writeJSON(w, status, body)
 	}
 	if mutating {
-		e := auditEntry{Time: time.Now(), Tenant: tenantName, Call: r.Method + " " + r.URL.Path, Sandbox: r.PathValue("id"), Status: status, Result: "ok", Remote: r.RemoteAddr}
+		e := auditEntry{Time: time.Now(), Tenant: tenantName, Call: r.Method + " " + r.URL.Path, Status: status, Result: "ok", Remote: r.RemoteAddr}
+		if strings.Contains(r.URL.Path, "/sandboxes/") {
+			e.Sandbox = r.PathValue("id")
+		}
 		if err != nil {
 			e.Result = message(err)
 		}
@@ -104,7 +107,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool,
 		}
 		s.audit.record(e)
 	}
-	if err != nil && status >= 500 {
+	if err != nil && status >= 500 && status != http.StatusNotImplemented {
 		s.log.Error("request failed", "tenant", tenantName, "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 }
@@ -913,9 +916,9 @@ func (s *Server) updateNetwork(r *http.Request, tenantName string) (int, any, er
 	if err != nil {
 		return 0, nil, err
 	}
-	// Omitted fields are cleared: the sandbox goes back to the server's
-	// default unless the body says otherwise.
-	mode, allow, err := s.networkPolicy(body.AllowInternetAccess, &networkJSON{AllowOut: body.AllowOut, DenyOut: body.DenyOut, Rules: body.Rules, EgressProxy: body.EgressProxy}, s.cfg.DefaultNetwork)
+	// Omitted fields are cleared, as E2B does: an update that denies
+	// nothing opens the sandbox (sbx's denied ranges still hold).
+	mode, allow, err := s.networkPolicy(body.AllowInternetAccess, &networkJSON{AllowOut: body.AllowOut, DenyOut: body.DenyOut, Rules: body.Rules, EgressProxy: body.EgressProxy}, "open")
 	if err != nil {
 		return 0, nil, err
 	}

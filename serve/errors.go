@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -115,4 +116,35 @@ func connectError(err error) error {
 		code = connect.CodeCanceled
 	}
 	return connect.NewError(code, errors.New(message(err)))
+}
+
+// isRPC tells whether r is a call of one of envd's Connect services.
+func isRPC(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/process.Process/") || strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/")
+}
+
+// writeSandboxError answers a data-plane request that cannot reach its
+// sandbox: in the Connect protocol for envd's services, so that SDKs see
+// the code (not_found, unavailable, ...), else in E2B's REST shape.
+func writeSandboxError(w http.ResponseWriter, r *http.Request, err error) {
+	if !isRPC(r) {
+		writeErr(w, err)
+		return
+	}
+	ce := connectError(err).(*connect.Error)
+	body := map[string]string{"code": ce.Code().String(), "message": ce.Message()}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+		// A streaming call: the error ends the stream, in an envelope
+		// flagged end-of-stream (0x02), with HTTP 200.
+		b, _ := json.Marshal(map[string]any{"error": body})
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusOK)
+		hdr := []byte{0x02, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(b)))
+		w.Write(append(hdr, b...)) //nolint:errcheck // the client went away
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus(err))
+	json.NewEncoder(w).Encode(body) //nolint:errcheck // the client went away
 }

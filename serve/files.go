@@ -77,7 +77,7 @@ func (s *filesystemService) download(w http.ResponseWriter, r *http.Request, a a
 	if r.Method == http.MethodHead {
 		dst = io.Discard
 	}
-	err = s.eng.ReadFile(r.Context(), a.sandboxID, p, dst)
+	err = s.eng.ReadFile(a.acting(r.Context()), a.sandboxID, p, dst)
 	switch {
 	case err != nil && !out.started:
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -220,7 +220,7 @@ func (s *filesystemService) writeFile(r *http.Request, a actor, raw string, data
 	if p == "/" {
 		return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
 	}
-	err = s.eng.WriteFile(r.Context(), a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: a.owner()})
+	err = s.eng.WriteFile(a.acting(r.Context()), a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: a.owner()})
 	if err != nil {
 		return uploadedFile{}, err
 	}

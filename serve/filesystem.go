@@ -61,6 +61,12 @@ type actor struct {
 
 func (a actor) owner() *engine.Owner { return &engine.Owner{UID: a.user.UID, GID: a.user.GID} }
 
+// acting is ctx for a file operation that acts as a's user: with its
+// permissions, not root's.
+func (a actor) acting(ctx context.Context) context.Context {
+	return engine.ActingAs(ctx, *a.owner())
+}
+
 // actorOf resolves name to a user of the request's sandbox. An unknown
 // user is errdefs.ErrUnauthenticated, as envd answers.
 func (s *filesystemService) actorOf(ctx context.Context, name string) (actor, error) {
@@ -80,7 +86,14 @@ func (s *filesystemService) actorOf(ctx context.Context, name string) (actor, er
 // sandbox: "~" and a leading "~/" are home, a relative path is relative
 // to home, and an empty one is home itself. A ".." component or a NUL is
 // refused (errdefs.ErrInvalidArgument), whatever it would resolve to.
+// maxPath is the longest path a request may name (Linux's PATH_MAX,
+// less its NUL).
+const maxPath = 4095
+
 func resolvePath(p, home string) (string, error) {
+	if len(p) > maxPath {
+		return "", fmt.Errorf("path of %d bytes: longer than %d: %w", len(p), maxPath, errdefs.ErrInvalidArgument)
+	}
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("path %q: contains a NUL byte: %w", p, errdefs.ErrInvalidArgument)
 	}
@@ -143,7 +156,7 @@ func entryInfo(fi engine.FileInfo) *filesystempb.EntryInfo {
 
 // stat describes p (resolved) in the actor's sandbox.
 func (s *filesystemService) stat(ctx context.Context, a actor, p string) (*filesystempb.EntryInfo, error) {
-	fi, err := s.eng.Stat(ctx, a.sandboxID, p)
+	fi, err := s.eng.Stat(a.acting(ctx), a.sandboxID, p)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +192,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	if err != nil {
 		return nil, connectError(err)
 	}
-	switch fi, err := s.eng.Stat(ctx, a.sandboxID, p); {
+	switch fi, err := s.eng.Stat(a.acting(ctx), a.sandboxID, p); {
 	case err == nil && fi.IsDir:
 		return nil, connectError(fmt.Errorf("directory %s already exists: %w", p, errdefs.ErrAlreadyExists))
 	case err == nil:
@@ -187,7 +200,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return nil, connectError(err)
 	}
-	if err := s.eng.MakeDir(ctx, a.sandboxID, engine.MkdirRequest{Path: p, Parents: true, Owner: a.owner()}); err != nil {
+	if err := s.eng.MakeDir(a.acting(ctx), a.sandboxID, engine.MkdirRequest{Path: p, Parents: true, Owner: a.owner()}); err != nil {
 		return nil, connectError(err)
 	}
 	e, err := s.stat(ctx, a, p)
@@ -212,7 +225,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if err := s.eng.Move(ctx, a.sandboxID, engine.MoveRequest{Source: src, Destination: dst, Owner: a.owner()}); err != nil {
+	if err := s.eng.Move(a.acting(ctx), a.sandboxID, engine.MoveRequest{Source: src, Destination: dst, Owner: a.owner()}); err != nil {
 		return nil, connectError(err)
 	}
 	e, err := s.stat(ctx, a, dst)
@@ -233,7 +246,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		return nil, connectError(err)
 	}
 	depth := max(int(req.Msg.GetDepth()), 1)
-	fis, err := s.eng.ListDir(ctx, a.sandboxID, p, depth)
+	fis, err := s.eng.ListDir(a.acting(ctx), a.sandboxID, p, depth)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -258,7 +271,7 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	if p == "/" {
 		return nil, connectError(fmt.Errorf("path %q: refusing to remove the root directory: %w", req.Msg.GetPath(), errdefs.ErrInvalidArgument))
 	}
-	if err := s.eng.RemoveFile(ctx, a.sandboxID, p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.eng.RemoveFile(a.acting(ctx), a.sandboxID, p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
@@ -283,14 +296,14 @@ type watchSpec struct {
 // startWatch checks that spec.dir is a directory of the actor's sandbox
 // and watches it until ctx ends.
 func (s *filesystemService) startWatch(ctx context.Context, a actor, spec watchSpec) (<-chan engine.FileEvent, error) {
-	fi, err := s.eng.Stat(ctx, a.sandboxID, spec.dir)
+	fi, err := s.eng.Stat(a.acting(ctx), a.sandboxID, spec.dir)
 	if err != nil {
 		return nil, err
 	}
 	if !fi.IsDir {
 		return nil, fmt.Errorf("path %s is not a directory: %w", spec.dir, errdefs.ErrInvalidArgument)
 	}
-	return s.eng.Watch(ctx, a.sandboxID, engine.WatchRequest{Path: spec.dir, Recursive: spec.recursive})
+	return s.eng.Watch(a.acting(ctx), a.sandboxID, engine.WatchRequest{Path: spec.dir, Recursive: spec.recursive})
 }
 
 // event turns a change into envd's event: its name is relative to the

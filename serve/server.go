@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
 	"sbx.dev/sbx/engine"
@@ -148,8 +149,10 @@ func New(cfg Config) (*Server, error) {
 	s.procs = newProcessService(cfg.Engine)
 	s.fs = newFilesystemService(cfg.Engine)
 	envd := http.NewServeMux()
-	envd.Handle(processpbconnect.NewProcessHandler(s.procs))
-	envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs))
+	// Bounded messages: a command's input comes in chunks, a file call
+	// names paths.
+	envd.Handle(processpbconnect.NewProcessHandler(s.procs, connect.WithReadMaxBytes(16<<20)))
+	envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs, connect.WithReadMaxBytes(1<<20)))
 	envd.HandleFunc("/files", s.fs.serveFiles)
 	envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -227,23 +230,21 @@ func (s *Server) sandboxOf(r *http.Request) (id string, port int, ok bool) {
 // plane for EnvdPort, else a proxy to the port inside the sandbox.
 func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string, port int) {
 	if port <= 0 || port > 65535 {
-		writeError(w, http.StatusBadRequest, "E2b-Sandbox-Port: want a port number from 1 to 65535")
+		writeSandboxError(w, r, fmt.Errorf("E2b-Sandbox-Port: want a port number from 1 to 65535: %w", errdefs.ErrInvalidArgument))
 		return
 	}
 	// The data plane knows no tenant, only the sandbox's token: a wrong
 	// token answers exactly as an unknown sandbox does, so that nobody
 	// learns which IDs exist.
-	notFound := func() {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found, or its access token (X-Access-Token) is wrong", id))
-	}
+	notFound := fmt.Errorf("sandbox %q not found, or its access token (X-Access-Token) is wrong: %w", id, errdefs.ErrNotFound)
 	sb, err := s.sandbox(r.Context(), id)
 	if err != nil {
-		notFound()
+		writeSandboxError(w, r, notFound)
 		return
 	}
 	if port == EnvdPort {
 		if !tokenMatches(s.tokens.envd(sb.ID), r.Header.Get("X-Access-Token")) {
-			notFound()
+			writeSandboxError(w, r, notFound)
 			return
 		}
 	} else if sb.Labels[labelPrivate] == "true" {
@@ -254,12 +255,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	}
 	if sb.State == engine.StatePaused {
 		if sb, err = s.resume(r.Context(), sb, sb.Labels[labelTenant]); err != nil {
-			writeErr(w, err)
+			writeSandboxError(w, r, err)
 			return
 		}
 	}
 	if sb.State != engine.StateRunning {
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s, not running", id, sb.State))
+		writeSandboxError(w, r, fmt.Errorf("sandbox %s is %s, not running: %w", id, sb.State, errdefs.ErrUnavailable))
 		return
 	}
 	ctx := withTarget(r.Context(), target{Tenant: sb.Labels[labelTenant], SandboxID: sb.ID})
