@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,9 @@ type Pipes struct {
 	sinks   []io.Writer
 	outputs []*os.File
 	copying sync.WaitGroup
+	// lastRead is when output was last read (UnixNano): Finish waits
+	// while output still comes.
+	lastRead atomic.Int64
 }
 
 // NewPipes makes the pipes for stdin, stdout and stderr.
@@ -71,7 +75,7 @@ func (p *Pipes) Start() {
 		p.copying.Add(1)
 		go func() {
 			defer p.copying.Done()
-			io.Copy(w, r) //nolint:errcheck // the writer's failure ends the copy
+			io.Copy(w, progressReader{r, &p.lastRead}) //nolint:errcheck // the writer's failure ends the copy
 		}()
 	}
 	if p.stdinW != nil {
@@ -93,22 +97,73 @@ func (p *Pipes) CloseChild() {
 	}
 }
 
-// Finish waits until the outputs have been copied to their end, for at
-// most drain (a background child of the process may hold them open
-// forever), then stops reading them.
+// stuckDrain bounds how long Finish waits for output that sits in a pipe
+// while nothing reads it (the caller's writer is stuck).
+const stuckDrain = 10 * time.Second
+
+// Finish waits until the outputs have been copied to their end, then
+// stops reading them. A background child of the process may hold them
+// open forever, so it stops earlier once nothing has been read for drain
+// and nothing is left in the pipes; output still in a pipe is waited for
+// while it is read, for up to stuckDrain without progress. The process's
+// output is thus never cut because the host was too busy to copy it in
+// time.
 func (p *Pipes) Finish(drain time.Duration) {
 	copied := make(chan struct{})
 	go func() {
 		p.copying.Wait()
 		close(copied)
 	}()
-	select {
-	case <-copied:
-	case <-time.After(drain):
+	start := time.Now().UnixNano()
+	tick := time.NewTicker(min(drain, 20*time.Millisecond))
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-copied:
+			break wait
+		case <-tick.C:
+		}
+		idle := time.Duration(time.Now().UnixNano() - max(start, p.lastRead.Load()))
+		if idle >= drain && (!p.pending() || idle >= max(drain, stuckDrain)) {
+			break
+		}
 	}
 	for _, r := range p.outputs {
 		r.Close()
 	}
+}
+
+// pending tells whether output waits in a pipe.
+func (p *Pipes) pending() bool {
+	for _, r := range p.outputs {
+		rc, err := r.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		rc.Control(func(fd uintptr) { //nolint:errcheck // a closed pipe has nothing pending
+			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		})
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// progressReader records when its reader last returned data.
+type progressReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // Close releases every descriptor of pipes whose process never ran.
