@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"os"
 
 	"sbx.dev/sbx/engine"
 	"sbx.dev/sbx/policy"
@@ -49,13 +50,15 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		return nil, err
 	}
 	for _, sb := range sbs {
-		switch sb.State {
-		case engine.StateRunning, engine.StateCreating:
+		switch {
+		// This server's creates in flight are in reserved already.
+		case sb.State == engine.StateRunning,
+			sb.State == engine.StateCreating && sb.CreatorPid != os.Getpid():
 			used.Sandboxes++
 			used.CPUs += sb.CPUs
 			used.Memory += sb.Memory
 			used.Disk += sb.Disk
-		case engine.StatePaused:
+		case sb.State == engine.StatePaused:
 			used.Disk += sb.Disk
 		}
 	}
