@@ -15,15 +15,17 @@ import (
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
-// Command is a command that Start started in a sandbox. Its methods are
-// safe for concurrent use.
+// Command is a command that Start started in a sandbox, or that a
+// Supervisor started or attached to. Its methods are safe for concurrent
+// use.
 type Command struct {
 	e    *Engine
 	sb   *Sandbox
 	proc specs.Process
 	req  ExecRequest
-	ep   *runsc.ExecProcess
-	tty  bool // the command runs on a pty that runsc exec leads
+	ep   *runsc.ExecProcess // nil for a supervised command
+	sv   *supervisedCmd     // set for a supervised command
+	tty  bool               // the command runs on a pty that runsc exec leads
 
 	// resize carries Resize's sizes to the pty; nil when the command has
 	// no terminal or the caller gave ExecRequest.Resize.
@@ -141,6 +143,13 @@ func (p *Command) Signal(sig os.Signal) error {
 	case <-p.done:
 		return fmt.Errorf("%s has exited: %w", p.req.Args[0], errdefs.ErrNotFound)
 	default:
+	}
+	if p.sv != nil {
+		s, ok := sig.(syscall.Signal)
+		if !ok {
+			return fmt.Errorf("signal %v: not a signal of this system: %w", sig, errdefs.ErrInvalidArgument)
+		}
+		return p.sv.s.signal(int(p.pid.Load()), s)
 	}
 	if pid := int(p.pid.Load()); p.tty && pid != 0 && (sig == syscall.SIGKILL || sig == syscall.SIGSTOP) {
 		// runsc exec relays the signals it receives, but cannot be

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"sbx.dev/sbx/engine"
 	processpb "sbx.dev/sbx/serve/envdpb/process"
@@ -35,6 +37,14 @@ import (
 // nothing for that long is cut off with ResourceExhausted and the command
 // goes on for the others. Memory is thus bounded by the number of streams,
 // whatever the command writes.
+//
+// Commands without a terminal are supervised (engine.Supervisor): children
+// of the sandbox's init, started over one agent session per sandbox. They
+// survive pause and resume, and a server that restarts finds them again:
+// a List, or a request for a PID or tag the table does not know, asks the
+// sandbox's supervisor and attaches to the commands this service started.
+// Commands on a terminal run through engine.Start, whose processes a
+// restore kills: they do not survive a pause.
 
 const (
 	// subscriberBuffer is how many events a stream may be behind.
@@ -58,16 +68,53 @@ type command interface {
 	Wait() (int, error)
 }
 
+// supervisor is what the service needs of an engine.Supervisor, or a
+// fake in tests.
+type supervisor interface {
+	Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error)
+	Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error)
+	List(ctx context.Context) ([]engine.SupervisedProcess, error)
+	Close()
+}
+
+// engineSupervisor is an engine.Supervisor as a supervisor.
+type engineSupervisor struct{ sv *engine.Supervisor }
+
+func (e engineSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error) {
+	c, err := e.sv.Start(ctx, req, meta)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (e engineSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error) {
+	c, err := e.sv.Attach(ctx, pid, req)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (e engineSupervisor) List(ctx context.Context) ([]engine.SupervisedProcess, error) {
+	return e.sv.List(ctx)
+}
+
+func (e engineSupervisor) Close() { e.sv.Close() }
+
 // processService implements processpbconnect.ProcessHandler over an
 // engine.
 type processService struct {
-	// start starts a command in a sandbox; stat fails with ErrNotFound
-	// for a path that does not exist there; home is a user's home
-	// directory. The engine's, but for tests.
-	start func(ctx context.Context, sandboxID string, req engine.ExecRequest) (command, error)
-	stat  func(ctx context.Context, sandboxID, path string) error
-	home  func(ctx context.Context, sandboxID, user string) (string, error)
-	grace time.Duration // subscriberGrace, but for tests
+	// start starts a command in a sandbox; supervise returns a
+	// supervisor of a sandbox, bound to ctx (nil: every command goes
+	// through start); stat fails with ErrNotFound for a path that does
+	// not exist there; home is a user's home directory. The engine's,
+	// but for tests.
+	start     func(ctx context.Context, sandboxID string, req engine.ExecRequest) (command, error)
+	supervise func(ctx context.Context, sandboxID string) (supervisor, error)
+	stat      func(ctx context.Context, sandboxID, path string) error
+	home      func(ctx context.Context, sandboxID, user string) (string, error)
+	grace     time.Duration // subscriberGrace, but for tests
 
 	// mu guards tables.
 	mu     sync.Mutex
@@ -78,6 +125,13 @@ func newProcessService(eng *engine.Engine) *processService {
 	return &processService{
 		start: func(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
 			return eng.Start(ctx, id, req)
+		},
+		supervise: func(ctx context.Context, id string) (supervisor, error) {
+			sv, err := eng.Supervisor(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			return engineSupervisor{sv}, nil
 		},
 		stat: func(ctx context.Context, id, path string) error {
 			_, err := eng.Stat(ctx, id, path)
@@ -94,14 +148,72 @@ func newProcessService(eng *engine.Engine) *processService {
 
 // procTable is the running commands of one sandbox.
 type procTable struct {
-	// ctx bounds the life of every command of the sandbox: forget ends it.
+	// ctx bounds the life of the sandbox's commands on a terminal, and
+	// of its supervisor session: forget ends it.
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	// mu guards procs.
 	mu    sync.Mutex
 	procs map[uint32]*proc
+
+	// svMu guards sv, the sandbox's supervisor once made.
+	svMu sync.Mutex
+	sv   supervisor
+
+	// adoptMu serializes attaching to supervised commands the table
+	// does not know, so that each is attached once.
+	adoptMu sync.Mutex
 }
+
+// supervisor returns the table's supervisor, making it if need be.
+func (t *procTable) supervisor(s *processService, id string) (supervisor, error) {
+	t.svMu.Lock()
+	defer t.svMu.Unlock()
+	if t.sv == nil {
+		if t.ctx.Err() != nil {
+			return nil, fmt.Errorf("the processes of sandbox %s were dropped: %w", id, errdefs.ErrUnavailable)
+		}
+		sv, err := s.supervise(t.ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		t.sv = sv
+	}
+	return t.sv, nil
+}
+
+// procMeta is what the service keeps with a supervised command, to list
+// and follow it after a resume or a restart.
+type procMeta struct {
+	Tag    *string         `json:"tag,omitempty"`
+	Config json.RawMessage `json:"config"`
+	Stdin  bool            `json:"stdin,omitempty"`
+}
+
+// metaOf encodes a supervised command's metadata: its config without
+// the environment, or without its arguments too, if it would not fit.
+func metaOf(tag *string, cfg *processpb.ProcessConfig, stdin bool) []byte {
+	for _, c := range []*processpb.ProcessConfig{
+		cfg,
+		{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cfg.Cwd},
+		{Cmd: cfg.GetCmd(), Cwd: cfg.Cwd},
+	} {
+		raw, err := protojson.Marshal(c)
+		if err != nil {
+			continue
+		}
+		b, err := json.Marshal(procMeta{Tag: tag, Config: raw, Stdin: stdin})
+		if err == nil && len(b) <= maxMeta {
+			return b
+		}
+	}
+	b, _ := json.Marshal(procMeta{Tag: tag, Config: json.RawMessage("{}"), Stdin: stdin})
+	return b
+}
+
+// maxMeta is the most metadata a supervised command takes.
+const maxMeta = 16 << 10
 
 // table returns the process table of sandbox id, making it if need be.
 func (s *processService) table(id string) *procTable {
@@ -116,8 +228,11 @@ func (s *processService) table(id string) *procTable {
 	return t
 }
 
-// forget drops the processes of sandbox id and kills those still running:
-// the server removes or pauses the sandbox.
+// forget drops the processes of sandbox id: the server removes or pauses
+// the sandbox. Those on a terminal are killed; supervised ones go on in
+// the sandbox (a pause keeps them), and a later request for the sandbox
+// attaches to them through a new supervisor session. Streams following
+// them end with Unavailable.
 func (s *processService) forget(sandboxID string) {
 	s.mu.Lock()
 	t := s.tables[sandboxID]
@@ -125,6 +240,11 @@ func (s *processService) forget(sandboxID string) {
 	s.mu.Unlock()
 	if t != nil {
 		t.cancel()
+		t.svMu.Lock()
+		if t.sv != nil {
+			t.sv.Close()
+		}
+		t.svMu.Unlock()
 	}
 }
 
@@ -184,6 +304,12 @@ func (s *processService) lookup(ctx context.Context, sel *processpb.ProcessSelec
 	}
 	if found != nil {
 		return found, nil
+	}
+	if s.supervise != nil {
+		// After a resume or a restart: the sandbox may know it.
+		if found = s.adopt(ctx, id, sel); found != nil {
+			return found, nil
+		}
 	}
 	switch v := sel.GetSelector().(type) {
 	case *processpb.ProcessSelector_Pid:
@@ -258,7 +384,15 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	defer p.hub.unsubscribe(sub)
 
 	t := s.table(id)
-	cmd, err := s.start(t.ctx, id, xreq)
+	var cmd command
+	if s.supervise != nil && !p.tty {
+		var sv supervisor
+		if sv, err = t.supervisor(s, id); err == nil {
+			cmd, err = sv.Start(ctx, xreq, metaOf(p.tag, cfg, stdinR != nil))
+		}
+	} else {
+		cmd, err = s.start(t.ctx, id, xreq)
+	}
 	if err != nil {
 		p.closeStdin()
 		if stdinR != nil {
@@ -299,6 +433,11 @@ func (s *processService) reap(t *procTable, p *proc, stdinR *os.File) {
 		delete(t.procs, p.pid)
 	}
 	t.mu.Unlock()
+	if errors.Is(err, engine.ErrDetached) {
+		// It goes on in the sandbox, where the next request finds it.
+		p.hub.detach()
+		return
+	}
 	if p.pid == 0 && err == nil {
 		// It never ran, so nothing said why: say it as a shell would.
 		switch code {
@@ -323,6 +462,88 @@ func (p *proc) errKind() outKind {
 		return outPty
 	}
 	return outStderr
+}
+
+// adopt attaches to the running supervised commands of sandbox id that
+// this service started and its table does not know: the one sel names,
+// or all with sel nil. It returns the one sel names, if found. Failures
+// are logged: the sandbox may not run, or have no agent.
+func (s *processService) adopt(ctx context.Context, id string, sel *processpb.ProcessSelector) *proc {
+	t := s.table(id)
+	sv, err := t.supervisor(s, id)
+	if err != nil {
+		slog.Debug("no supervisor to find processes", "sandbox", id, "err", err)
+		return nil
+	}
+	t.adoptMu.Lock()
+	defer t.adoptMu.Unlock()
+	list, err := sv.List(ctx)
+	if err != nil {
+		slog.Debug("list supervised processes", "sandbox", id, "err", err)
+		return nil
+	}
+	var found *proc
+	for _, sp := range list {
+		var m procMeta
+		if !sp.Running || sp.Pid <= 0 || json.Unmarshal(sp.Meta, &m) != nil || m.Config == nil {
+			continue
+		}
+		pid := uint32(sp.Pid)
+		switch v := sel.GetSelector().(type) {
+		case *processpb.ProcessSelector_Pid:
+			if pid != v.Pid {
+				continue
+			}
+		case *processpb.ProcessSelector_Tag:
+			if m.Tag == nil || *m.Tag != v.Tag || (found != nil && found.pid < pid) {
+				continue
+			}
+		}
+		t.mu.Lock()
+		known := t.procs[pid]
+		t.mu.Unlock()
+		if known != nil {
+			if sel != nil {
+				found = known
+			}
+			continue
+		}
+		cfg := &processpb.ProcessConfig{}
+		if err := protojson.Unmarshal(m.Config, cfg); err != nil {
+			continue
+		}
+		p := &proc{pid: pid, tag: m.Tag, config: cfg, hub: newHub(s.grace)}
+		var stdinR *os.File
+		if m.Stdin {
+			if stdinR, p.stdin, err = os.Pipe(); err != nil {
+				continue
+			}
+		}
+		areq := engine.AttachRequest{Stdout: hubWriter{p.hub, outStdout}, Stderr: hubWriter{p.hub, outStderr}}
+		if stdinR != nil {
+			areq.Stdin = stdinR
+		}
+		cmd, err := sv.Attach(ctx, sp.Pid, areq)
+		if err != nil {
+			p.closeStdin()
+			if stdinR != nil {
+				stdinR.Close()
+			}
+			if !errors.Is(err, errdefs.ErrNotFound) {
+				slog.Debug("attach to a supervised process", "sandbox", id, "pid", pid, "err", err)
+			}
+			continue
+		}
+		p.cmd = cmd
+		t.mu.Lock()
+		t.procs[pid] = p
+		t.mu.Unlock()
+		go s.reap(t, p, stdinR)
+		if sel != nil {
+			found = p
+		}
+	}
+	return found
 }
 
 // closeStdin closes the write end of the command's input.
@@ -364,6 +585,9 @@ func serveEvents(ctx context.Context, h interface{ Get(string) string }, p *proc
 	for {
 		select {
 		case ev, ok := <-sub.events:
+			if !ok && p.hub.isDetached() {
+				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("process %d: the sandbox was paused or its processes dropped; the process goes on: connect again to follow it", p.pid))
+			}
 			if !ok {
 				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the stream fell behind the output of process %d and was cut off; connect again to follow it", p.pid))
 			}
@@ -389,6 +613,9 @@ func (s *processService) List(ctx context.Context, req *connect.Request[processp
 	id, err := requestSandbox(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if s.supervise != nil {
+		s.adopt(ctx, id, nil)
 	}
 	s.mu.Lock()
 	t := s.tables[id]
@@ -639,10 +866,11 @@ type hub struct {
 	// order, and the end event last.
 	pubMu sync.Mutex
 
-	// mu guards subs and ended.
-	mu    sync.Mutex
-	subs  map[*subscriber]struct{}
-	ended *processpb.ProcessEvent
+	// mu guards subs, ended and detached.
+	mu       sync.Mutex
+	subs     map[*subscriber]struct{}
+	ended    *processpb.ProcessEvent
+	detached bool // the command went on without the service
 }
 
 // subscriber is one stream following a command.
@@ -671,6 +899,10 @@ func (h *hub) subscribe() *subscriber {
 		close(sub.events)
 		return sub
 	}
+	if h.detached {
+		close(sub.events)
+		return sub
+	}
 	h.subs[sub] = struct{}{}
 	return sub
 }
@@ -690,7 +922,7 @@ func (h *hub) publish(ev *processpb.ProcessEvent) {
 	h.pubMu.Lock()
 	defer h.pubMu.Unlock()
 	h.mu.Lock()
-	if h.ended != nil {
+	if h.ended != nil || h.detached {
 		h.mu.Unlock()
 		return
 	}
@@ -723,6 +955,28 @@ func (h *hub) finish(end *processpb.ProcessEvent) {
 		h.deliver(sub, end)
 		close(sub.events)
 	}
+}
+
+// detach closes every subscriber's channel without an end event: the
+// service no longer follows the command. Later subscribers get a closed
+// channel at once.
+func (h *hub) detach() {
+	h.pubMu.Lock()
+	defer h.pubMu.Unlock()
+	h.mu.Lock()
+	h.detached = true
+	subs := slices.Collect(maps.Keys(h.subs))
+	clear(h.subs)
+	h.mu.Unlock()
+	for _, sub := range subs {
+		close(sub.events)
+	}
+}
+
+func (h *hub) isDetached() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.detached
 }
 
 // deliver sends ev to sub, waiting up to the grace while sub is full. It

@@ -13,6 +13,7 @@ import (
 
 	"sbx.dev/sbx/engine"
 	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
 )
 
 // runscSandbox starts a busybox sandbox under real runsc, with the
@@ -240,8 +241,13 @@ func TestProcessServiceRunsc(t *testing.T) {
 		}
 	})
 
-	t.Run("forget kills", func(t *testing.T) {
-		st, err := c.Start(ctx, rootReq("sleep 600", false))
+	t.Run("forget kills commands on a terminal", func(t *testing.T) {
+		req := connect.NewRequest(&processpb.StartRequest{
+			Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "sleep 600"}},
+			Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: 80, Rows: 24}},
+		})
+		req.Header().Set("Authorization", asUser("root").Get("Authorization"))
+		st, err := c.Start(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,4 +258,119 @@ func TestProcessServiceRunsc(t *testing.T) {
 			t.Fatalf("end after forget: %v", end)
 		}
 	})
+
+	t.Run("forget detaches supervised commands", func(t *testing.T) {
+		tag := "counter"
+		req := rootReq(`i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done`, true)
+		req.Msg.Tag = &tag
+		st, err := c.Start(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := follow(st)
+		pid := ev.startPid(t)
+		ev.next(t)
+		s.forget(id)
+		for range ev.ch {
+		}
+		if connect.CodeOf(ev.err) != connect.CodeUnavailable {
+			t.Fatalf("stream after forget: %v, want unavailable", ev.err)
+		}
+		// A later request finds it, running, through a new session.
+		list, err := c.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := list.Msg.GetProcesses(); len(ps) != 1 || ps[0].GetPid() != pid || ps[0].GetTag() != tag || ps[0].GetConfig().GetCmd() != "/bin/sh" {
+			t.Fatalf("list after forget: %v", ps)
+		}
+		killByTag(ctx, t, c, tag)
+	})
+}
+
+// killByTag connects to the command tagged tag, checks that it still
+// writes, and kills it.
+func killByTag(ctx context.Context, t *testing.T, c processpbconnect.ProcessClient, tag string) {
+	t.Helper()
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: tag}}
+	cs, err := c.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := follow(cs)
+	ev.startPid(t)
+	if out := ev.next(t).GetData().GetStdout(); len(out) == 0 {
+		t.Fatal("no output from the re-attached command")
+	}
+	if _, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, end := ev.collect(t); end.GetExited() || end.GetStatus() != "signal: killed" {
+		t.Fatalf("end after SIGKILL: %v", end)
+	}
+}
+
+// A background command survives pause and resume, and a new server (a
+// new service) finds it, with its tag, input and output.
+func TestProcessServicePauseResumeRunsc(t *testing.T) {
+	eng, id := runscSandbox(t)
+	s := newProcessService(eng)
+	c := serveProcesses(t, s, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	tag := "echoer"
+	req := rootReq(`while read line; do echo "got $line"; done`, true)
+	req.Msg.Tag = &tag
+	sctx, leave := context.WithCancel(ctx)
+	st, err := c.Start(sctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := follow(st)
+	pid := ev.startPid(t)
+	leave()
+	for range ev.ch {
+	}
+
+	s.forget(id) // as the server does before a pause
+	if _, err := eng.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restarted server: a new service knows nothing yet.
+	s2 := newProcessService(eng)
+	c2 := serveProcesses(t, s2, id)
+	defer s2.forget(id)
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}}
+	cs, err := c2.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev = follow(cs)
+	if got := ev.startPid(t); got != pid {
+		t.Fatalf("connect after resume: pid %d, want %d", got, pid)
+	}
+	if _, err := c2.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: []byte("again\n")}}})); err != nil {
+		t.Fatal(err)
+	}
+	if out := ev.next(t).GetData().GetStdout(); string(out) != "got again\n" {
+		t.Fatalf("output after resume: %q", out)
+	}
+	list, err := c2.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := list.Msg.GetProcesses(); len(ps) != 1 || ps[0].GetPid() != pid || ps[0].GetTag() != tag {
+		t.Fatalf("list after resume: %v", ps)
+	}
+	if _, err := c2.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel})); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, end := ev.collect(t); end.GetExitCode() != 0 || !end.GetExited() {
+		t.Fatalf("end after closing its input: %v", end)
+	}
 }

@@ -897,3 +897,87 @@ func TestProcessConcurrency(t *testing.T) {
 		t.Fatalf("%d goroutines, %d before the commands:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// fakeSupervisor knows supervised processes by PID; Attach plays them
+// with the fake engine's commands.
+type fakeSupervisor struct {
+	f        *fakeEngine
+	procs    []engine.SupervisedProcess
+	mu       sync.Mutex // guards attached
+	attached []int
+}
+
+func (s *fakeSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error) {
+	return s.f.start(ctx, "", req)
+}
+
+func (s *fakeSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error) {
+	s.mu.Lock()
+	s.attached = append(s.attached, pid)
+	s.mu.Unlock()
+	c, err := s.f.start(context.Background(), "", engine.ExecRequest{Args: []string{"sleep"}, Stdout: req.Stdout, Stderr: req.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	c.(*fakeCmd).pid = pid
+	return c, nil
+}
+
+func (s *fakeSupervisor) List(ctx context.Context) ([]engine.SupervisedProcess, error) {
+	return s.procs, nil
+}
+
+func (s *fakeSupervisor) Close() {}
+
+// After a restart, the service finds the commands it started in the
+// sandbox's supervisor, and only those, and follows them.
+func TestProcessAdoptsSupervised(t *testing.T) {
+	s, f := newFakeService()
+	tag := "server"
+	sv := &fakeSupervisor{f: f, procs: []engine.SupervisedProcess{
+		{Pid: 40, Running: true, Meta: metaOf(&tag, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "serve"}}, false)},
+		{Pid: 41, Running: true, Meta: []byte("not ours")},
+		{Pid: 42, Running: false, ExitCode: 3, Meta: metaOf(nil, &processpb.ProcessConfig{Cmd: "true"}, false)},
+	}}
+	s.supervise = func(ctx context.Context, id string) (supervisor, error) { return sv, nil }
+	c := serveProcesses(t, s, "sb1")
+	ctx := context.Background()
+
+	cs, err := c.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: tag}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := follow(cs)
+	if pid := ev.startPid(t); pid != 40 {
+		t.Fatalf("connect by tag: pid %d, want 40", pid)
+	}
+	list, err := c.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := list.Msg.GetProcesses(); len(ps) != 1 || ps[0].GetPid() != 40 || ps[0].GetTag() != tag || ps[0].GetConfig().GetCmd() != "/bin/sh" {
+		t.Fatalf("list: %v", ps)
+	}
+	// One that has ended is not followed: as envd, not found.
+	ended, err := c.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: 42}}}))
+	if err == nil {
+		for ended.Receive() {
+		}
+		err = ended.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("connect to an ended process: %v, want not found", err)
+	}
+	sv.mu.Lock()
+	attached := append([]int(nil), sv.attached...)
+	sv.mu.Unlock()
+	if len(attached) != 1 || attached[0] != 40 {
+		t.Fatalf("attached to %v, want only 40, once", attached)
+	}
+	if _, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: 40}}, Signal: processpb.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, end := ev.collect(t); end.GetStatus() != "signal: killed" {
+		t.Fatalf("end: %v", end)
+	}
+}

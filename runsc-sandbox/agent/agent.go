@@ -6,7 +6,11 @@
 // 126 not executable), resolved inside the sandbox's own filesystem. Its
 // "spawn" mode asks the running init to start a background process as its
 // own child (see spawn.go), so that the process survives checkpoint and
-// restore; the init logs such processes' output with timestamps.
+// restore; the init logs such processes' output with timestamps. Its
+// "supervise" mode (supervise*.go) is a session through which the host
+// starts and follows commands that run as children of the init: they
+// survive checkpoint and restore too, and a later session attaches to them
+// again.
 //
 // It runs inside gVisor: it must not depend on anything of the host.
 package agent

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,7 @@ var children struct {
 // cannot start background processes.
 func serve() {
 	children.pids = map[int][]string{}
+	supervised.running = map[int]*superChild{}
 	os.Remove(SocketPath)
 	l, err := net.Listen("unix", SocketPath)
 	if err != nil {
@@ -91,17 +93,29 @@ func serve() {
 	}()
 }
 
+// handle serves one connection: a spawn request (JSON, its first byte
+// '{') or a supervise request (see supervise.go, its first byte 0).
 func handle(c *net.UnixConn) {
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))              //nolint:errcheck
 	reply := func(r spawnReply) { json.NewEncoder(c).Encode(r) } //nolint:errcheck // the client may be gone
 	cred, err := peerCred(c)
 	if err != nil {
 		reply(spawnReply{Status: 1, Error: "peer credentials: " + err.Error()})
+		c.Close()
 		return
 	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c, first); err != nil {
+		c.Close()
+		return
+	}
+	if first[0] != '{' {
+		handleSupervise(c, first, cred) // it closes c when done
+		return
+	}
+	defer c.Close()
 	var req spawnRequest
-	if err := json.NewDecoder(io.LimitReader(c, 4<<20)).Decode(&req); err != nil || len(req.Args) == 0 {
+	if err := json.NewDecoder(io.MultiReader(bytes.NewReader(first), io.LimitReader(c, 4<<20))).Decode(&req); err != nil || len(req.Args) == 0 {
 		reply(spawnReply{Status: 2, Error: "bad spawn request"})
 		return
 	}
@@ -247,14 +261,16 @@ func copyLines(source string, r *os.File) {
 	}
 }
 
-// childExited logs the exit of a spawned process; the init calls it for
-// every child it reaps.
+// childExited logs the exit of a spawned process, or records that of a
+// supervised one; the init calls it for every child it reaps.
 func childExited(pid int, ws syscall.WaitStatus) {
+	// Taking the lock waits for a fork that is still registering pid.
 	children.mu.Lock()
 	_, ok := children.pids[pid]
 	delete(children.pids, pid)
 	children.mu.Unlock()
 	if !ok {
+		supervisedExited(pid, ws)
 		return
 	}
 	if ws.Signaled() {
