@@ -10,7 +10,7 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path '
 .PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean containerd-tools shim
 
 help: ## list the targets
-	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: $(BIN)/sbx $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build sbx, sbx-init, the pinned runsc, BuildKit and the test image
 
@@ -97,7 +97,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build base-rootfs shim containerd-tools ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build base-rootfs shim containerd-tools e2b-sdk ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m ./...
@@ -105,13 +105,14 @@ test: deps build base-rootfs shim containerd-tools ## run every test: unit, then
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build base-rootfs shim containerd-tools ## run the integration tests only
+test-integration: build base-rootfs shim containerd-tools e2b-sdk ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/serve -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
@@ -122,6 +123,19 @@ lint: ## go vet and gofmt
 
 clean: ## remove build outputs
 	rm -rf $(BIN)
+
+# --- E2B SDK for the serve tests ---------------------------------------------
+# The integration tests of `sbx serve` drive it with the real E2B JavaScript
+# SDK, pinned in integration/e2b/package-lock.json; npm ci installs exactly
+# that, again only when the lock file changes.
+.PHONY: e2b-sdk
+E2B_SDK_STAMP := integration/e2b/node_modules/.package-lock.json
+
+e2b-sdk: $(E2B_SDK_STAMP) ## install the pinned E2B SDK the serve tests drive (npm ci in integration/e2b)
+
+$(E2B_SDK_STAMP): integration/e2b/package.json integration/e2b/package-lock.json
+	cd integration/e2b && npm ci --no-audit --no-fund
+	@touch $@
 
 # --- envd protocol -----------------------------------------------------------
 # Go code for the envd Process and Filesystem services that `sbx serve`
