@@ -2,10 +2,8 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -18,7 +16,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"sbx.dev/sbx/engine"
 	processpb "sbx.dev/sbx/serve/envdpb/process"
@@ -67,40 +64,6 @@ type command interface {
 	Resize(engine.WinSize) error
 	Wait() (int, error)
 }
-
-// supervisor is what the service needs of an engine.Supervisor, or a
-// fake in tests.
-type supervisor interface {
-	Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error)
-	Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error)
-	List(ctx context.Context) ([]engine.SupervisedProcess, error)
-	Close()
-}
-
-// engineSupervisor is an engine.Supervisor as a supervisor.
-type engineSupervisor struct{ sv *engine.Supervisor }
-
-func (e engineSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error) {
-	c, err := e.sv.Start(ctx, req, meta)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func (e engineSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error) {
-	c, err := e.sv.Attach(ctx, pid, req)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func (e engineSupervisor) List(ctx context.Context) ([]engine.SupervisedProcess, error) {
-	return e.sv.List(ctx)
-}
-
-func (e engineSupervisor) Close() { e.sv.Close() }
 
 // processService implements processpbconnect.ProcessHandler over an
 // engine.
@@ -182,38 +145,6 @@ func (t *procTable) supervisor(s *processService, id string) (supervisor, error)
 	}
 	return t.sv, nil
 }
-
-// procMeta is what the service keeps with a supervised command, to list
-// and follow it after a resume or a restart.
-type procMeta struct {
-	Tag    *string         `json:"tag,omitempty"`
-	Config json.RawMessage `json:"config"`
-	Stdin  bool            `json:"stdin,omitempty"`
-}
-
-// metaOf encodes a supervised command's metadata: its config without
-// the environment, or without its arguments too, if it would not fit.
-func metaOf(tag *string, cfg *processpb.ProcessConfig, stdin bool) []byte {
-	for _, c := range []*processpb.ProcessConfig{
-		cfg,
-		{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cfg.Cwd},
-		{Cmd: cfg.GetCmd(), Cwd: cfg.Cwd},
-	} {
-		raw, err := protojson.Marshal(c)
-		if err != nil {
-			continue
-		}
-		b, err := json.Marshal(procMeta{Tag: tag, Config: raw, Stdin: stdin})
-		if err == nil && len(b) <= maxMeta {
-			return b
-		}
-	}
-	b, _ := json.Marshal(procMeta{Tag: tag, Config: json.RawMessage("{}"), Stdin: stdin})
-	return b
-}
-
-// maxMeta is the most metadata a supervised command takes.
-const maxMeta = 16 << 10
 
 // table returns the process table of sandbox id, making it if need be.
 func (s *processService) table(id string) *procTable {
@@ -464,88 +395,6 @@ func (p *proc) errKind() outKind {
 	return outStderr
 }
 
-// adopt attaches to the running supervised commands of sandbox id that
-// this service started and its table does not know: the one sel names,
-// or all with sel nil. It returns the one sel names, if found. Failures
-// are logged: the sandbox may not run, or have no agent.
-func (s *processService) adopt(ctx context.Context, id string, sel *processpb.ProcessSelector) *proc {
-	t := s.table(id)
-	sv, err := t.supervisor(s, id)
-	if err != nil {
-		slog.Debug("no supervisor to find processes", "sandbox", id, "err", err)
-		return nil
-	}
-	t.adoptMu.Lock()
-	defer t.adoptMu.Unlock()
-	list, err := sv.List(ctx)
-	if err != nil {
-		slog.Debug("list supervised processes", "sandbox", id, "err", err)
-		return nil
-	}
-	var found *proc
-	for _, sp := range list {
-		var m procMeta
-		if !sp.Running || sp.Pid <= 0 || json.Unmarshal(sp.Meta, &m) != nil || m.Config == nil {
-			continue
-		}
-		pid := uint32(sp.Pid)
-		switch v := sel.GetSelector().(type) {
-		case *processpb.ProcessSelector_Pid:
-			if pid != v.Pid {
-				continue
-			}
-		case *processpb.ProcessSelector_Tag:
-			if m.Tag == nil || *m.Tag != v.Tag || (found != nil && found.pid < pid) {
-				continue
-			}
-		}
-		t.mu.Lock()
-		known := t.procs[pid]
-		t.mu.Unlock()
-		if known != nil {
-			if sel != nil {
-				found = known
-			}
-			continue
-		}
-		cfg := &processpb.ProcessConfig{}
-		if err := protojson.Unmarshal(m.Config, cfg); err != nil {
-			continue
-		}
-		p := &proc{pid: pid, tag: m.Tag, config: cfg, hub: newHub(s.grace)}
-		var stdinR *os.File
-		if m.Stdin {
-			if stdinR, p.stdin, err = os.Pipe(); err != nil {
-				continue
-			}
-		}
-		areq := engine.AttachRequest{Stdout: hubWriter{p.hub, outStdout}, Stderr: hubWriter{p.hub, outStderr}}
-		if stdinR != nil {
-			areq.Stdin = stdinR
-		}
-		cmd, err := sv.Attach(ctx, sp.Pid, areq)
-		if err != nil {
-			p.closeStdin()
-			if stdinR != nil {
-				stdinR.Close()
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) {
-				slog.Debug("attach to a supervised process", "sandbox", id, "pid", pid, "err", err)
-			}
-			continue
-		}
-		p.cmd = cmd
-		t.mu.Lock()
-		t.procs[pid] = p
-		t.mu.Unlock()
-		go s.reap(t, p, stdinR)
-		if sel != nil {
-			found = p
-		}
-	}
-	return found
-}
-
 // closeStdin closes the write end of the command's input.
 func (p *proc) closeStdin() {
 	p.stdinMu.Lock()
@@ -787,217 +636,4 @@ func requestTimeout(h interface{ Get(string) string }) (time.Duration, error) {
 		return 0, fmt.Errorf("Connect-Timeout-Ms %q: want a number of milliseconds", v)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// endEvent describes how a command ended, as envd does from Go's
-// os.ProcessState: a command killed by a signal (sent through SendSignal,
-// or by its timeout) did not exit and has exit code -1.
-func endEvent(code int, err error, sent syscall.Signal) *processpb.ProcessEvent_EndEvent {
-	signaled := syscall.Signal(0)
-	switch {
-	case errors.Is(err, engine.ErrTimeout):
-		signaled = syscall.SIGKILL
-	case err == nil && sent != 0 && code == 128+int(sent):
-		signaled = sent
-	}
-	if signaled != 0 {
-		status := "signal: " + signaled.String()
-		return &processpb.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: status, Error: &status}
-	}
-	if code < 0 {
-		msg := "sbx could not run the command"
-		if err != nil {
-			msg = err.Error()
-		}
-		return &processpb.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: "unknown", Error: &msg}
-	}
-	ev := &processpb.ProcessEvent_EndEvent{ExitCode: int32(code), Exited: true, Status: "exit status " + strconv.Itoa(code)}
-	switch {
-	case err != nil:
-		msg := err.Error()
-		ev.Error = &msg
-	case code != 0:
-		ev.Error = &ev.Status
-	}
-	return ev
-}
-
-// outKind is the stream a command's output came on.
-type outKind int
-
-const (
-	outStdout outKind = iota
-	outStderr
-	outPty
-)
-
-func dataEvent(kind outKind, b []byte) *processpb.ProcessEvent {
-	d := &processpb.ProcessEvent_DataEvent{}
-	switch kind {
-	case outStdout:
-		d.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: b}
-	case outStderr:
-		d.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
-	case outPty:
-		d.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: b}
-	}
-	return &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: d}}
-}
-
-// hubWriter publishes what a command writes on one of its outputs. It
-// never fails: output nobody follows is dropped.
-type hubWriter struct {
-	h    *hub
-	kind outKind
-}
-
-func (w hubWriter) Write(b []byte) (int, error) {
-	w.h.publish(dataEvent(w.kind, append([]byte(nil), b...)))
-	return len(b), nil
-}
-
-var _ io.Writer = hubWriter{}
-
-// hub fans a command's events out to the streams that follow it.
-type hub struct {
-	grace time.Duration
-
-	// pubMu serializes publishing: events reach every subscriber in one
-	// order, and the end event last.
-	pubMu sync.Mutex
-
-	// mu guards subs, ended and detached.
-	mu       sync.Mutex
-	subs     map[*subscriber]struct{}
-	ended    *processpb.ProcessEvent
-	detached bool // the command went on without the service
-}
-
-// subscriber is one stream following a command.
-type subscriber struct {
-	// events carries the command's events, the end event last. It is
-	// closed after the end event, or without it when the subscriber
-	// fell behind and was cut off.
-	events chan *processpb.ProcessEvent
-	// gone is closed when the stream leaves.
-	gone     chan struct{}
-	goneOnce sync.Once
-}
-
-func newHub(grace time.Duration) *hub {
-	return &hub{grace: grace, subs: map[*subscriber]struct{}{}}
-}
-
-// subscribe follows the command's events from now on. A command that has
-// ended gives its end event at once.
-func (h *hub) subscribe() *subscriber {
-	sub := &subscriber{events: make(chan *processpb.ProcessEvent, subscriberBuffer), gone: make(chan struct{})}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended != nil {
-		sub.events <- h.ended
-		close(sub.events)
-		return sub
-	}
-	if h.detached {
-		close(sub.events)
-		return sub
-	}
-	h.subs[sub] = struct{}{}
-	return sub
-}
-
-// unsubscribe stops following: the stream left.
-func (h *hub) unsubscribe(sub *subscriber) {
-	sub.goneOnce.Do(func() { close(sub.gone) })
-	h.mu.Lock()
-	delete(h.subs, sub)
-	h.mu.Unlock()
-}
-
-// publish delivers ev to every subscriber, waiting up to the grace for
-// one that is full before cutting it off. Without subscribers, or after
-// the end, ev is dropped.
-func (h *hub) publish(ev *processpb.ProcessEvent) {
-	h.pubMu.Lock()
-	defer h.pubMu.Unlock()
-	h.mu.Lock()
-	if h.ended != nil || h.detached {
-		h.mu.Unlock()
-		return
-	}
-	subs := slices.Collect(maps.Keys(h.subs))
-	h.mu.Unlock()
-	for _, sub := range subs {
-		if !h.deliver(sub, ev) {
-			h.mu.Lock()
-			_, still := h.subs[sub]
-			delete(h.subs, sub)
-			h.mu.Unlock()
-			if still {
-				close(sub.events)
-			}
-		}
-	}
-}
-
-// finish delivers the end event to every subscriber and closes their
-// channels; later subscribers get it at once.
-func (h *hub) finish(end *processpb.ProcessEvent) {
-	h.pubMu.Lock()
-	defer h.pubMu.Unlock()
-	h.mu.Lock()
-	h.ended = end
-	subs := slices.Collect(maps.Keys(h.subs))
-	clear(h.subs)
-	h.mu.Unlock()
-	for _, sub := range subs {
-		h.deliver(sub, end)
-		close(sub.events)
-	}
-}
-
-// detach closes every subscriber's channel without an end event: the
-// service no longer follows the command. Later subscribers get a closed
-// channel at once.
-func (h *hub) detach() {
-	h.pubMu.Lock()
-	defer h.pubMu.Unlock()
-	h.mu.Lock()
-	h.detached = true
-	subs := slices.Collect(maps.Keys(h.subs))
-	clear(h.subs)
-	h.mu.Unlock()
-	for _, sub := range subs {
-		close(sub.events)
-	}
-}
-
-func (h *hub) isDetached() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.detached
-}
-
-// deliver sends ev to sub, waiting up to the grace while sub is full. It
-// reports false if sub stayed full; a subscriber that left takes nothing
-// more and is not waited for.
-func (h *hub) deliver(sub *subscriber, ev *processpb.ProcessEvent) bool {
-	select {
-	case sub.events <- ev:
-		return true
-	case <-sub.gone:
-		return true
-	default:
-	}
-	t := time.NewTimer(h.grace)
-	defer t.Stop()
-	select {
-	case sub.events <- ev:
-		return true
-	case <-sub.gone:
-		return true
-	case <-t.C:
-		return false
-	}
 }

@@ -1,0 +1,336 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+)
+
+func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, error) {
+	var req newSandboxJSON
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.TemplateID == "" {
+		return 0, nil, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
+	}
+	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
+		if !isNull(m) {
+			return 0, nil, fmt.Errorf("%s is not supported by sbx serve: %w", name, errdefs.ErrNotImplemented)
+		}
+	}
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		return 0, nil, fmt.Errorf("autoPauseMemory false (a filesystem-only pause) is not supported by sbx serve: pauses keep memory: %w", errdefs.ErrNotImplemented)
+	}
+	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	image, err := s.templateImage(r.Context(), tenantName, req.TemplateID)
+	if err != nil {
+		return 0, nil, err
+	}
+	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
+	if err != nil {
+		return 0, nil, err
+	}
+	onTimeout := engine.OnTimeoutRemove
+	if req.AutoPause != nil && *req.AutoPause {
+		onTimeout = engine.OnTimeoutPause
+	}
+	labels := map[string]string{labelTenant: tenantName, labelTemplate: req.TemplateID}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > 256 || len(v) > 4096 {
+			return 0, nil, fmt.Errorf("metadata %q: keys of 1-256 and values of up to 4096 characters: %w", k, errdefs.ErrInvalidArgument)
+		}
+		labels[metaPrefix+k] = v
+	}
+	if len(req.Metadata) > 64 {
+		return 0, nil, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
+	}
+	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		labels[labelPrivate] = "true"
+	}
+	if onTimeout == engine.OnTimeoutPause {
+		labels[labelAutoPause] = "true"
+	}
+	var env []string
+	keys := make([]string, 0, len(req.EnvVars))
+	for k := range req.EnvVars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+req.EnvVars[k])
+	}
+	creq := engine.CreateRequest{
+		Image: image, Network: mode, Allow: allow, Env: env, Labels: labels,
+		Timeout: timeout, OnTimeout: onTimeout,
+	}
+	if timeout == 0 {
+		creq.OnTimeout = ""
+	}
+	if err := s.eng.ValidateCreate(creq); err != nil {
+		return 0, nil, err
+	}
+	release, err := s.admit(r.Context(), tenantName, usageOf(creq))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
+	start := time.Now()
+	sb, err := s.eng.Create(context.WithoutCancel(r.Context()), creq)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.metrics.created(tenantName, time.Since(start))
+	s.log.Info("created", "sandbox", sb.ID, "tenant", tenantName, "template", req.TemplateID, "duration", time.Since(start))
+	return http.StatusCreated, s.sandboxJSON(sb), nil
+}
+
+// sandboxJSON is sb as E2B's Sandbox, with its tokens: only its tenant
+// is ever given this.
+func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
+	domain := s.cfg.Domain
+	out := sandboxJSON{
+		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "sbx",
+		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.tokens.envd(sb.ID),
+	}
+	if sb.Labels[labelPrivate] == "true" {
+		t := s.tokens.traffic(sb.ID)
+		out.TrafficAccessToken = &t
+	}
+	return out
+}
+
+func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
+	domain := s.cfg.Domain
+	meta := map[string]string{}
+	for k, v := range sb.Labels {
+		if m, ok := strings.CutPrefix(k, metaPrefix); ok {
+			meta[m] = v
+		}
+	}
+	state := sb.State
+	if state == engine.StateCreating {
+		state = engine.StateRunning
+	}
+	end := sb.Created
+	if sb.Deadline != nil {
+		end = *sb.Deadline
+	}
+	internet := sb.Network == "open"
+	d := detailJSON{
+		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "sbx",
+		StartedAt: sb.Created, EndAt: end, EnvdVersion: EnvdVersion, Domain: &domain,
+		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.Memory >> 20, DiskSizeMB: sb.Disk >> 20,
+		Metadata: meta, State: state, AllowInternetAccess: &internet,
+		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: true},
+	}
+	if sb.Labels[labelAutoPause] == "true" {
+		d.Lifecycle.OnTimeout = "pause"
+	}
+	if sb.Network == "allow" {
+		d.Network = &networkJSON{AllowOut: sb.Allow, DenyOut: []string{"0.0.0.0/0"}}
+	} else if sb.Network == "none" {
+		d.Network = &networkJSON{DenyOut: []string{"0.0.0.0/0"}}
+	}
+	if sb.Labels[labelPrivate] == "true" {
+		f := false
+		if d.Network == nil {
+			d.Network = &networkJSON{}
+		}
+		d.Network.AllowPublicTraffic = &f
+	}
+	return d
+}
+
+// tenantSandboxes are tenant's sandboxes, oldest first.
+func (s *Server) tenantSandboxes(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
+	all, err := s.eng.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*engine.Sandbox
+	for _, sb := range all {
+		if sb.Labels[labelTenant] == tenantName {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// listed reports whether sb is shown in lists: running or paused. A
+// stopped sandbox (its command or host is gone) is of no use to an E2B
+// client; rm removes it.
+func listed(sb *engine.Sandbox) bool {
+	return sb.State == engine.StateRunning || sb.State == engine.StatePaused
+}
+
+// metadataQuery parses E2B's metadata filter: a URL-encoded query string
+// of key=value pairs, every one of which must match.
+func metadataQuery(r *http.Request) (map[string]string, error) {
+	raw := r.URL.Query().Get("metadata")
+	if raw == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(raw, "&") {
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("metadata filter %q: want key=value pairs: %w", raw, errdefs.ErrInvalidArgument)
+		}
+		var err error
+		if k, err = urlUnescape(k); err != nil {
+			return nil, err
+		}
+		if v, err = urlUnescape(v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func urlUnescape(s string) (string, error) {
+	u, err := url.QueryUnescape(s)
+	if err != nil {
+		return "", fmt.Errorf("metadata filter: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return u, nil
+}
+
+func matchesMeta(sb *engine.Sandbox, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := sb.Labels[metaPrefix+k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) listSandboxesV1(r *http.Request, tenantName string) (int, any, error) {
+	meta, err := metadataQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	sbs, err := s.tenantSandboxes(r.Context(), tenantName)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := []detailJSON{}
+	for _, sb := range sbs {
+		if sb.State == engine.StateRunning && matchesMeta(sb, meta) {
+			out = append(out, s.detailJSON(sb))
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+// listSandboxes is GET /v2/sandboxes: state and metadata filters,
+// pagination by the x-next-token header.
+func (s *Server) listSandboxes(r *http.Request, tenantName string) (int, any, error) {
+	q := r.URL.Query()
+	meta, err := metadataQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != "running" && st != "paused" {
+				return 0, nil, fmt.Errorf("state %q: want running or paused: %w", st, errdefs.ErrInvalidArgument)
+			}
+			states[st] = true
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			return 0, nil, fmt.Errorf("limit %q: want 1 to 100: %w", v, errdefs.ErrInvalidArgument)
+		}
+	}
+	next := q.Get("nextToken")
+	if next != "" && !validID(next) {
+		return 0, nil, fmt.Errorf("nextToken %q: not a token this server gave: %w", next, errdefs.ErrInvalidArgument)
+	}
+	sbs, err := s.tenantSandboxes(r.Context(), tenantName)
+	if err != nil {
+		return 0, nil, err
+	}
+	var match []*engine.Sandbox
+	for _, sb := range sbs {
+		if !listed(sb) || !matchesMeta(sb, meta) {
+			continue
+		}
+		if len(states) > 0 && !states[s.detailJSON(sb).State] {
+			continue
+		}
+		match = append(match, sb)
+	}
+	// Newest first, as E2B lists; ties by ID so pages are stable.
+	sort.Slice(match, func(i, j int) bool {
+		if !match[i].Created.Equal(match[j].Created) {
+			return match[i].Created.After(match[j].Created)
+		}
+		return match[i].ID < match[j].ID
+	})
+	startAt := 0
+	if next != "" {
+		startAt = len(match)
+		for i, sb := range match {
+			if sb.ID == next {
+				startAt = i
+				break
+			}
+		}
+	}
+	out := []detailJSON{}
+	for i := startAt; i < len(match) && len(out) < limit; i++ {
+		out = append(out, s.detailJSON(match[i]))
+	}
+	if end := startAt + len(out); end < len(match) {
+		pagination := match[end].ID
+		return http.StatusOK, paged{items: out, next: pagination}, nil
+	}
+	return http.StatusOK, out, nil
+}
+
+// paged is a page of a list with the token of the next one.
+type paged struct {
+	items any
+	next  string
+}
+
+func (p paged) MarshalJSON() ([]byte, error) { return json.Marshal(p.items) }
+
+func (s *Server) getSandbox(r *http.Request, tenantName string) (int, any, error) {
+	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.detailJSON(sb), nil
+}
+
+func (s *Server) deleteSandbox(r *http.Request, tenantName string) (int, any, error) {
+	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	s.forget(sb.ID)
+	if err := s.eng.Remove(context.WithoutCancel(r.Context()), sb.ID, true); err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("removed", "sandbox", sb.ID, "tenant", tenantName)
+	return http.StatusNoContent, nil, nil
+}
