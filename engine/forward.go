@@ -18,8 +18,10 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/hashicorp/yamux"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/policy"
+	runsc "sbx.dev/sbx/runsc-sandbox"
 	"sbx.dev/sbx/runsc-sandbox/agent"
 )
 
@@ -196,27 +198,48 @@ func (f *forwarder) startLocked() error {
 	if f.stop != nil {
 		f.stop()
 	}
+	sess, stop, err := f.e.agentSession(f.ctx, f.sb, "portmux", "", agent.PortMuxConfig())
+	if err != nil {
+		return err
+	}
+	f.sess, f.stop = sess, stop
+	return nil
+}
+
+// agentSession runs the sandbox's agent in mode (portmux, supervise) as
+// user ("" for root) under one runsc exec, and returns a yamux session
+// over its stdin and stdout. It lasts until stop, ctx's end or the
+// agent's exit.
+func (e *Engine) agentSession(ctx context.Context, sb *Sandbox, mode, user string, cfg *yamux.Config) (*yamux.Session, func(), error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	var errBuf capBuffer
-	p, err := f.e.agentProcess(ctx, f.sb, []string{"portmux"}, inR, outW, &errBuf)
+	var p *runsc.ExecProcess
+	var err error
+	if user == "" {
+		p, err = e.agentProcess(ctx, sb, []string{mode}, inR, outW, &errBuf)
+	} else {
+		var proc specs.Process
+		if proc, err = e.process(sb, ExecRequest{Args: []string{agent.MountPath, mode}, User: user}); err == nil {
+			p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf})
+		}
+	}
 	if err != nil {
 		cancel()
-		return err
+		return nil, nil, err
 	}
 	go func() {
 		p.Wait() //nolint:errcheck // the session ends with it
 		outW.Close()
 		inR.Close()
 	}()
-	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: inW, closers: []io.Closer{inW, outR}}, agent.PortMuxConfig())
+	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: inW, closers: []io.Closer{inW, outR}}, cfg)
 	if err != nil {
 		cancel()
-		return err
+		return nil, nil, err
 	}
-	f.sess, f.stop = sess, func() { sess.Close(); cancel() }
-	return nil
+	return sess, func() { sess.Close(); cancel() }, nil
 }
 
 func (f *forwarder) close() {

@@ -12,9 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/hashicorp/yamux"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
 	"sbx.dev/sbx/runsc-sandbox/agent"
 )
 
@@ -140,35 +138,11 @@ func (s *Supervisor) startLocked() error {
 	if s.stop != nil {
 		s.stop()
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(s.ctx)
-	var errBuf capBuffer
-	var p *runsc.ExecProcess
-	var err error
-	if s.sessionUser == "" {
-		p, err = s.e.agentProcess(ctx, s.sb, []string{"supervise"}, inR, outW, &errBuf)
-	} else {
-		var proc specs.Process
-		if proc, err = s.e.process(s.sb, ExecRequest{Args: []string{agent.MountPath, "supervise"}, User: s.sessionUser}); err == nil {
-			p, err = s.e.runscFor(s.sb).Exec(ctx, s.sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf})
-		}
-	}
+	sess, stop, err := s.e.agentSession(s.ctx, s.sb, "supervise", s.sessionUser, agent.SuperviseMuxConfig())
 	if err != nil {
-		cancel()
 		return err
 	}
-	go func() {
-		p.Wait() //nolint:errcheck // the session ends with it
-		outW.Close()
-		inR.Close()
-	}()
-	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: inW, closers: []io.Closer{inW, outR}}, agent.SuperviseMuxConfig())
-	if err != nil {
-		cancel()
-		return err
-	}
-	s.sess, s.stop = sess, func() { sess.Close(); cancel() }
+	s.sess, s.stop = sess, stop
 	return nil
 }
 

@@ -37,7 +37,13 @@ func portmuxMain(args []string) int {
 	if len(args) != 0 {
 		return usage("portmux")
 	}
-	sess, err := yamux.Server(stdio{}, PortMuxConfig())
+	return serveSession(PortMuxConfig(), serveStream)
+}
+
+// serveSession serves a yamux session on stdin/stdout, each stream with
+// serve, until the host closes it.
+func serveSession(cfg *yamux.Config, serve func(net.Conn)) int {
+	sess, err := yamux.Server(stdio{}, cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -46,7 +52,7 @@ func portmuxMain(args []string) int {
 		if err != nil {
 			return 0 // the host closed the session
 		}
-		go serveStream(st)
+		go serve(st)
 	}
 }
 

@@ -36,17 +36,7 @@ func superviseMain(args []string) int {
 	if len(args) != 0 {
 		return usage("supervise")
 	}
-	sess, err := yamux.Server(stdio{}, SuperviseMuxConfig())
-	if err != nil {
-		return fail(err)
-	}
-	for {
-		st, err := sess.Accept()
-		if err != nil {
-			return 0 // the host closed the session
-		}
-		go serveSuperviseStream(st)
-	}
+	return serveSession(SuperviseMuxConfig(), serveSuperviseStream)
 }
 
 // frameWriter writes whole frames on a stream from several goroutines.
