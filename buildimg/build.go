@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
@@ -177,8 +178,8 @@ func (b *Builder) prepare(ctx context.Context, o Options) (*prepared, error) {
 		}
 		img, err := b.Store.Get(ctx, r.name)
 		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%s:%d: image %q is not in sbx's store (images come from `sbx image build` and `sbx image import`, never a registry): %w",
-				df, r.line, r.name, errdefs.ErrNotFound)
+			return nil, fmt.Errorf("%s:%d: image %q is not in sbx's store (pull it first: sbx image pull %s): %w",
+				df, r.line, r.name, r.name, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", df, r.line, err)
@@ -281,8 +282,12 @@ func imageRefs(src []byte, args map[string]string) ([]imageRef, error) {
 }
 
 // familiar is how BuildKit's dockerfile frontend keys a named context: the
-// name without ":latest".
+// familiar form of the name (docker.io/library/python:3.12 is
+// python:3.12) without ":latest".
 func familiar(name string) string {
+	if named, err := reference.ParseNormalizedNamed(name); err == nil {
+		name = reference.FamiliarString(named)
+	}
 	return strings.TrimSuffix(name, ":"+overlay.DefaultTag)
 }
 

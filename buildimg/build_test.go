@@ -41,3 +41,19 @@ func TestImageRefs(t *testing.T) {
 		})
 	}
 }
+
+func TestFamiliar(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"base:latest", "base"},
+		{"app:v1", "app:v1"},
+		{"my-org/x:latest", "my-org/x"},
+		{"docker.io/library/python:3.12", "python:3.12"},
+		{"docker.io/o/r:latest", "o/r"},
+		{"127.0.0.1:5000/test/busybox:1", "127.0.0.1:5000/test/busybox:1"},
+		{"ghcr.io/o/r:latest", "ghcr.io/o/r"},
+	} {
+		if got := familiar(tc.name); got != tc.want {
+			t.Errorf("familiar(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -58,6 +58,12 @@ type CreateRequest struct {
 	// ("pause", the default, "stop" or "rm") happens.
 	Timeout   time.Duration
 	OnTimeout string
+
+	// Pull says when Image is fetched from a registry first: PullNever
+	// (the zero value), PullMissing or PullAlways.
+	Pull PullPolicy
+	// Registry says how a pull reaches registries.
+	Registry RegistryOptions
 }
 
 // image is the image req names, or the default one.
@@ -103,6 +109,9 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			l.Listener.Close()
 		}
 	}()
+	if err := e.pullFor(ctx, req); err != nil {
+		return nil, err
+	}
 	img, err := e.Image(ctx, req.image())
 	if err != nil {
 		return nil, err

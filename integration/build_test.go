@@ -166,7 +166,7 @@ func TestImageBuildBadInput(t *testing.T) {
 		{"missing context", "", []string{"image", "build", "-t", "x", "/nonexistent/ctx"}, "/nonexistent/ctx"},
 		{"missing Dockerfile", "", []string{"image", "build", "-t", "x", "-f", "/nonexistent/Dockerfile", good}, "/nonexistent/Dockerfile"},
 		{"bad tag", "", []string{"image", "build", "-t", "Bad:Tag!", good}, "Bad:Tag!"},
-		{"registry tag", "", []string{"image", "build", "-t", "example.com/x", good}, "registr"},
+		{"bad registry tag", "", []string{"image", "build", "-t", "example.com/X", good}, "invalid image reference"},
 		{"bad build arg", "", []string{"image", "build", "--build-arg", "NOVALUE", good}, "NOVALUE"},
 		{"bad progress", "", []string{"image", "build", "--progress", "fancy", good}, "--progress"},
 		{"no context", "", []string{"image", "build", "-t", "x"}, "usage"},

@@ -362,3 +362,10 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
+
+func init() {
+	// No test here may reach a registry off this machine: an image name
+	// missing from a test's store fails at once instead of being looked
+	// up on Docker Hub. The registry tests ask for --pull themselves.
+	os.Setenv("SBX_PULL", "never")
+}

@@ -101,7 +101,7 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader) (Image, er
 	if err := json.Unmarshal(indexJSON, &idx); err != nil {
 		return Image{}, fmt.Errorf("import %s: parse index.json: %v: %w", name, err, errdefs.ErrInvalidArgument)
 	}
-	img, err := s.tagChecked(ctx, name, idx.Manifests)
+	img, err := s.tagChecked(ctx, name, idx.Manifests, SourceImport)
 	if err != nil {
 		return Image{}, fmt.Errorf("import: %w", err)
 	}
@@ -330,4 +330,10 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %d bytes: %w", limit, errdefs.ErrInvalidArgument)
 	}
 	return b, nil
+}
+
+// Descriptor is the descriptor of img's manifest as the store holds it
+// (media type, digest, size): what a registry push sends last.
+func (s *Store) Descriptor(img Image) (ocispec.Descriptor, error) {
+	return s.manifestDescriptor(img)
 }

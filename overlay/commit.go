@@ -118,7 +118,8 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	if err := s.tag(name, mdesc); err != nil {
+	img.Source = SourceSnapshot
+	if err := s.tag(name, mdesc, SourceSnapshot); err != nil {
 		return Image{}, fmt.Errorf("commit %s: %w", name, err)
 	}
 	return img, nil

@@ -27,9 +27,16 @@ func (s *Store) Content() (cs content.Store, release func(), err error) {
 
 // TagManifest tags name to the image manifest desc (or the one for this
 // platform, if desc is an index) whose blobs are already in the store, as a
-// builder writing through Content leaves them. It checks the manifest,
-// config and layers as Import does; on error nothing is tagged.
+// builder or a registry pull writing through Content leaves them. It checks
+// the manifest, config and layers as Import does; on error nothing is
+// tagged. The image's Source is SourceBuild.
 func (s *Store) TagManifest(ctx context.Context, name string, desc ocispec.Descriptor) (Image, error) {
+	return s.TagManifestFrom(ctx, name, desc, SourceBuild)
+}
+
+// TagManifestFrom is TagManifest for an image that came from source (a
+// registry reference, for a pull).
+func (s *Store) TagManifestFrom(ctx context.Context, name string, desc ocispec.Descriptor, source string) (Image, error) {
 	name, err := ParseName(name)
 	if err != nil {
 		return Image{}, err
@@ -39,13 +46,13 @@ func (s *Store) TagManifest(ctx context.Context, name string, desc ocispec.Descr
 		return Image{}, err
 	}
 	defer gc.Unlock()
-	return s.tagChecked(ctx, name, []ocispec.Descriptor{desc})
+	return s.tagChecked(ctx, name, []ocispec.Descriptor{desc}, source)
 }
 
 // tagChecked selects the manifest for this platform among descs, checks
 // that its config and layers are stored and complete, and tags it name.
 // The caller holds the gc lock shared.
-func (s *Store) tagChecked(ctx context.Context, name string, descs []ocispec.Descriptor) (Image, error) {
+func (s *Store) tagChecked(ctx context.Context, name string, descs []ocispec.Descriptor, source string) (Image, error) {
 	desc, err := s.selectManifest(ctx, descs)
 	if err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
@@ -66,8 +73,9 @@ func (s *Store) tagChecked(ctx context.Context, name string, descs []ocispec.Des
 			return Image{}, fmt.Errorf("image %s: layer %s is %d bytes, manifest says %d: %w", name, l.Digest, info.Size, l.Size, ErrCorrupt)
 		}
 	}
-	if err := s.tag(name, desc); err != nil {
+	if err := s.tag(name, desc, source); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
+	img.Source = source
 	return img, nil
 }

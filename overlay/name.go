@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 )
 
 const (
@@ -26,13 +27,17 @@ var (
 
 // ParseName validates and normalizes an image name.
 //
-// A name is a repository of lowercase [a-z0-9] components, separated within a
-// component by '.', '_', '__' or dashes and between components by '/' (at most
-// 255 characters), with an optional ":tag" matching
+// A local name is a repository of lowercase [a-z0-9] components, separated
+// within a component by '.', '_', '__' or dashes and between components by
+// '/' (at most 255 characters), with an optional ":tag" matching
 // [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}. The result always carries a tag:
-// "base" becomes "base:latest". Digests ("@sha256:...") and registry hosts
-// (a first component with a '.', a ':port' or "localhost" followed by '/') are
-// rejected: images come from local builds and archives only.
+// "base" becomes "base:latest".
+//
+// A name whose first component is a registry host (it has a '.', a ':port'
+// or is "localhost", and a '/' follows), or that carries an "@sha256:"
+// digest, is a registry reference: it is normalized as docker does
+// ("docker.io/python" becomes "docker.io/library/python:latest"; a digest
+// replaces the tag). Pulled images keep that full reference as their name.
 //
 // Errors name the bad input and wrap errdefs.ErrInvalidArgument.
 func ParseName(s string) (string, error) {
@@ -42,8 +47,8 @@ func ParseName(s string) (string, error) {
 	if s == "" {
 		return bad("empty")
 	}
-	if strings.Contains(s, "@") {
-		return bad("digest references are not supported")
+	if strings.Contains(s, "@") || hasRegistryHost(s) {
+		return RegistryName(s)
 	}
 	repo, tag := s, DefaultTag
 	if i := strings.LastIndexByte(s, ':'); i > strings.LastIndexByte(s, '/') {
@@ -55,15 +60,10 @@ func ParseName(s string) (string, error) {
 	if repo == "" {
 		return bad("empty repository")
 	}
-	components := strings.Split(repo, "/")
-	if first := components[0]; len(components) > 1 && hostPattern.MatchString(first) &&
-		(strings.ContainsAny(first, ".:") || first == "localhost") {
-		return bad(fmt.Sprintf("registries are not supported (%q looks like a registry host)", first))
-	}
 	if len(repo) > maxRepoLen {
 		return bad(fmt.Sprintf("repository longer than %d characters", maxRepoLen))
 	}
-	for _, c := range components {
+	for _, c := range strings.Split(repo, "/") {
 		if !pathComponent.MatchString(c) {
 			if strings.ToLower(c) != c {
 				return bad("repository must be lowercase")
@@ -72,6 +72,31 @@ func ParseName(s string) (string, error) {
 		}
 	}
 	return repo + ":" + tag, nil
+}
+
+// hasRegistryHost reports whether s starts with a registry host: a first
+// '/'-separated component with a '.' or a ':port', or "localhost".
+func hasRegistryHost(s string) bool {
+	i := strings.IndexByte(s, '/')
+	if i <= 0 {
+		return false
+	}
+	first := s[:i]
+	return hostPattern.MatchString(first) && (strings.ContainsAny(first, ".:") || first == "localhost") ||
+		strings.HasPrefix(first, "[") // an IPv6 address
+}
+
+// RegistryName is s as a fully qualified registry reference, the way docker
+// reads it: "python:3.12" is "docker.io/library/python:3.12",
+// "ghcr.io/o/r" is "ghcr.io/o/r:latest", and a digest
+// ("...@sha256:<hex>") replaces any tag. Errors wrap
+// errdefs.ErrInvalidArgument.
+func RegistryName(s string) (string, error) {
+	named, err := reference.ParseDockerRef(s)
+	if err != nil {
+		return "", fmt.Errorf("invalid image reference %q: %v: %w", s, err, errdefs.ErrInvalidArgument)
+	}
+	return named.String(), nil
 }
 
 // validLeaseID reports whether id can name a lease (a sandbox ID).

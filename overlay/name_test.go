@@ -6,7 +6,29 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 )
+
+func TestRegistryName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"python:3.12", "docker.io/library/python:3.12"},
+		{"busybox", "docker.io/library/busybox:latest"},
+		{"o/r", "docker.io/o/r:latest"},
+		{"ghcr.io/o/r:tag", "ghcr.io/o/r:tag"},
+		{"127.0.0.1:5000/test/busybox:1", "127.0.0.1:5000/test/busybox:1"},
+		{"busybox:1@sha256:" + strings.Repeat("b", 64), "docker.io/library/busybox@sha256:" + strings.Repeat("b", 64)},
+	} {
+		got, err := RegistryName(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("RegistryName(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "UPPER", "a b", "x@sha256:zz", ":tag"} {
+		if got, err := RegistryName(in); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("RegistryName(%q) = %q, %v; want ErrInvalidArgument", in, got, err)
+		}
+	}
+}
 
 func TestParseName(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,10 +51,22 @@ func TestParseName(t *testing.T) {
 		{in: "x:" + strings.Repeat("t", 129), errHas: "tag must match"},
 		{in: strings.Repeat("a", 256), errHas: "longer than 255"},
 		{in: "Base", errHas: "lowercase"},
-		{in: "base@sha256:" + strings.Repeat("0", 64), errHas: "digest"},
-		{in: "docker.io/library/base", errHas: "registries are not supported"},
-		{in: "localhost:5000/base:1", errHas: "registries are not supported"},
-		{in: "localhost/base", errHas: "registries are not supported"},
+		// Registry references keep their full, docker-normalized name.
+		{in: "docker.io/library/base", want: "docker.io/library/base:latest"},
+		{in: "docker.io/python:3.12", want: "docker.io/library/python:3.12"},
+		{in: "index.docker.io/o/r:1", want: "docker.io/o/r:1"},
+		{in: "localhost:5000/base:1", want: "localhost:5000/base:1"},
+		{in: "localhost/base", want: "localhost/base:latest"},
+		{in: "127.0.0.1:5000/test/busybox:1", want: "127.0.0.1:5000/test/busybox:1"},
+		{in: "ghcr.io/o/r", want: "ghcr.io/o/r:latest"},
+		{in: "[::1]:5000/o/r:t", want: "[::1]:5000/o/r:t"},
+		{in: "base@sha256:" + strings.Repeat("0", 64), want: "docker.io/library/base@sha256:" + strings.Repeat("0", 64)},
+		{in: "ghcr.io/o/r:1@sha256:" + strings.Repeat("a", 64), want: "ghcr.io/o/r@sha256:" + strings.Repeat("a", 64)},
+		{in: "base@sha256:00", errHas: "invalid image reference"},
+		{in: "ghcr.io/O/r", errHas: "invalid image reference"},
+		{in: "ghcr.io/o/r:", errHas: "invalid image reference"},
+		{in: "ghcr.io/o//r", errHas: "invalid image reference"},
+		{in: "127.0.0.1:5000/../etc", errHas: "invalid image reference"},
 		{in: "a//b", errHas: "component"},
 		{in: "/base", errHas: "component"},
 		{in: "base/", errHas: "component"},
@@ -78,11 +112,17 @@ func FuzzParseName(f *testing.F) {
 		if err != nil || again != n {
 			t.Fatalf("ParseName(%q) = %q, but ParseName of that = %q, %v", s, n, again, err)
 		}
-		if strings.ContainsAny(n, "@ \x00\\") || strings.Contains(n, "..") || strings.HasPrefix(n, "/") {
+		if strings.ContainsAny(n, " \x00\\") || strings.Contains(n, "..") || strings.HasPrefix(n, "/") {
 			t.Fatalf("ParseName(%q) = %q: unsafe characters", s, n)
 		}
-		if i := strings.LastIndexByte(n, ':'); i < 0 || i > 255 {
-			t.Fatalf("ParseName(%q) = %q: bad tag position", s, n)
+		if i := strings.IndexByte(n, '@'); i >= 0 {
+			if d := n[i+1:]; digest.Digest(d).Validate() != nil {
+				t.Fatalf("ParseName(%q) = %q: bad digest %q", s, n, d)
+			}
+			return
+		}
+		if i := strings.LastIndexByte(n, ':'); i < 0 || i <= strings.LastIndexByte(n, '/') {
+			t.Fatalf("ParseName(%q) = %q: no tag", s, n)
 		}
 	})
 }

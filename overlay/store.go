@@ -60,7 +60,21 @@ type Image struct {
 	ChainID digest.Digest // chain ID of Config.RootFS.DiffIDs; names the rootfs directory
 	Size    int64         // sum of manifest, config and layer blob sizes
 	Created time.Time     // Config.Created, zero if absent
+	// Source is where the image came from: SourceBuild, SourceImport,
+	// SourceSnapshot, or the registry reference it was pulled from. Empty
+	// for images stored before sources were recorded.
+	Source string
 }
+
+// Sources of images other than registries.
+const (
+	SourceBuild    = "build"
+	SourceImport   = "import"
+	SourceSnapshot = "snapshot"
+)
+
+// annotationSource, on an index.json entry, records Image.Source.
+const annotationSource = "dev.sbx.image.source"
 
 // Open opens the store rooted at root, creating the directory layout if it
 // is missing. Opening is cheap; a process may open the same root many times.
@@ -127,8 +141,11 @@ func (s *Store) lockDir() string       { return filepath.Join(s.root, "locks") }
 func (s *Store) indexLockPath() string { return filepath.Join(s.root, "lock") }
 func (s *Store) gcLockPath() string    { return filepath.Join(s.lockDir(), "gc") }
 
-// Get returns the image tagged name. An unknown name yields an error
-// wrapping errdefs.ErrNotFound; a malformed one errdefs.ErrInvalidArgument.
+// Get returns the image tagged name. A local name ("python:3.12") that no
+// image has also finds the image pulled as its registry reference
+// ("docker.io/library/python:3.12", see RegistryName), as docker users
+// expect. An unknown name yields an error wrapping errdefs.ErrNotFound; a
+// malformed one errdefs.ErrInvalidArgument.
 func (s *Store) Get(ctx context.Context, name string) (Image, error) {
 	n, err := ParseName(name)
 	if err != nil {
@@ -138,9 +155,15 @@ func (s *Store) Get(ctx context.Context, name string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	for _, d := range idx.Manifests {
-		if d.Annotations[ocispec.AnnotationRefName] == n {
-			return s.loadImage(ctx, n, d)
+	names := []string{n}
+	if full, err := RegistryName(name); err == nil && full != n {
+		names = append(names, full)
+	}
+	for _, want := range names {
+		for _, d := range idx.Manifests {
+			if d.Annotations[ocispec.AnnotationRefName] == want {
+				return s.loadImage(ctx, want, d)
+			}
 		}
 	}
 	return Image{}, notFound(n)
@@ -203,6 +226,7 @@ func (s *Store) loadImage(ctx context.Context, name string, desc ocispec.Descrip
 		Layers:  m.Layers,
 		ChainID: identity.ChainID(cfg.RootFS.DiffIDs),
 		Size:    desc.Size + m.Config.Size,
+		Source:  desc.Annotations[annotationSource],
 	}
 	for _, l := range m.Layers {
 		img.Size += l.Size
@@ -290,8 +314,9 @@ func (s *Store) writeIndexLocked(idx ocispec.Index) error {
 	return writeFileAtomic(s.indexPath(), append(b, '\n'), 0o644)
 }
 
-// tag points name at the manifest desc, replacing any previous target.
-func (s *Store) tag(name string, desc ocispec.Descriptor) error {
+// tag points name at the manifest desc, replacing any previous target, and
+// records where the image came from.
+func (s *Store) tag(name string, desc ocispec.Descriptor, source string) error {
 	l, err := lockPath(s.indexLockPath(), unix.LOCK_EX)
 	if err != nil {
 		return err
@@ -306,6 +331,9 @@ func (s *Store) tag(name string, desc ocispec.Descriptor) error {
 		Digest:      desc.Digest,
 		Size:        desc.Size,
 		Annotations: map[string]string{ocispec.AnnotationRefName: name},
+	}
+	if source != "" {
+		entry.Annotations[annotationSource] = source
 	}
 	kept := idx.Manifests[:0]
 	for _, d := range idx.Manifests {

@@ -12,6 +12,7 @@ import (
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/cmd/sbx/commands/image"
+	"sbx.dev/sbx/cmd/sbx/commands/registry"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
 	servecmd "sbx.dev/sbx/cmd/sbx/commands/serve"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
@@ -36,6 +37,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, system.Commands...)
 	app.Commands = append(app.Commands, image.Command)
 	app.Commands = append(app.Commands, sandbox.Commands...)
+	app.Commands = append(app.Commands, registry.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
 	for _, c := range app.Commands {

@@ -21,6 +21,7 @@ var Command = &cli.Command{
 	Usage: "manage images",
 	Subcommands: []*cli.Command{
 		buildCommand, lsCommand, rmCommand, pruneCommand, importCommand, exportCommand,
+		pullCommand, pushCommand,
 	},
 }
 
@@ -49,9 +50,15 @@ var lsCommand = &cli.Command{
 			return clix.WriteJSON(c.App.Writer, imgs)
 		}
 		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE")
+		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tSOURCE")
 		for _, img := range imgs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", img.Name, img.Digest.Encoded()[:12], policy.FormatSize(img.Size))
+			src := img.Source
+			if src == img.Name {
+				src = "pull"
+			} else if src == "" {
+				src = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", img.Name, img.Digest.Encoded()[:12], policy.FormatSize(img.Size), src)
 		}
 		return tw.Flush()
 	},

@@ -32,7 +32,8 @@ var Commands = []*cli.Command{
 
 var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "name", Usage: "a unique name for the sandbox"},
-	&cli.StringFlag{Name: "image", Usage: "image to run (default " + engine.DefaultImage + ")"},
+	&cli.StringFlag{Name: "image", Usage: "image to run: a name in the store or a registry reference (default " + engine.DefaultImage + ")"},
+	clix.PullFlag, clix.InsecureRegistryFlag,
 	&cli.StringFlag{Name: "cpus", Usage: "CPU limit, in cores (default 2)"},
 	&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512m, 2g (default 2g)"},
 	&cli.StringFlag{Name: "pids", Usage: "process limit (default 1024)"},
@@ -115,6 +116,9 @@ var createCommand = &cli.Command{
 		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
 			return err
 		}
+		if err := clix.EnsurePulled(c, e, &req); err != nil {
+			return err
+		}
 		sb, err := e.Create(c.Context, req)
 		if err != nil {
 			return err
@@ -152,6 +156,9 @@ var runCommand = &cli.Command{
 			return err
 		}
 		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
+			return err
+		}
+		if err := clix.EnsurePulled(c, e, &req); err != nil {
 			return err
 		}
 		// Signals that arrive while the sandbox is being made must not
