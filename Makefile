@@ -97,7 +97,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build base-rootfs shim containerd-tools e2b-sdk ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m ./...
@@ -105,7 +105,7 @@ test: deps build base-rootfs shim containerd-tools e2b-sdk ## run every test: un
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build base-rootfs shim containerd-tools e2b-sdk ## run the integration tests only
+test-integration: build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
@@ -135,6 +135,18 @@ e2b-sdk: $(E2B_SDK_STAMP) ## install the pinned E2B SDK the serve tests drive (n
 
 $(E2B_SDK_STAMP): integration/e2b/package.json integration/e2b/package-lock.json
 	cd integration/e2b && npm ci --no-audit --no-fund
+	@touch $@
+
+# --- MCP Inspector for the sbx mcp tests --------------------------------------
+# The integration tests of `sbx mcp` also drive it with the MCP Inspector's
+# CLI, pinned in integration/mcp/package-lock.json.
+.PHONY: mcp-inspector
+MCP_INSPECTOR_STAMP := integration/mcp/node_modules/.package-lock.json
+
+mcp-inspector: $(MCP_INSPECTOR_STAMP) ## install the pinned MCP Inspector the sbx mcp tests drive (npm ci in integration/mcp)
+
+$(MCP_INSPECTOR_STAMP): integration/mcp/package.json integration/mcp/package-lock.json
+	cd integration/mcp && npm ci --no-audit --no-fund
 	@touch $@
 
 # --- envd protocol -----------------------------------------------------------

@@ -12,6 +12,7 @@ import (
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/cmd/sbx/commands/image"
+	mcpcmd "sbx.dev/sbx/cmd/sbx/commands/mcp"
 	"sbx.dev/sbx/cmd/sbx/commands/registry"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
 	servecmd "sbx.dev/sbx/cmd/sbx/commands/serve"
@@ -40,6 +41,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, registry.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
+	app.Commands = append(app.Commands, mcpcmd.Command)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
