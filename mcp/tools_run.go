@@ -1,0 +1,333 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"sbx.dev/sbx/engine"
+)
+
+// --- run_command and run_code ------------------------------------------------
+
+type runArgs struct {
+	sandboxArg
+	Command        string            `json:"command" jsonschema:"shell command line, run with /bin/sh -c"`
+	Workdir        string            `json:"workdir,omitempty" jsonschema:"absolute working directory (default: the image's)"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this command"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to the command's standard input (default: none)"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"seconds before the command is killed (default 120, at most 3600)"`
+}
+
+type codeArgs struct {
+	sandboxArg
+	Language       string `json:"language" jsonschema:"the interpreter: python (python3), node or bash"`
+	Code           string `json:"code" jsonschema:"the program's source code"`
+	TimeoutSeconds int64  `json:"timeout_seconds,omitempty" jsonschema:"seconds before the program is killed (default 120, at most 3600)"`
+}
+
+// runResult is a finished command.
+type runResult struct {
+	ExitCode int    `json:"exit_code" jsonschema:"the command's exit status; 124 if it timed out, 127 if the command was not found"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	// CutBytes is how many bytes of output were left out.
+	CutBytes int64 `json:"cut_bytes,omitempty" jsonschema:"bytes cut from the middle of stdout and stderr together"`
+}
+
+// interpreters are run_code's languages: the program that reads a
+// script on stdin.
+var interpreters = map[string][]string{
+	"python": {"python3", "-"},
+	"node":   {"node", "-"},
+	"bash":   {"bash", "-s"},
+}
+
+// timeout checks a call's timeout_seconds.
+func (s *Server) timeout(secs int64) (time.Duration, error) {
+	switch {
+	case secs == 0:
+		return s.cfg.CommandTimeout, nil
+	case secs < 0 || time.Duration(secs)*time.Second > maxCommandTimeout:
+		return 0, fmt.Errorf("timeout_seconds %d: want 1 to %d: %w", secs, int64(maxCommandTimeout/time.Second), errdefs.ErrInvalidArgument)
+	}
+	return time.Duration(secs) * time.Second, nil
+}
+
+func (s *Server) runCommand(ctx context.Context, a runArgs) (*sdk.CallToolResult, runResult, error) {
+	if strings.TrimSpace(a.Command) == "" {
+		return nil, runResult{}, fmt.Errorf("command is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	timeout, err := s.timeout(a.TimeoutSeconds)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	env, err := envList(a.Env)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	req := engine.ExecRequest{Args: []string{"/bin/sh", "-c", a.Command}, Env: env, Workdir: a.Workdir, Timeout: timeout}
+	if a.Stdin != "" {
+		req.Stdin = strings.NewReader(a.Stdin)
+	}
+	res, err := s.exec(ctx, sb, req)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	if res.ExitCode == engine.ExitNotFound && res.Stdout == "" && res.Stderr == "" {
+		return nil, runResult{}, fmt.Errorf("sandbox %s (image %s) has no /bin/sh: run_command needs a shell in the image: %w", sb.ShortID(), sb.Image, errdefs.ErrFailedPrecondition)
+	}
+	return textResult(res), res, nil
+}
+
+func (s *Server) runCode(ctx context.Context, a codeArgs) (*sdk.CallToolResult, runResult, error) {
+	args, ok := interpreters[a.Language]
+	if !ok {
+		return nil, runResult{}, fmt.Errorf("language %q: want python, node or bash: %w", a.Language, errdefs.ErrInvalidArgument)
+	}
+	timeout, err := s.timeout(a.TimeoutSeconds)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	res, err := s.exec(ctx, sb, engine.ExecRequest{Args: args, Stdin: strings.NewReader(a.Code), Timeout: timeout})
+	if err != nil {
+		return nil, runResult{}, err
+	}
+	if res.ExitCode == engine.ExitNotFound && res.Stdout == "" && res.Stderr == "" {
+		return nil, runResult{}, fmt.Errorf("%s is not installed in sandbox %s (image %s): create a sandbox on the default image \"base\", which has python3, node and bash: %w",
+			args[0], sb.ShortID(), sb.Image, errdefs.ErrNotFound)
+	}
+	return textResult(res), res, nil
+}
+
+// exec runs req in sb and captures its output. A command that ran, even
+// one that failed or timed out, is a result; sbx's own failure is an
+// error.
+func (s *Server) exec(ctx context.Context, sb *engine.Sandbox, req engine.ExecRequest) (runResult, error) {
+	out, errOut := newCapture(s.cfg.MaxOutput), newCapture(s.cfg.MaxOutput)
+	req.Stdout, req.Stderr = out, errOut
+	code, err := s.eng.Exec(ctx, sb.ID, req)
+	res := runResult{ExitCode: code}
+	switch {
+	case errors.Is(err, engine.ErrTimeout):
+		if ctx.Err() != nil {
+			return res, toolError(ctx.Err())
+		}
+		res.TimedOut = true
+	case err != nil && code < 0:
+		return res, err
+	case err != nil:
+		// The command did not start, or its sandbox ended under it:
+		// what the engine says goes to stderr with the status.
+		fmt.Fprintf(errOut, "%v\n", err)
+	}
+	res.Stdout, res.Stderr = out.String(), errOut.String()
+	res.CutBytes = out.Cut() + errOut.Cut()
+	return res, nil
+}
+
+// textResult renders a command's result as text a model reads easily.
+func textResult(r runResult) *sdk.CallToolResult {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit_code: %d", r.ExitCode)
+	if r.TimedOut {
+		b.WriteString(" (timed out and killed)")
+	}
+	b.WriteString("\n")
+	if r.Stdout != "" {
+		fmt.Fprintf(&b, "--- stdout ---\n%s", r.Stdout)
+		if !strings.HasSuffix(r.Stdout, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if r.Stderr != "" {
+		fmt.Fprintf(&b, "--- stderr ---\n%s", r.Stderr)
+		if !strings.HasSuffix(r.Stderr, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if r.Stdout == "" && r.Stderr == "" {
+		b.WriteString("(no output)\n")
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}
+}
+
+// --- background processes and logs --------------------------------------------
+
+type startArgs struct {
+	sandboxArg
+	Command string            `json:"command" jsonschema:"shell command line, run with /bin/sh -c in the background"`
+	Workdir string            `json:"workdir,omitempty" jsonschema:"absolute working directory (default: the image's)"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this process"`
+}
+
+type startResult struct {
+	Pid int `json:"pid" jsonschema:"the process's PID inside the sandbox; its log lines carry it"`
+}
+
+func (s *Server) startProcess(ctx context.Context, a startArgs) (*sdk.CallToolResult, startResult, error) {
+	if strings.TrimSpace(a.Command) == "" {
+		return nil, startResult{}, fmt.Errorf("command is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	env, err := envList(a.Env)
+	if err != nil {
+		return nil, startResult{}, err
+	}
+	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return nil, startResult{}, err
+	}
+	var out bytes.Buffer
+	code, err := s.eng.Exec(ctx, sb.ID, engine.ExecRequest{Args: []string{"/bin/sh", "-c", a.Command}, Env: env, Workdir: a.Workdir, Detach: true, Stdout: &out})
+	if err != nil {
+		return nil, startResult{}, err
+	}
+	if code != 0 {
+		return nil, startResult{}, fmt.Errorf("could not start the command (status %d): %w", code, errdefs.ErrUnknown)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		return nil, startResult{}, fmt.Errorf("started, but its PID %q is unreadable: %w", out.String(), errdefs.ErrUnknown)
+	}
+	return nil, startResult{Pid: pid}, nil
+}
+
+type logsArgs struct {
+	sandboxArg
+	Pid   int `json:"pid,omitempty" jsonschema:"only the lines of this process (start_process's pid)"`
+	Lines int `json:"lines,omitempty" jsonschema:"how many of the last lines to return (default 200, at most 5000)"`
+}
+
+type logsResult struct {
+	Log       string `json:"log"`
+	Lines     int    `json:"lines"`
+	Truncated bool   `json:"truncated,omitempty" jsonschema:"older lines were left out"`
+}
+
+func (s *Server) readLogs(ctx context.Context, a logsArgs) (*sdk.CallToolResult, logsResult, error) {
+	n := a.Lines
+	switch {
+	case n == 0:
+		n = defaultLogLines
+	case n < 0 || n > 5000:
+		return nil, logsResult{}, fmt.Errorf("lines %d: want 1 to 5000: %w", n, errdefs.ErrInvalidArgument)
+	}
+	if a.Pid < 0 {
+		return nil, logsResult{}, fmt.Errorf("pid %d: must be positive: %w", a.Pid, errdefs.ErrInvalidArgument)
+	}
+	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return nil, logsResult{}, err
+	}
+	var buf bytes.Buffer
+	if err := s.eng.Logs(ctx, sb.ID, engine.LogsRequest{Out: &buf}); err != nil {
+		return nil, logsResult{}, err
+	}
+	lines := filterLog(buf.String(), a.Pid)
+	res := logsResult{}
+	if len(lines) > n {
+		lines, res.Truncated = lines[len(lines)-n:], true
+	}
+	res.Lines = len(lines)
+	res.Log = strings.Join(lines, "\n")
+	if len(lines) > 0 {
+		res.Log += "\n"
+	}
+	return nil, res, nil
+}
+
+// filterLog splits a sandbox log into lines, keeping those of pid (all
+// for 0). A line is "TIMESTAMP SOURCE TEXT".
+func filterLog(log string, pid int) []string {
+	var out []string
+	want := strconv.Itoa(pid)
+	for _, l := range strings.Split(strings.TrimRight(log, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		if pid != 0 {
+			f := strings.SplitN(l, " ", 3)
+			if len(f) < 2 || f[1] != want {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// --- ports -------------------------------------------------------------------
+
+type exposeArgs struct {
+	sandboxArg
+	Port     int `json:"port" jsonschema:"TCP port a program listens on inside the sandbox (on any address, 127.0.0.1 included)"`
+	HostPort int `json:"host_port,omitempty" jsonschema:"port on the host's 127.0.0.1 (default: a free one)"`
+}
+
+type exposeResult struct {
+	URL      string `json:"url" jsonschema:"http://127.0.0.1:HOST_PORT"`
+	HostPort int    `json:"host_port"`
+	Port     int    `json:"port"`
+}
+
+func (s *Server) exposePort(ctx context.Context, a exposeArgs) (*sdk.CallToolResult, exposeResult, error) {
+	if a.Port < 1 || a.Port > 65535 {
+		return nil, exposeResult{}, fmt.Errorf("port %d: want 1 to 65535: %w", a.Port, errdefs.ErrInvalidArgument)
+	}
+	if a.HostPort < 0 || a.HostPort > 65535 {
+		return nil, exposeResult{}, fmt.Errorf("host_port %d: want 1 to 65535, or none for a free one: %w", a.HostPort, errdefs.ErrInvalidArgument)
+	}
+	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return nil, exposeResult{}, err
+	}
+	if sb.State != engine.StateRunning {
+		return nil, exposeResult{}, fmt.Errorf("sandbox %s is %s: only a running sandbox's port can be exposed: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	ls, err := engine.ListenPorts([]engine.PortMapping{{HostIP: "127.0.0.1", HostPort: uint16(a.HostPort), Port: uint16(a.Port)}})
+	if err != nil {
+		return nil, exposeResult{}, err
+	}
+	hostPort := ls[0].Listener.Addr().(*net.TCPAddr).Port
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort))
+	fctx, cancel := context.WithCancel(s.ctx)
+	s.mu.Lock()
+	s.forwards[sb.ID] = append(s.forwards[sb.ID], forward{port: uint16(a.Port), url: url, cancel: cancel})
+	s.mu.Unlock()
+	go func() {
+		defer cancel()
+		err := s.eng.Forward(fctx, sb.ID, ls)
+		s.log.Info("port forward ended", "sandbox", sb.ID, "port", a.Port, "url", url, "err", err)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		fs := s.forwards[sb.ID]
+		for i := range fs {
+			if fs[i].url == url {
+				s.forwards[sb.ID] = slices.Delete(fs, i, i+1)
+				break
+			}
+		}
+		if len(s.forwards[sb.ID]) == 0 {
+			delete(s.forwards, sb.ID)
+		}
+	}()
+	return nil, exposeResult{URL: url, HostPort: hostPort, Port: a.Port}, nil
+}
