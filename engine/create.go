@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 	"sbx.dev/sbx/policy/hostcgroup"
 	runsc "sbx.dev/sbx/runsc-sandbox"
@@ -192,10 +193,8 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if len(pr.Secrets) > 0 {
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
-	for _, opt := range []policy.SpecOpt{policy.Resources(pr), policy.Seccomp()} {
-		if err := opt(spec); err != nil {
-			return nil, err
-		}
+	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
+		return nil, err
 	}
 	if !e.rootless {
 		// sbx owns the cgroup; runsc joins it (docs/decisions/0004). The

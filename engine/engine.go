@@ -23,6 +23,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/buildimg"
 	"sbx.dev/sbx/overlay"
 	runsc "sbx.dev/sbx/runsc-sandbox"
@@ -236,17 +237,16 @@ func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxes
 // runscFor is the runsc wrapper for sandbox sb: the same global flags for
 // every call on it.
 func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
-	return &runsc.Runsc{
+	return assembly.Runsc(assembly.RunscConfig{
 		Path:          e.opts.RunscPath,
 		Root:          filepath.Join(e.opts.Root, "runsc"),
 		Platform:      e.opts.Platform,
-		Network:       runscNetwork(sb.Linked),
-		GoferNetNS:    "new",
-		Overlay:       fmt.Sprintf("root:dir=%s,size=%d", e.sandboxDir(sb.ID), sb.Disk),
-		IgnoreCgroups: sb.Rootless,
 		DebugLogDir:   e.opts.DebugLog,
-		OCISeccomp:    true,
-	}
+		Linked:        sb.Linked,
+		OverlayDir:    e.sandboxDir(sb.ID),
+		Disk:          sb.Disk,
+		IgnoreCgroups: sb.Rootless,
+	})
 }
 
 // cgroupPath is the cgroup runsc puts sandbox id in (root only).

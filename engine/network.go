@@ -17,15 +17,6 @@ import (
 // resolver; its one argument is the resolver's configuration file.
 const ResolverCommand = "__dns-resolver"
 
-// runscNetwork is runsc's --network for a sandbox's mode: gVisor's own
-// netstack on a prepared namespace, or loopback only.
-func runscNetwork(linked bool) string {
-	if linked {
-		return "sandbox"
-	}
-	return "none"
-}
-
 func (e *Engine) resolverConfigPath(id string) string {
 	return filepath.Join(e.sandboxDir(id), "resolver.json")
 }

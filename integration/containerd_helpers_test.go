@@ -37,6 +37,17 @@ const (
 	criBusyboxImage = "localhost/sbx/busybox:latest"
 )
 
+// setShimConfig writes the shim's options file: runsc and its state
+// directory, then policy, TOML lines that the operator sets (the defaults
+// and ceiling of pods). A pod's shim reads it when the pod is created.
+func (c *ctrd) setShimConfig(policy string) {
+	c.t.Helper()
+	body := fmt.Sprintf("runsc = %q\nrunsc_root = %q\n%s\n", filepath.Join(c.bin, "runsc"), filepath.Join(c.dir, "runsc"), policy)
+	if err := os.WriteFile(c.shimConfig, []byte(body), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // newContainerd starts a private containerd and stops it (and everything
 // it ran) at the end of the test.
 func newContainerd(t *testing.T) *ctrd {
@@ -49,10 +60,7 @@ func newContainerd(t *testing.T) *ctrd {
 	}
 	dir := t.TempDir()
 	c := &ctrd{t: t, bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), shimConfig: filepath.Join(dir, "shim.toml")}
-	if err := os.WriteFile(c.shimConfig, []byte(fmt.Sprintf("runsc = %q\nrunsc_root = %q\n",
-		filepath.Join(bin, "runsc"), filepath.Join(dir, "runsc"))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	c.setShimConfig("")
 	cfg := fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q

@@ -173,6 +173,8 @@ func TestContainerdCRIPod(t *testing.T) {
 func TestContainerdNetworkAnnotation(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
+	// The operator allows open; a pod may ask for it or tighten it.
+	c.setShimConfig(`network = "open"`)
 
 	probe := []string{"sh", "-c", "cat /proc/net/dev; ip -4 addr; cat /etc/resolv.conf; echo probe-done; sleep 1000"}
 	noneCfg := c.podConfig("quiet", map[string]string{"dev.sbx.network": "none"}, "")
@@ -198,7 +200,7 @@ func TestContainerdNetworkAnnotation(t *testing.T) {
 
 	badCfg := c.podConfig("bad", map[string]string{"dev.sbx.network": "sideways"}, "")
 	r := c.crictl("runp", "--runtime", "sbx", badCfg)
-	if r.code == 0 || !strings.Contains(r.stderr, `--net "sideways": want one of none, open, allow`) {
+	if r.code == 0 || !strings.Contains(unescape(r.stderr), `--net "sideways": want one of none, open, allow`) {
 		t.Fatalf("bad network annotation: want the validator's message, got %s", r)
 	}
 	badAllow := c.podConfig("bad2", map[string]string{"dev.sbx.network": "none", "dev.sbx.allow": "example.com"}, "")
@@ -355,6 +357,7 @@ func TestContainerdShimKilled(t *testing.T) {
 	c.assertClean("victim")
 
 	c.setupCRI()
+	c.setShimConfig(`network = "open"`)
 	podCfg := c.podConfig("doomed", map[string]string{"dev.sbx.network": "open"}, "")
 	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
 	ctr := c.runContainer(pod, podCfg, "sleeper", "sleep", "1000")

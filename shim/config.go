@@ -9,13 +9,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
-
-	"sbx.dev/sbx/policy"
 )
 
 // Annotations the shim reads from a pod's (or a lone container's) OCI spec.
@@ -34,6 +31,12 @@ const (
 	// AnnotationDisk bounds the writable layer of each container of the
 	// pod, e.g. "1g".
 	AnnotationDisk = "dev.sbx.disk"
+	// AnnotationCPUs, AnnotationMemory and AnnotationPids are the pod's
+	// limits: CPUs (e.g. "0.5"), memory (e.g. "512m") and processes
+	// inside the sandbox.
+	AnnotationCPUs   = "dev.sbx.cpus"
+	AnnotationMemory = "dev.sbx.memory"
+	AnnotationPids   = "dev.sbx.pids"
 )
 
 // CRI annotations that say how a container relates to its pod.
@@ -60,12 +63,18 @@ type Config struct {
 	Platform string `toml:"platform"`
 	// DebugLogDir, if set, receives runsc's debug logs.
 	DebugLogDir string `toml:"debug_log_dir"`
-	// Network, Allow, DNS and Disk are the policy of pods that do not
-	// set the matching annotation.
+	// Network, Allow, DNS, Disk, CPUs, Memory and Pids are the policy
+	// of pods that do not set the matching annotation, and the ceiling
+	// of those that do: an annotation may only tighten them (see
+	// resolvePolicy). Unset, they are sbx's defaults (network none, or
+	// the pod's own network namespace when it has one).
 	Network string   `toml:"network"`
 	Allow   []string `toml:"allow"`
 	DNS     []string `toml:"dns"`
 	Disk    string   `toml:"disk"`
+	CPUs    float64  `toml:"cpus"`
+	Memory  string   `toml:"memory"`
+	Pids    int64    `toml:"pids"`
 }
 
 // loadConfig reads the runtime options containerd passed with a create:
@@ -131,82 +140,4 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 func isFile(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
-}
-
-// podPolicy is a pod's validated sbx policy.
-type podPolicy struct {
-	// Network is none, open, allow, or "" for the pod's own network
-	// namespace (CNI) when it has one.
-	Network string
-	Allow   []policy.AllowRule
-	// AllowRaw keeps the rules as written, for the resolver.
-	AllowRaw []string
-	DNS      []string
-	Disk     int64
-}
-
-// resolvePolicy merges the pod's annotations over the configured defaults
-// and validates the result with policy.Validate. hasNetns says the pod
-// spec names a network namespace of its own (CNI).
-func resolvePolicy(c Config, s *specs.Spec, hasNetns bool) (podPolicy, error) {
-	a := s.Annotations
-	get := func(k, def string) (string, bool) {
-		if v, ok := a[k]; ok {
-			return v, true
-		}
-		return def, false
-	}
-	mode, set := get(AnnotationNetwork, c.Network)
-	allowRaw := c.Allow
-	if v, ok := a[AnnotationAllow]; ok {
-		allowRaw = splitList(v)
-	}
-	dns := c.DNS
-	if v, ok := a[AnnotationDNS]; ok {
-		dns = splitList(v)
-	}
-	diskStr, _ := get(AnnotationDisk, c.Disk)
-
-	bad := func(k string, err error) (podPolicy, error) {
-		return podPolicy{}, fmt.Errorf("sbx policy (annotation %s): %w", k, err)
-	}
-	allow, err := policy.ParseAllowList(allowRaw)
-	if err != nil {
-		return bad(AnnotationAllow, err)
-	}
-	var disk int64
-	if diskStr != "" {
-		if disk, err = policy.ParseSize(diskStr); err != nil {
-			return bad(AnnotationDisk, err)
-		}
-	}
-	// Unset mode with a CNI namespace: the pod keeps Kubernetes'
-	// networking; the validator sees "open" only for the allow-rule check.
-	cni := mode == "" && !set && hasNetns
-	req := policy.Request{Network: mode, Allow: allow, DNS: dns, Disk: disk}
-	if cni {
-		req.Network = policy.NetNone
-		if len(allow) > 0 {
-			req.Network = policy.NetOpen
-		}
-	}
-	pr, err := policy.Validate(req)
-	if err != nil {
-		return podPolicy{}, fmt.Errorf("sbx policy (annotations %s*): %w", "dev.sbx.", err)
-	}
-	p := podPolicy{Network: pr.Network, Allow: allow, AllowRaw: allowRaw, DNS: dns, Disk: pr.Disk}
-	if cni {
-		p.Network = ""
-	}
-	return p, nil
-}
-
-func splitList(v string) []string {
-	var out []string
-	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

@@ -14,44 +14,116 @@ import (
 )
 
 func TestResolvePolicy(t *testing.T) {
+	const gib = 1 << 30
+	open := Config{Network: "open", Allow: []string{"10.1.0.0/16", "*.example.com:443", "pypi.org"}, DNS: []string{"1.1.1.1", "9.9.9.9"},
+		Disk: "4g", CPUs: 4, Memory: "8g", Pids: 2048}
+	allow := Config{Network: "allow", Allow: []string{"10.1.0.0/16:5432", "*.example.com", "1.2.3.4"}}
+	type want struct {
+		network string
+		allow   int
+		dns     int
+		disk    int64
+		mem     int64
+		cpus    float64
+		pids    int64
+	}
+	sbxDefaults := want{network: "none", disk: 10 * gib, mem: 2 * gib, cpus: 2, pids: 1024}
+	with := func(w want, f func(*want)) want { f(&w); return w }
 	for _, tc := range []struct {
 		name     string
 		cfg      Config
 		ann      map[string]string
 		hasNetns bool
-		network  string
-		disk     int64
-		allow    int
-		err      string
+		want     want
+		// err is part of the error; denied says it is a ceiling refusal
+		// (errdefs.ErrPermissionDenied), else an invalid argument.
+		err    string
+		denied bool
 	}{
-		{name: "defaults", network: "none", disk: 10 << 30},
-		{name: "open", ann: map[string]string{AnnotationNetwork: "open"}, network: "open", disk: 10 << 30},
-		{name: "allow rules", ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "example.com:443, 10.1.0.0/16"}, network: "allow", allow: 2, disk: 10 << 30},
-		{name: "disk", ann: map[string]string{AnnotationDisk: "512m"}, network: "none", disk: 512 << 20},
-		{name: "config defaults", cfg: Config{Network: "open", Disk: "1g"}, network: "open", disk: 1 << 30},
-		{name: "annotation over config", cfg: Config{Network: "open"}, ann: map[string]string{AnnotationNetwork: "none"}, network: "none", disk: 10 << 30},
-		{name: "pod network kept", hasNetns: true, network: "", disk: 10 << 30},
-		{name: "pod network replaced", hasNetns: true, ann: map[string]string{AnnotationNetwork: "none"}, network: "none", disk: 10 << 30},
+		// No annotations: the operator's config, else sbx's defaults.
+		{name: "sbx defaults", want: sbxDefaults},
+		{name: "operator defaults", cfg: open, want: want{network: "open", allow: 3, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "pod network kept", hasNetns: true, want: with(sbxDefaults, func(w *want) { w.network = "" })},
+
+		// Network: none < allow < open; the pod's own namespace only
+		// tightens to none.
+		{name: "open to none", cfg: open, ann: map[string]string{AnnotationNetwork: "none"}, want: want{network: "none", dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "open to allow", cfg: open, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, want: want{network: "allow", allow: 1, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "allow to none", cfg: allow, ann: map[string]string{AnnotationNetwork: "none"}, want: sbxDefaults},
+		{name: "pod network to none", hasNetns: true, ann: map[string]string{AnnotationNetwork: "none"}, want: sbxDefaults},
+		{name: "none to open", ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling network "none"`, denied: true},
+		{name: "none to allow", ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, err: `annotation dev.sbx.network="allow" exceeds the operator's ceiling network "none"`, denied: true},
+		{name: "allow to open", cfg: allow, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling network "allow"`, denied: true},
+		{name: "pod network to open", hasNetns: true, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling: pods keep their own network namespace`, denied: true},
+		{name: "pod network to allow", hasNetns: true, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, err: "only \"none\" tightens it", denied: true},
 		{name: "bad mode", ann: map[string]string{AnnotationNetwork: "sideways"}, err: `--net "sideways": want one of none, open, allow`},
+
+		// Allow rules: within the operator's list; under open, also
+		// public addresses open reaches anyway.
+		{name: "allow subset", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.0/24:5432, api.example.com, *.eu.example.com, 1.2.3.4"}, want: with(sbxDefaults, func(w *want) { w.network, w.allow = "allow", 4 })},
+		{name: "allow wider prefix", cfg: allow, ann: map[string]string{AnnotationAllow: "10.0.0.0/8:5432"}, err: "rule 10.0.0.0/8:5432 is not within the operator's network \"allow\" allow list [10.1.0.0/16:5432, *.example.com, 1.2.3.4]", denied: true},
+		{name: "allow other port", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.3:22"}, err: "rule 10.1.2.3/32:22 is not within", denied: true},
+		{name: "allow any port of a port rule", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.3"}, err: "rule 10.1.2.3/32 is not within", denied: true},
+		{name: "allow wildcard's base", cfg: allow, ann: map[string]string{AnnotationAllow: "example.com"}, err: "rule example.com is not within", denied: true},
+		{name: "allow other domain", cfg: allow, ann: map[string]string{AnnotationAllow: "evil.org"}, err: "rule evil.org is not within", denied: true},
+		{name: "allow everything", cfg: allow, ann: map[string]string{AnnotationAllow: "0.0.0.0/0"}, err: "rule 0.0.0.0/0 is not within", denied: true},
+		{name: "open: public address", cfg: open, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "8.8.8.8:53"}, want: want{network: "allow", allow: 1, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "open: operator's private range", cfg: open, ann: map[string]string{AnnotationAllow: "10.1.9.9"}, want: want{network: "open", allow: 1, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "open: metadata", cfg: open, ann: map[string]string{AnnotationAllow: "169.254.169.254"}, err: "rule 169.254.169.254/32 is not within the operator's network \"open\" allow list", denied: true},
+		{name: "open: every address", cfg: open, ann: map[string]string{AnnotationAllow: "0.0.0.0/0"}, err: "rule 0.0.0.0/0 is not within", denied: true},
+		{name: "open: unlisted domain", cfg: open, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "evil.org"}, err: "rule evil.org is not within", denied: true},
 		{name: "allow without network", ann: map[string]string{AnnotationAllow: "example.com"}, err: "--allow needs --net open or allow"},
-		{name: "bad rule", ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "no_dots"}, err: `--allow "no_dots"`},
+		{name: "bad rule", cfg: allow, ann: map[string]string{AnnotationAllow: "no_dots"}, err: `--allow "no_dots"`},
+
+		// DNS: only servers the operator lists.
+		{name: "dns subset", cfg: open, ann: map[string]string{AnnotationDNS: "9.9.9.9"}, want: want{network: "open", allow: 3, dns: 1, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
+		{name: "dns unlisted", cfg: open, ann: map[string]string{AnnotationDNS: "9.9.9.9,10.0.0.53"}, err: `annotation dev.sbx.dns="9.9.9.9,10.0.0.53" exceeds the operator's ceiling: server 10.0.0.53 is not one the operator lists [1.1.1.1, 9.9.9.9]`, denied: true},
+		{name: "dns none listed", cfg: Config{Network: "open"}, ann: map[string]string{AnnotationDNS: "1.1.1.1"}, err: "server 1.1.1.1 is not one the operator lists []", denied: true},
+
+		// Limits: no higher than the operator's (or sbx's default).
+		{name: "disk lower", ann: map[string]string{AnnotationDisk: "512m"}, want: with(sbxDefaults, func(w *want) { w.disk = 512 << 20 })},
+		{name: "disk higher", ann: map[string]string{AnnotationDisk: "100t"}, err: `annotation dev.sbx.disk="100t" exceeds the operator's ceiling 10GiB`, denied: true},
+		{name: "disk above the operator's", cfg: open, ann: map[string]string{AnnotationDisk: "5g"}, err: "exceeds the operator's ceiling 4GiB", denied: true},
+		{name: "memory lower", cfg: open, ann: map[string]string{AnnotationMemory: "1g"}, want: want{network: "open", allow: 3, dns: 2, disk: 4 * gib, mem: gib, cpus: 4, pids: 2048}},
+		{name: "memory higher", ann: map[string]string{AnnotationMemory: "3g"}, err: `annotation dev.sbx.memory="3g" exceeds the operator's ceiling 2GiB`, denied: true},
+		{name: "cpus lower", ann: map[string]string{AnnotationCPUs: "0.5"}, want: with(sbxDefaults, func(w *want) { w.cpus = 0.5 })},
+		{name: "cpus higher", cfg: open, ann: map[string]string{AnnotationCPUs: "4.5"}, err: `annotation dev.sbx.cpus="4.5" exceeds the operator's ceiling of 4 CPUs`, denied: true},
+		{name: "pids lower", ann: map[string]string{AnnotationPids: "64"}, want: with(sbxDefaults, func(w *want) { w.pids = 64 })},
+		{name: "pids higher", ann: map[string]string{AnnotationPids: "1025"}, err: `annotation dev.sbx.pids="1025" exceeds the operator's ceiling of 1024 processes`, denied: true},
 		{name: "bad disk", ann: map[string]string{AnnotationDisk: "lots"}, err: `size "lots"`},
 		{name: "tiny disk", ann: map[string]string{AnnotationDisk: "1k"}, err: "--disk 1KiB below the minimum"},
-		{name: "bad dns", ann: map[string]string{AnnotationNetwork: "open", AnnotationDNS: "resolver"}, err: `--dns "resolver"`},
+		{name: "tiny memory", ann: map[string]string{AnnotationMemory: "1m"}, err: "--memory 1MiB below the minimum"},
+		{name: "bad cpus", ann: map[string]string{AnnotationCPUs: "many"}, err: `--cpus "many": want a number above 0`},
+		{name: "zero cpus", ann: map[string]string{AnnotationCPUs: "0"}, err: `--cpus "0": want a number above 0`},
+		{name: "zero memory", ann: map[string]string{AnnotationMemory: "0"}, err: `size "0": want more than 0`},
+		{name: "bad pids", ann: map[string]string{AnnotationPids: "1.5"}, err: `--pids "1.5": want a whole number above 0`},
+		{name: "too few pids", ann: map[string]string{AnnotationPids: "2"}, err: "--pids 2 out of range"},
+
+		// The operator's config itself is validated.
+		{name: "bad config", cfg: Config{Network: "sideways"}, err: `runtime config: invalid argument: --net "sideways"`},
+		{name: "bad config disk", cfg: Config{Disk: "lots"}, err: `runtime config: disk: invalid argument: size "lots"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := resolvePolicy(tc.cfg, &specs.Spec{Annotations: tc.ann}, tc.hasNetns)
 			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errdefs.ErrInvalidArgument) {
-					t.Fatalf("want an invalid-argument error with %q, got %v", tc.err, err)
+				var kind error = errdefs.ErrInvalidArgument
+				if tc.denied {
+					kind = errdefs.ErrPermissionDenied
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, kind) {
+					t.Fatalf("want a %v error with %q, got %v", kind, tc.err, err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Network != tc.network || p.Disk != tc.disk || len(p.Allow) != tc.allow {
-				t.Fatalf("got network %q disk %d allow %v", p.Network, p.Disk, p.Allow)
+			got := want{network: p.Network, allow: len(p.Allow), dns: len(p.DNS), disk: p.Disk, mem: p.Memory, cpus: p.CPUs, pids: p.Pids}
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+			if len(p.AllowRaw) != len(p.Allow) {
+				t.Fatalf("rules as written %v do not match the parsed %v", p.AllowRaw, p.Allow)
 			}
 		})
 	}

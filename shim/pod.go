@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 	"sbx.dev/sbx/policy/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
@@ -85,17 +86,14 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 		return nil, err
 	}
 	p := &pod{id: id, policy: pp, gone: make(chan struct{})}
-	p.r = &runsc.Runsc{
+	p.r = assembly.Runsc(assembly.RunscConfig{
 		Path:        cfg.Runsc,
 		Root:        filepath.Join(cfg.RunscRoot, ns),
 		Platform:    cfg.Platform,
-		Overlay:     "root:self",
 		DebugLogDir: cfg.DebugLogDir,
-		GoferNetNS:  "new",
-	}
-	if pp.Disk > 0 {
-		p.r.Overlay += ",size=" + strconv.FormatInt(pp.Disk, 10)
-	}
+		Linked:      pp.Network != policy.NetNone,
+		Disk:        pp.Disk,
+	})
 	p.stateDir = filepath.Join(cfg.RunscRoot, ns, "sbx", id)
 	if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
 		return nil, err
@@ -113,15 +111,12 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	case "":
 		// Kubernetes' own pod network (CNI): gVisor's netstack takes
 		// over the namespace's interfaces.
-		p.r.Network = "sandbox"
 	case policy.NetNone:
-		p.r.Network = "none"
 		setNetns(spec, "")
 	default:
 		if err := p.setupNetwork(ctx); err != nil {
 			return nil, err
 		}
-		p.r.Network = "sandbox"
 		n, err := hostnet.Lookup(id)
 		if err != nil {
 			return nil, err
@@ -170,14 +165,28 @@ func (p *pod) setupNetwork(ctx context.Context) error {
 	return <-ready
 }
 
-// adjustSpec makes a container's spec fit the pod and the host: a linked
-// pod's containers resolve names through the pod's resolver, and an OOM
-// score the shim may not set is raised to its own.
-func (p *pod) adjustSpec(spec *specs.Spec) {
+// adjustSpec makes a container's spec fit the pod and the host: the
+// sandbox's spec options from assembly (seccomp, limits, the pids
+// backstop) for the pod's first container, the joining container's for
+// the others; a linked pod's containers resolve names through the pod's
+// resolver, and an OOM score the shim may not set is raised to its own.
+func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
+	if spec.Linux != nil && spec.Linux.Seccomp != nil {
+		// The pod's own profile does not combine with sbx's yet; sbx's,
+		// which the CLI's sandboxes get too, takes its place.
+		log.L.WithField("id", p.id).Warn("the pod's seccomp profile is replaced by sbx's")
+	}
+	opts := assembly.ContainerOpts(p.policy.request())
+	if root {
+		opts = assembly.SandboxOpts(p.policy.request())
+	}
+	if err := assembly.Apply(spec, opts...); err != nil {
+		return err
+	}
 	clampOOMScoreAdj(spec)
 	setPodCgroup(spec)
 	if p.resolvConf == "" {
-		return
+		return nil
 	}
 	var mounts []specs.Mount
 	for _, m := range spec.Mounts {
@@ -189,6 +198,7 @@ func (p *pod) adjustSpec(spec *specs.Spec) {
 		Destination: "/etc/resolv.conf", Type: "bind", Source: p.resolvConf,
 		Options: []string{"rbind", "ro"},
 	})
+	return nil
 }
 
 // teardown removes the pod's host set-up. It is idempotent.

@@ -29,6 +29,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -257,7 +258,9 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s joins sandbox %q, which this shim does not run: %w", r.ID, sandboxID, errdefs.ErrFailedPrecondition)
 	}
 	pd := s.pod
-	pd.adjustSpec(spec)
+	if err := pd.adjustSpec(spec, root); err != nil {
+		return nil, err
+	}
 	if err := runsc.WriteBundle(r.Bundle, spec); err != nil {
 		return nil, err
 	}
@@ -943,7 +946,7 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 	if err := checkResources(&res); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	if err := s.runsc().Update(ctx, c.id, &res); err != nil {
+	if err := s.runsc().Update(ctx, c.id, assembly.HostUpdate(&res)); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
 	return empty, nil

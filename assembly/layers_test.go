@@ -1,0 +1,176 @@
+package assembly
+
+import (
+	"encoding/json"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "sbx.dev/sbx"
+
+// listedPackage is what `go list -json` says of a package.
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+// listPackages lists the module's packages (tests excluded).
+func listPackages(t *testing.T) map[string]listedPackage {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command(goCmd, "list", "-json", module+"/...").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v: %s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]listedPackage{}
+	d := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := d.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// under reports whether package path is dir or below it (dir relative to
+// the module).
+func under(path, dir string) bool {
+	full := module + "/" + dir
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+// DESIGN.md's import rules, checked on the module as it is.
+func TestImportRules(t *testing.T) {
+	pkgs := listPackages(t)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	for path, p := range pkgs {
+		// runsc-sandbox runs what it is given.
+		if under(path, "runsc-sandbox") {
+			for _, d := range p.Deps {
+				for _, bad := range []string{"policy", "overlay", "buildimg", "assembly"} {
+					if under(d, bad) {
+						t.Errorf("%s depends on %s", path, d)
+					}
+				}
+			}
+		}
+		// Nothing imports cmd/.
+		if !under(path, "cmd") {
+			for _, d := range p.Imports {
+				if under(d, "cmd") {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
+		// serve/ and mcp/ use engine's API; the sandbox's assembly is
+		// engine's business.
+		if under(path, "serve") || under(path, "mcp") {
+			for _, d := range p.Imports {
+				if under(d, "runsc-sandbox") || under(d, "assembly") {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
+	}
+	for _, front := range []string{"serve", "mcp"} {
+		if !slices.Contains(pkgs[module+"/"+front].Imports, module+"/engine") {
+			t.Errorf("%s does not use engine", front)
+		}
+	}
+}
+
+// impurePolicy are the packages below policy/ that still touch the host
+// (nftables, namespaces, the DNS resolver, cgroups): they belong in
+// assembly/. The list may only shrink.
+var impurePolicy = []string{"policy/hostnet", "policy/hostcgroup"}
+
+// policy/ is pure: it imports nothing that runs a command, and calls
+// nothing that opens a socket or starts a process.
+func TestPolicyIsPure(t *testing.T) {
+	pkgs := listPackages(t)
+	forbidden := map[string][]string{
+		"os/exec": nil, // any use
+		"net":     {"Listen", "ListenPacket", "ListenTCP", "ListenUDP", "ListenUnix", "ListenIP", "Dial", "DialTCP", "DialUDP", "DialUnix", "DialIP", "DialTimeout", "FileListener", "FileConn"},
+		"syscall": {"Exec", "ForkExec", "StartProcess", "Socket", "Bind", "Listen", "Mount", "Unshare", "Setns"},
+		"os":      {"StartProcess"},
+		"golang.org/x/sys/unix": {"Exec", "Socket", "Bind", "Listen", "Connect", "Mount", "Unshare", "Setns",
+			"Syscall", "Syscall6", "RawSyscall", "RawSyscall6"},
+	}
+	checked := 0
+	for path, p := range pkgs {
+		if !under(path, "policy") || slices.ContainsFunc(impurePolicy, func(d string) bool { return under(path, d) }) {
+			continue
+		}
+		checked++
+		if slices.Contains(p.Imports, "os/exec") {
+			t.Errorf("%s imports os/exec", path)
+		}
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]string{} // local name -> import path
+			for _, imp := range file.Imports {
+				ip, _ := strconv.Unquote(imp.Path.Value)
+				if _, ok := forbidden[ip]; !ok {
+					continue
+				}
+				name := ip[strings.LastIndex(ip, "/")+1:]
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+				names[name] = ip
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				x, ok := sel.X.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				if ip, ok := names[x.Name]; ok {
+					if fs := forbidden[ip]; fs == nil || slices.Contains(fs, sel.Sel.Name) {
+						t.Errorf("%s/%s uses %s.%s", path, f, ip, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no policy package checked")
+	}
+	for _, d := range impurePolicy {
+		if _, ok := pkgs[module+"/"+d]; !ok {
+			t.Errorf("%s is gone: take it off impurePolicy", d)
+		}
+	}
+}
