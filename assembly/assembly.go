@@ -35,6 +35,10 @@ type RunscConfig struct {
 	Disk int64
 	// IgnoreCgroups is set for rootless sandboxes.
 	IgnoreCgroups bool
+	// AllowSUID lets setuid binaries (sudo) raise a process's privileges
+	// inside the sandbox; the sandbox's own bounds hold as ever
+	// (docs/security.md).
+	AllowSUID bool
 }
 
 // Runsc is the runsc wrapper for a sandbox: the same global flags for
@@ -62,6 +66,7 @@ func Runsc(c RunscConfig) *runsc.Runsc {
 		IgnoreCgroups: c.IgnoreCgroups,
 		DebugLogDir:   c.DebugLogDir,
 		OCISeccomp:    true,
+		AllowSUID:     c.AllowSUID,
 	}
 }
 

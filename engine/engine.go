@@ -246,6 +246,9 @@ func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
 		OverlayDir:    e.sandboxDir(sb.ID),
 		Disk:          sb.Disk,
 		IgnoreCgroups: sb.Rootless,
+		// sudo works in the default image, as in E2B's; root there is
+		// still inside gVisor (docs/security.md).
+		AllowSUID: true,
 	})
 }
 

@@ -58,6 +58,9 @@ type Runsc struct {
 	// OCISeccomp passes --oci-seccomp: the spec's seccomp profile is
 	// applied inside gVisor, to the init and every exec'd process.
 	OCISeccomp bool
+	// AllowSUID passes --allow-suid: setuid and setgid bits of files in
+	// the sandbox take effect (sudo), inside the sandbox only.
+	AllowSUID bool
 	// ExtraFlags are appended to the global flags verbatim.
 	ExtraFlags []string
 }
@@ -82,6 +85,9 @@ func (r *Runsc) globalArgs() []string {
 	}
 	if r.OCISeccomp {
 		args = append(args, "--oci-seccomp")
+	}
+	if r.AllowSUID {
+		args = append(args, "--allow-suid")
 	}
 	if r.LogPath != "" {
 		args = append(args, "--log="+r.LogPath, "--log-format=text")

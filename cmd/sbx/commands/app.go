@@ -16,6 +16,7 @@ import (
 	"sbx.dev/sbx/cmd/sbx/commands/registry"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
 	servecmd "sbx.dev/sbx/cmd/sbx/commands/serve"
+	sshcmd "sbx.dev/sbx/cmd/sbx/commands/ssh"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
 	"sbx.dev/sbx/cmd/sbx/commands/tenant"
 )
@@ -42,6 +43,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, tenant.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)
+	app.Commands = append(app.Commands, sshcmd.Commands...)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
