@@ -108,11 +108,12 @@ test-unit: ## run the unit tests only
 test-integration: build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
-bench: deps build base-rootfs bench-images ## measure sbx against raw runsc; writes docs/benchmarks.md
+bench: deps build base-rootfs bench-images containerd-tools ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/serve -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/pull -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md

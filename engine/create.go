@@ -65,6 +65,11 @@ type CreateRequest struct {
 	Pull PullPolicy
 	// Registry says how a pull reaches registries.
 	Registry RegistryOptions
+
+	// CACerts are certificates the sandbox trusts besides its image's
+	// and the state root's (TrustDir): in its system bundle and in the
+	// variables Node, Python, pip, curl and git read (policy.CAEnv).
+	CACerts []CACert
 }
 
 // image is the image req names, or the default one.
@@ -96,6 +101,10 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 // create is Create; with cmd, cmd is the sandbox's init (Run).
 func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*Sandbox, error) {
 	pr, err := e.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	cas, err := e.extraCAs(req.CACerts)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +167,14 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	// them in the record rather than reading the image store per exec.
 	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
 	sb.ImageUser = img.Config.Config.User
+	caMounts, caEnv, err := e.prepareCAs(sb, rootfs, cas)
+	if err != nil {
+		return nil, err
+	}
+	if len(caEnv) > 0 {
+		// Under the sandbox's own --env, which may name another bundle.
+		sb.Env = append(caEnv, sb.Env...)
+	}
 	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
 	init := specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
 	if cmd != nil {
@@ -182,7 +199,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		Mounts: append([]specs.Mount{{
 			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
-		}}, netMounts...),
+		}}, append(netMounts, caMounts...)...),
 		NetworkNamespace: netns,
 		UserNamespace:    e.rootless,
 		HostUID:          uint32(os.Getuid()),
@@ -310,6 +327,9 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		}
 	}
 	if err := e.checkLifetime(req.Timeout, req.OnTimeout); err != nil {
+		return pr, err
+	}
+	if _, err := e.extraCAs(req.CACerts); err != nil {
 		return pr, err
 	}
 	return pr, nil

@@ -383,7 +383,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image
 		Labels: parent.Labels, Rootless: parent.Rootless, CreatorPid: os.Getpid(),
 		ImageEnv: parent.ImageEnv, ImageWorkdir: parent.ImageWorkdir, ImageUser: parent.ImageUser,
 		// The secrets are in the checkpointed memory, /run/secrets too.
-		Secrets: parent.Secrets,
+		Secrets: parent.Secrets, CACerts: parent.CACerts,
 	}
 	sb.ForkedFrom = parent.ID
 	sb.Timeout, sb.OnTimeout = parent.Timeout, parent.OnTimeout
@@ -400,6 +400,9 @@ func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image
 	sb.Rootfs = rootfs
 	spec, err := readSpec(filepath.Join(e.sandboxDir(parent.ID), "bundle"))
 	if err != nil {
+		return nil, err
+	}
+	if err := e.adoptMounts(spec, parent.ID, id); err != nil {
 		return nil, err
 	}
 	spec.Hostname = sb.ShortID()

@@ -42,6 +42,9 @@ func ParsePullPolicy(s string) (PullPolicy, error) {
 type RegistryOptions struct {
 	// Insecure are registry hosts (host[:port]) reached over plain HTTP.
 	Insecure []string
+	// CACerts are trusted for registries' TLS certificates besides the
+	// system's and the state root's (TrustDir).
+	CACerts []CACert
 }
 
 // PullRequest is one image to fetch from a registry.
@@ -77,7 +80,13 @@ func (e *Engine) registryOptions(o RegistryOptions) (registry.Options, error) {
 			return registry.Options{}, fmt.Errorf("insecure registry: %w", err)
 		}
 	}
-	return registry.Options{Credentials: registry.NewCredentials(e.opts.Root), Insecure: o.Insecure}, nil
+	certs, err := e.extraCAs(o.CACerts)
+	if err != nil {
+		return registry.Options{}, err
+	}
+	return registry.Options{
+		Credentials: registry.NewCredentials(e.opts.Root), Insecure: o.Insecure, RootCAs: certPool(certs),
+	}, nil
 }
 
 // Pull fetches req.Ref into the image store, named by its full reference
@@ -162,6 +171,9 @@ func (e *Engine) pullFor(ctx context.Context, req CreateRequest) error {
 	if err != nil || !need {
 		return err
 	}
-	_, err = e.Pull(ctx, PullRequest{Ref: req.Image, Registry: req.Registry})
+	reg := req.Registry
+	// The sandbox's extra CAs are trusted for its image too.
+	reg.CACerts = append(append([]CACert{}, reg.CACerts...), req.CACerts...)
+	_, err = e.Pull(ctx, PullRequest{Ref: req.Image, Registry: reg})
 	return err
 }

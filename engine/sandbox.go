@@ -81,6 +81,9 @@ type Sandbox struct {
 	// Secrets are the names of the sandbox's secrets; their values are
 	// only inside the sandbox (docs/security.md).
 	Secrets []string `json:"secrets,omitempty"`
+	// CACerts are the certificates the sandbox trusts besides its
+	// image's (--ca-cert and the state root's): subject and SHA-256.
+	CACerts []string `json:"caCerts,omitempty"`
 	// OOMKilled: the host's OOM killer ended the sandbox when it reached
 	// its memory limit.
 	OOMKilled bool `json:"oomKilled,omitempty"`

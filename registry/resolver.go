@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +26,19 @@ type Options struct {
 	// Client makes the HTTP requests; nil: one with docker's defaults
 	// (proxies from the environment, HTTP/2, timeouts).
 	Client *http.Client
+	// RootCAs, if set, are the certificate authorities registries' TLS
+	// certificates are checked against (when Client is nil): the
+	// system's plus the extra ones sbx was given.
+	RootCAs *x509.CertPool
+}
+
+// httpClient is o.Client, or docker's default client trusting o.RootCAs,
+// or nil for containerd's default.
+func (o Options) httpClient() *http.Client {
+	if o.Client != nil || o.RootCAs == nil {
+		return o.Client
+	}
+	return &http.Client{Transport: docker.DefaultHTTPTransport(&tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12})}
 }
 
 // hosts are containerd's registry hosts for o: docker.io maps to its
@@ -39,9 +54,10 @@ func (o Options) hosts() docker.RegistryHosts {
 
 // hostsWith is hosts with the credentials lookup returns.
 func (o Options) hostsWith(lookup func(host string) (user, secret string, err error)) docker.RegistryHosts {
+	client := o.httpClient()
 	authOpts := []docker.AuthorizerOpt{}
-	if o.Client != nil {
-		authOpts = append(authOpts, docker.WithAuthClient(o.Client))
+	if client != nil {
+		authOpts = append(authOpts, docker.WithAuthClient(client))
 	}
 	if lookup != nil {
 		authOpts = append(authOpts, docker.WithAuthCreds(lookup))
@@ -52,8 +68,8 @@ func (o Options) hostsWith(lookup func(host string) (user, secret string, err er
 			return slices.Contains(o.Insecure, host), nil
 		}),
 	}
-	if o.Client != nil {
-		regOpts = append(regOpts, docker.WithClient(o.Client))
+	if client != nil {
+		regOpts = append(regOpts, docker.WithClient(client))
 	}
 	return docker.ConfigureDefaultRegistries(regOpts...)
 }
@@ -80,8 +96,15 @@ func explain(op, ref string, err error) error {
 
 // explainHost is explain for a reference (or host) ref on host.
 func explainHost(op, ref, host string, err error) error {
-	var status remoteerrors.ErrUnexpectedStatus
+	var (
+		status    remoteerrors.ErrUnexpectedStatus
+		unknownCA x509.UnknownAuthorityError
+	)
 	switch {
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("%s %s: the certificate of %s is signed by an authority sbx does not trust "+
+			"(pass --ca-cert FILE, or trust it for the state root with sbx ca add FILE): %w",
+			op, ref, host, err)
 	case errors.Is(err, docker.ErrInvalidAuthorization),
 		errors.As(err, &status) && status.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("%s %s: %s refused the credentials (or needs some: sbx login %s): %v: %w",

@@ -30,9 +30,30 @@ var InsecureRegistryFlag = &cli.StringSliceFlag{
 	Usage: "reach registry HOST[:PORT] over plain HTTP, without TLS (registries on loopback)",
 }
 
-// RegistryOptions renders --insecure-registry.
-func RegistryOptions(c *cli.Context) engine.RegistryOptions {
-	return engine.RegistryOptions{Insecure: c.StringSlice(InsecureRegistryFlag.Name)}
+// CACertFlag is --ca-cert on commands that make sandboxes or reach
+// registries.
+var CACertFlag = &cli.StringSliceFlag{
+	Name:  "ca-cert",
+	Usage: "also trust the CA certificates of PEM `FILE` (repeatable): in the sandbox's trust store and for registries",
+}
+
+// CACerts reads and checks the --ca-cert files.
+func CACerts(c *cli.Context) ([]engine.CACert, error) {
+	var out []engine.CACert
+	for _, f := range c.StringSlice(CACertFlag.Name) {
+		ca, err := engine.ReadCACert(f)
+		if err != nil {
+			return nil, UsageError(fmt.Errorf("--ca-cert: %w", err))
+		}
+		out = append(out, ca)
+	}
+	return out, nil
+}
+
+// RegistryOptions renders --insecure-registry and --ca-cert.
+func RegistryOptions(c *cli.Context) (engine.RegistryOptions, error) {
+	cas, err := CACerts(c)
+	return engine.RegistryOptions{Insecure: c.StringSlice(InsecureRegistryFlag.Name), CACerts: cas}, err
 }
 
 // RegistryProgress shows a pull's or push's progress on stderr when it is
@@ -66,8 +87,12 @@ func RegistryProgress(c *cli.Context) (chan *client.SolveStatus, func()) {
 func Pull(c *cli.Context, e *engine.Engine, ref string) (overlay.Image, error) {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	reg, err := RegistryOptions(c)
+	if err != nil {
+		return overlay.Image{}, err
+	}
 	ch, wait := RegistryProgress(c)
-	img, err := e.Pull(ctx, engine.PullRequest{Ref: ref, Registry: RegistryOptions(c), Status: ch})
+	img, err := e.Pull(ctx, engine.PullRequest{Ref: ref, Registry: reg, Status: ch})
 	wait()
 	return img, err
 }
@@ -80,7 +105,8 @@ func EnsurePulled(c *cli.Context, e *engine.Engine, req *engine.CreateRequest) e
 	if err != nil {
 		return UsageError(fmt.Errorf("--pull: %w", err))
 	}
-	req.Registry = RegistryOptions(c)
+	// The engine's pulls trust req.CACerts (--ca-cert) too.
+	req.Registry = engine.RegistryOptions{Insecure: c.StringSlice(InsecureRegistryFlag.Name)}
 	need, err := e.NeedsPull(c.Context, req.Image, p)
 	if err != nil {
 		return err

@@ -17,7 +17,7 @@ var pullCommand = &cli.Command{
 	Name:      "pull",
 	Usage:     "fetch an image from a registry (python:3.12, ghcr.io/o/r:tag, HOST:PORT/r@sha256:...); prints its name",
 	ArgsUsage: "REF",
-	Flags:     []cli.Flag{clix.InsecureRegistryFlag},
+	Flags:     []cli.Flag{clix.InsecureRegistryFlag, clix.CACertFlag},
 	Action: func(c *cli.Context) error {
 		a, err := clix.Args(c, 1, 1, "REF")
 		if err != nil {
@@ -43,7 +43,7 @@ var pushCommand = &cli.Command{
 	Name:      "push",
 	Usage:     "send image NAME to a registry as REF (HOST[:PORT]/REPO:TAG); prints the manifest digest",
 	ArgsUsage: "NAME REF",
-	Flags:     []cli.Flag{clix.InsecureRegistryFlag},
+	Flags:     []cli.Flag{clix.InsecureRegistryFlag, clix.CACertFlag},
 	Action: func(c *cli.Context) error {
 		a, err := clix.Args(c, 2, 2, "NAME REF")
 		if err != nil {
@@ -62,8 +62,12 @@ var pushCommand = &cli.Command{
 		}
 		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		reg, err := clix.RegistryOptions(c)
+		if err != nil {
+			return err
+		}
 		ch, wait := clix.RegistryProgress(c)
-		desc, err := e.Push(ctx, engine.PushRequest{Image: name, Ref: a[1], Registry: clix.RegistryOptions(c), Status: ch})
+		desc, err := e.Push(ctx, engine.PushRequest{Image: name, Ref: a[1], Registry: reg, Status: ch})
 		wait()
 		if err != nil {
 			return err

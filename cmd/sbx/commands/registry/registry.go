@@ -26,7 +26,7 @@ var loginCommand = &cli.Command{
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "username", Aliases: []string{"u"}, Usage: "user name"},
 		&cli.BoolFlag{Name: "password-stdin", Usage: "read the password (or token) from stdin"},
-		clix.InsecureRegistryFlag,
+		clix.InsecureRegistryFlag, clix.CACertFlag,
 	},
 	Action: func(c *cli.Context) error {
 		a, err := clix.Args(c, 1, 1, "REGISTRY")
@@ -41,12 +41,16 @@ var loginCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
+		reg, err := clix.RegistryOptions(c)
+		if err != nil {
+			return err
+		}
 		e, err := clix.Engine(c)
 		if err != nil {
 			return err
 		}
 		if err := e.Login(c.Context, engine.LoginRequest{
-			Registry: a[0], Username: user, Password: password, Options: clix.RegistryOptions(c),
+			Registry: a[0], Username: user, Password: password, Options: reg,
 		}); err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ var Commands = []*cli.Command{
 var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "name", Usage: "a unique name for the sandbox"},
 	&cli.StringFlag{Name: "image", Usage: "image to run: a name in the store or a registry reference (default " + engine.DefaultImage + ")"},
-	clix.PullFlag, clix.InsecureRegistryFlag,
+	clix.PullFlag, clix.InsecureRegistryFlag, clix.CACertFlag,
 	&cli.StringFlag{Name: "cpus", Usage: "CPU limit, in cores (default 2)"},
 	&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512m, 2g (default 2g)"},
 	&cli.StringFlag{Name: "pids", Usage: "process limit (default 1024)"},
@@ -59,6 +59,9 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 		Secrets: c.StringSlice("secret"),
 	}
 	var err error
+	if req.CACerts, err = clix.CACerts(c); err != nil {
+		return req, err
+	}
 	if req.Labels, err = clix.KeyValues("label", c.StringSlice("label")); err != nil {
 		return req, err
 	}

@@ -1,4 +1,5 @@
-// Package system holds sbx's commands about itself: version and doctor.
+// Package system holds sbx's commands about itself: version, doctor, and
+// the CAs its state root trusts.
 package system
 
 import (
@@ -31,8 +32,8 @@ func Version() string {
 	return "dev"
 }
 
-// Commands are version and doctor.
-var Commands = []*cli.Command{versionCommand, doctorCommand, resolverCommand}
+// Commands are version, doctor and ca.
+var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, resolverCommand}
 
 var versionCommand = &cli.Command{
 	Name:  "version",
@@ -123,6 +124,14 @@ var doctorCommand = &cli.Command{
 			}
 			return engine.DefaultImage + " not built yet: the first sandbox without --image builds it", nil
 		})
+		if detail, notes := hostCAs(c, e); len(notes) == 0 {
+			fmt.Fprintf(w, "ok    %-10s %s\n", "host CAs", detail)
+		} else {
+			fmt.Fprintf(w, "note  %-10s %s\n", "host CAs", notes[0])
+			for _, n := range notes[1:] {
+				fmt.Fprintf(w, "      %-10s %s\n", "", n)
+			}
+		}
 		if failed > 0 {
 			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
 		}
