@@ -55,6 +55,10 @@ type CreateRequest struct {
 	// Setup are shell commands run once per (image, commands): their
 	// result is cached as an image and later creates start from it.
 	Setup []string
+	// SetupScope limits the reuse of cached setup results to creates of
+	// the same scope (e.g. a tenant); results are also keyed on the
+	// image, env, workdir, network policy, CA certificates and secrets.
+	SetupScope string
 	// Timeout, if positive, is the sandbox's lifetime; then OnTimeout
 	// ("pause", the default, "stop" or "rm") happens.
 	Timeout   time.Duration
@@ -126,7 +130,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if err != nil {
 		return nil, err
 	}
-	img, setupKey, setupHit, err := e.setupImage(ctx, img, req.Setup)
+	img, setupKey, setupHit, err := e.setupImageFor(ctx, img, req, pr.Secrets, req.SetupScope)
 	if err != nil {
 		return nil, err
 	}

@@ -298,8 +298,15 @@ func (e *Engine) groupID(sb *Sandbox, name string) (uint32, bool) {
 	return gid, ok
 }
 
+// maxRootfsFile bounds how much of a file of the image scanRootfsFile
+// reads.
+const maxRootfsFile = 4 << 20
+
 // scanRootfsFile calls fn with the colon-separated fields of each line of
-// rel in the sandbox's rootfs until fn returns true.
+// rel in the sandbox's rootfs until fn returns true. The file belongs to
+// the sandbox: it is read only if it is a regular file (a FIFO would block,
+// a device node would be a host device), never opened in a way that
+// blocks, and read up to maxRootfsFile bytes.
 func (e *Engine) scanRootfsFile(sb *Sandbox, rel string, fn func([]string) bool) {
 	if sb.Rootfs == "" {
 		return
@@ -311,13 +318,24 @@ func (e *Engine) scanRootfsFile(sb *Sandbox, rel string, fn func([]string) bool)
 		return
 	}
 	defer unix.Close(dir)
-	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	// An O_PATH descriptor opens nothing: its type is checked before the
+	// same inode is opened for reading.
+	pfd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	s := bufio.NewScanner(f)
+	s := bufio.NewScanner(io.LimitReader(f, maxRootfsFile))
 	for s.Scan() {
 		if fn(strings.Split(s.Text(), ":")) {
 			return

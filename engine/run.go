@@ -60,7 +60,11 @@ func (e *Engine) setupCached(ctx context.Context, req CreateRequest) bool {
 		// Create reports it.
 		return true
 	}
-	_, _, hit, err := e.setupImage(ctx, img, req.Setup)
+	pr, err := e.validate(req)
+	if err != nil {
+		return true
+	}
+	_, _, hit, err := e.setupImageFor(ctx, img, req, pr.Secrets, req.SetupScope)
 	return err != nil || hit
 }
 

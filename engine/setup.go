@@ -2,23 +2,29 @@ package engine
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"sbx.dev/sbx/overlay"
+	"sbx.dev/sbx/policy"
 )
 
 // setupRepo is the reserved image repository of cached setup results:
-// sbx-setup/<key>, key = sha256 of the base image digest and the setup
-// commands.
+// sbx-setup/<key>, key = setupKey.
 const setupRepo = "sbx-setup/"
 
 // Setup cache states, as PersistState.SetupCache reports them.
@@ -27,19 +33,91 @@ const (
 	SetupHit = "hit" // the sandbox started from the cached result
 )
 
-// setupKey names the cached result of running cmds on image.
-func setupKey(img overlay.Image, cmds []string) string {
-	b, _ := json.Marshal(struct {
-		Image string   `json:"image"`
-		Setup []string `json:"setup"`
-	}{img.Digest.String(), cmds})
-	sum := sha256.Sum256(append([]byte("sbx-setup-v1\n"), b...))
+// setupInput is everything that can change what setup commands leave
+// behind: a create reuses a cached result only if all of it is equal.
+// Secrets enter only as secretsMAC, never as values.
+type setupInput struct {
+	Scope   string   `json:"scope"`
+	Image   string   `json:"image"`
+	Setup   []string `json:"setup"`
+	Env     []string `json:"env"`
+	Workdir string   `json:"workdir"`
+	Network string   `json:"network"`
+	Allow   []string `json:"allow"`
+	DNS     []string `json:"dns"`
+	CACerts [][]byte `json:"ca_certs"`
+	Secrets string   `json:"secrets"`
+}
+
+// setupKey names the cached result of running req's setup on img for
+// scope. secretsMAC identifies the secrets (secretsMAC).
+func setupKey(img overlay.Image, req CreateRequest, scope, secretsMAC string) string {
+	in := setupInput{
+		Scope: scope, Image: img.Digest.String(), Setup: req.Setup,
+		Env: req.Env, Workdir: req.Workdir, Network: req.Network,
+		Allow: slices.Sorted(slices.Values(req.Allow)), DNS: req.DNS, Secrets: secretsMAC,
+	}
+	for _, c := range req.CACerts {
+		in.CACerts = append(in.CACerts, c.PEM)
+	}
+	b, _ := json.Marshal(in)
+	sum := sha256.Sum256(append([]byte("sbx-setup-v2\n"), b...))
 	return setupRepo + hex.EncodeToString(sum[:]) + ":latest"
 }
 
-// setupImage returns the image a create with setup commands starts from:
-// the cached result if there is one (hit), else img itself.
-func (e *Engine) setupImage(ctx context.Context, img overlay.Image, cmds []string) (overlay.Image, string, bool, error) {
+// setupMACKey is the state root's secret key for secretsMAC, made on first
+// use: without it a MAC of a low-entropy secret could be brute-forced from
+// the image name.
+func (e *Engine) setupMACKey() ([]byte, error) {
+	p := filepath.Join(e.opts.Root, "setup-cache.key")
+	if k, err := os.ReadFile(p); err == nil && len(k) == 32 {
+		return k, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	tmp := p + ".tmp." + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, k, 0o600); err != nil {
+		return nil, fmt.Errorf("setup cache key: %w", err)
+	}
+	// Link rather than rename: of two first creates, one key wins.
+	err := os.Link(tmp, p)
+	os.Remove(tmp)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("setup cache key: %w", err)
+	}
+	if k, err := os.ReadFile(p); err == nil && len(k) == 32 {
+		return k, nil
+	}
+	return nil, fmt.Errorf("setup cache key %s: unreadable or not 32 bytes", p)
+}
+
+// secretsMAC identifies a set of secrets, names and values, by an HMAC
+// under key: equal secrets give equal MACs, and the MAC reveals nothing of
+// the values to whoever lacks the key.
+func secretsMAC(key []byte, secrets []policy.Secret) string {
+	if len(secrets) == 0 {
+		return ""
+	}
+	sorted := slices.Clone(secrets)
+	slices.SortFunc(sorted, func(a, b policy.Secret) int { return strings.Compare(a.Name, b.Name) })
+	m := hmac.New(sha256.New, key)
+	for _, s := range sorted {
+		// Length-prefixed, so that no two sets encode alike.
+		fmt.Fprintf(m, "%d:%s%d:", len(s.Name), s.Name, len(s.Value))
+		m.Write(s.Value)
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// setupImageFor returns the image a create with setup commands starts
+// from: the cached result if there is one (hit), else img itself. The cache is
+// keyed on everything that can change the result (setupInput) and on
+// scope, which callers serving several tenants set to the tenant so that
+// no tenant starts from another's setup.
+func (e *Engine) setupImageFor(ctx context.Context, img overlay.Image, req CreateRequest, secrets []policy.Secret, scope string) (overlay.Image, string, bool, error) {
+	cmds := req.Setup
 	if len(cmds) == 0 {
 		return img, "", false, nil
 	}
@@ -48,7 +126,15 @@ func (e *Engine) setupImage(ctx context.Context, img overlay.Image, cmds []strin
 			return img, "", false, fmt.Errorf("--setup: empty command: %w", errdefs.ErrInvalidArgument)
 		}
 	}
-	key := setupKey(img, cmds)
+	var mac string
+	if len(secrets) > 0 {
+		k, err := e.setupMACKey()
+		if err != nil {
+			return img, "", false, err
+		}
+		mac = secretsMAC(k, secrets)
+	}
+	key := setupKey(img, req, scope, mac)
 	cached, err := e.images.Get(ctx, key)
 	switch {
 	case err == nil:

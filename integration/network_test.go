@@ -233,13 +233,15 @@ func TestNetworkOpen(t *testing.T) {
 	mustNotReach(t, e, id, "127.0.0.1", hostPort)
 	mustNotReach(t, e, id, e.inspect(other).IP, "8080")
 
-	// Names resolve through sbx's resolver; a name the policy allows may
-	// lead to a private address.
+	// Names resolve through sbx's resolver; a name the policy allows
+	// leads to a private address only where an address rule names it.
 	r := e.run(nil, "exec", id, "--", "nslookup", "allowed.test")
 	if r.code != 0 || !strings.Contains(r.stdout, w.public) {
 		t.Fatalf("nslookup in open mode: %s", r)
 	}
 	e.ok("update", id, "--allow", "private.allowed.test:8080")
+	mustNotReach(t, e, id, "private.allowed.test", "8080")
+	e.ok("update", id, "--allow", w.testHost+":8080")
 	mustReach(t, e, id, "private.allowed.test", "8080")
 	mustNotReach(t, e, id, w.testHost, "80")
 

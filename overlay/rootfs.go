@@ -297,12 +297,15 @@ func (u *unpacker) filter(ctx context.Context) archive.Filter {
 		if strings.HasPrefix(filepath.Base(name), ".wh.") {
 			return true, nil
 		}
+		switch hdr.Typeflag {
+		case tar.TypeBlock, tar.TypeChar, tar.TypeFifo:
+			// The host never gets a device node or a FIFO from an
+			// image: one would reach a host device, the other block
+			// whoever on the host opens it. A sandbox has its own /dev.
+			log.G(ctx).WithField("path", name).Debug("skipping special file")
+			return false, nil
+		}
 		if u.rootless {
-			switch hdr.Typeflag {
-			case tar.TypeBlock, tar.TypeChar:
-				log.G(ctx).WithField("path", name).Debug("skipping device node: not running as root")
-				return false, nil
-			}
 			for k := range hdr.PAXRecords {
 				if strings.HasPrefix(k, "SCHILY.xattr.") && !strings.HasPrefix(k, "SCHILY.xattr.user.") {
 					delete(hdr.PAXRecords, k)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path"
@@ -105,6 +106,11 @@ func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 	var out []upperEntry
 	// gVisor writes every whiteout after the first as a hard link to it.
 	whiteouts := map[string]bool{}
+	// Special files made in the sandbox never enter a layer: unpacked on
+	// the host they would be FIFOs that block whoever opens them and
+	// device nodes that reach the host's devices. Hard links to them go
+	// too.
+	special := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -125,6 +131,11 @@ func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 			whiteouts[name] = true
 			dir, base := path.Split(name)
 			h = &tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, ModTime: tarEpoch, Format: tar.FormatPAX}
+		case hdr.Typeflag == tar.TypeFifo || hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock,
+			hdr.Typeflag == tar.TypeLink && special[cleanName(hdr.Linkname)]:
+			special[name] = true
+			slog.Warn("snapshot: leaving out a special file", "path", "/"+name, "type", string(hdr.Typeflag))
+			continue
 		case hdr.Typeflag == tar.TypeLink:
 			h.Linkname = cleanName(hdr.Linkname)
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -223,5 +224,36 @@ func TestCheckpointStore(t *testing.T) {
 	}
 	if all, _ := s.Checkpoints(ctx); len(all) != 0 {
 		t.Fatalf("after remove: %+v", all)
+	}
+}
+
+// FIFOs and device nodes made in a sandbox, and hard links to them, never
+// enter a snapshot layer; whiteouts (char 0:0) still do.
+func TestUpperDropsSpecialFiles(t *testing.T) {
+	out := convert(t, gvisorUpper(t,
+		&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "./etc/passwd", Typeflag: tar.TypeFifo, Mode: 0o644},
+		&tar.Header{Name: "./etc/passwd2", Typeflag: tar.TypeLink, Linkname: "./etc/passwd"},
+		&tar.Header{Name: "./etc/group", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666},
+		&tar.Header{Name: "./etc/disk", Typeflag: tar.TypeBlock, Devmajor: 8, Devminor: 0, Mode: 0o660},
+		&tar.Header{Name: "./etc/gone", Typeflag: tar.TypeChar},
+		&tar.Header{Name: "./etc/hosts", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2},
+	))
+	tr := tar.NewReader(bytes.NewReader(out))
+	var got []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %c", h.Name, h.Typeflag))
+	}
+	want := "etc/ 5,etc/.wh.gone 0,etc/hosts 0"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("layer holds %q, want %q", strings.Join(got, ","), want)
 	}
 }

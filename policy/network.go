@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/net/publicsuffix"
 )
 
 // Network modes beyond NetNone.
@@ -22,16 +23,17 @@ const (
 // NetworkModes lists the valid --net values.
 var NetworkModes = []string{NetNone, NetOpen, NetAllow}
 
-// DeniedRanges are unreachable in open mode unless an allow rule names
-// them: link-local (cloud metadata lives at 169.254.169.254), private and
-// shared address space, loopback, and non-unicast ranges. A sandbox has no
-// IPv6 at all, so fd00:ec2::254 and every other IPv6 address are out of
-// reach by construction.
+// DeniedRanges are unreachable in every mode unless an address rule names
+// them, whatever a DNS answer says: link-local (cloud metadata lives at
+// 169.254.169.254), private and shared address space (Alibaba's metadata
+// at 100.100.100.200 is in 100.64.0.0/10), loopback, non-unicast ranges,
+// and Azure's wireserver and metadata proxy at 168.63.129.16.
 var DeniedRanges = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("168.63.129.16/32"),
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.0.0.0/24"),
@@ -39,6 +41,49 @@ var DeniedRanges = []netip.Prefix{
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// DeniedRanges6 are the IPv6 counterparts of DeniedRanges: unique local
+// (AWS's metadata at fd00:ec2::254), link-local, loopback, unspecified,
+// IPv4-mapped and NAT64 addresses, and multicast. A sandbox has no IPv6
+// route at all; the list keeps DNS answers from admitting them should it
+// ever get one.
+var DeniedRanges6 = []netip.Prefix{
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// Denied reports whether a is in DeniedRanges or DeniedRanges6.
+func Denied(a netip.Addr) bool {
+	ranges := DeniedRanges
+	if a.Is6() && !a.Is4In6() {
+		ranges = DeniedRanges6
+	}
+	a = a.Unmap()
+	for _, p := range ranges {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsAddr reports whether one of the address rules among rules names a
+// (on any port or one): such a rule is the only way to reach a denied
+// address.
+func AllowsAddr(rules []AllowRule, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, r := range rules {
+		if r.Prefix.IsValid() && r.Prefix.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // AllowRule is one --allow entry: a CIDR or a domain name, optionally
@@ -68,16 +113,35 @@ func (r AllowRule) String() string {
 func (r AllowRule) IsDomain() bool { return r.Domain != "" }
 
 // MatchName reports whether the DNS name (with or without the final dot)
-// falls under r.
+// falls under r. Names compare label by label: a name whose labels are not
+// plain hostname labels (an escaped dot as in `x.evil\.example.com`, a
+// byte outside [a-z0-9_-]) matches no rule.
 func (r AllowRule) MatchName(name string) bool {
 	if r.Domain == "" {
 		return false
 	}
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	if base, ok := strings.CutPrefix(r.Domain, "*."); ok {
-		return strings.HasSuffix(name, "."+base)
+	if checkDomain(name) != nil || strings.Contains(name, "*") {
+		return false
 	}
-	return name == r.Domain
+	labels := strings.Split(name, ".")
+	if base, ok := strings.CutPrefix(r.Domain, "*."); ok {
+		want := strings.Split(base, ".")
+		return len(labels) > len(want) && equalLabels(labels[len(labels)-len(want):], want)
+	}
+	return equalLabels(labels, strings.Split(r.Domain, "."))
+}
+
+func equalLabels(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseAllow parses an --allow entry: CIDR[:PORT], IP[:PORT],
@@ -122,6 +186,13 @@ func ParseAllow(s string) (AllowRule, error) {
 	}
 	if strings.Contains(strings.TrimPrefix(d, "*."), "*") {
 		return bad("a wildcard may only be a leading \"*.\"")
+	}
+	if base, ok := strings.CutPrefix(d, "*."); ok {
+		// *.co.uk or *.github.io would allow every registrant below
+		// the suffix, so anyone can make such a name answer anything.
+		if ps, _ := publicsuffix.PublicSuffix(base); ps == base {
+			return bad(fmt.Sprintf("%q is a public suffix: a wildcard below it allows names anyone can register", base))
+		}
 	}
 	r.Domain = d
 	return r, nil
@@ -260,11 +331,14 @@ func RenderFirewall(c FirewallConfig) string {
 				w("\t\tip daddr %s accept", r.Prefix)
 			}
 		}
+		// Denied ranges come after the address rules, which may name
+		// them, and before what DNS answers admitted, which may not: an
+		// allowed name answering 169.254.169.254 opens nothing.
+		w("\t\tip daddr @denied reject with icmpx type admin-prohibited")
 		w("\t\tip daddr @%s accept", DNSSetAny)
 		w("\t\tmeta l4proto { tcp, udp } ip daddr . th dport @%s accept", DNSSetPort)
 	}
 	if c.Mode == NetOpen {
-		w("\t\tip daddr @denied reject with icmpx type admin-prohibited")
 		w("\t\taccept")
 	}
 	rejectAll(w)

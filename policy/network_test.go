@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -130,5 +131,93 @@ func TestRenderFirewall(t *testing.T) {
 	}
 	if RenderFirewall(cfg) != RenderFirewall(cfg) {
 		t.Fatal("rendering is not deterministic")
+	}
+}
+
+// Names compare on labels: an escaped dot inside a label is not a label
+// boundary, so `x.evil\.example.com` (one label "evil.example") is not
+// below example.com, and names with bytes no hostname has match nothing.
+func TestMatchNameLabels(t *testing.T) {
+	wild, _ := ParseAllow("*.example.com")
+	exact, _ := ParseAllow("example.com")
+	for _, name := range []string{
+		`x.evil\.example.com.`, `evil\.example.com.`, `x.evil\046example.com.`,
+		"x.evil\x00.example.com.", `*.example.com.`, `x\..example.com.`,
+	} {
+		if wild.MatchName(name) {
+			t.Errorf("%s matches %q", wild, name)
+		}
+	}
+	if exact.MatchName(`example\.com.`) {
+		t.Errorf(`example.com matches "example\.com."`)
+	}
+	if !wild.MatchName("A.Example.COM.") {
+		t.Error("names must match case-insensitively")
+	}
+}
+
+// A wildcard directly below a public suffix would allow names anyone can
+// register; below a registrable domain it is fine.
+func TestParseAllowPublicSuffix(t *testing.T) {
+	for _, s := range []string{"*.co.uk", "*.com.au", "*.github.io", "*.CO.UK:443"} {
+		if _, err := ParseAllow(s); err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "public suffix") {
+			t.Errorf("ParseAllow(%q) = %v, want a public-suffix error", s, err)
+		}
+	}
+	for _, s := range []string{"*.example.co.uk", "*.bbc.co.uk:443", "co.uk", "*.example.com", "*.wild.test"} {
+		if _, err := ParseAllow(s); err != nil {
+			t.Errorf("ParseAllow(%q): %v", s, err)
+		}
+	}
+}
+
+func TestDenied(t *testing.T) {
+	for _, s := range []string{
+		"169.254.169.254", "168.63.129.16", "100.100.100.200", "10.1.2.3",
+		"127.0.0.1", "192.168.1.1", "fd00:ec2::254", "::ffff:169.254.169.254", "fe80::1", "::1",
+	} {
+		if !Denied(netip.MustParseAddr(s)) {
+			t.Errorf("%s is not denied", s)
+		}
+	}
+	for _, s := range []string{"203.0.113.7", "8.8.8.8", "168.63.129.17", "2001:db8::1"} {
+		if Denied(netip.MustParseAddr(s)) {
+			t.Errorf("%s is denied", s)
+		}
+	}
+	// The denied set the firewall renders holds the new addresses too.
+	fw := RenderFirewall(FirewallConfig{Table: "t", HostIf: "h", Mode: NetOpen})
+	if !strings.Contains(fw, "168.63.129.16/32") {
+		t.Errorf("firewall lacks Azure's wireserver:\n%s", fw)
+	}
+}
+
+// In every mode with a network, the denied ranges are rejected after the
+// address rules (which may name them) and before the DNS-admitted sets
+// (which may not).
+func TestRenderFirewallDeniedBeforeDNS(t *testing.T) {
+	rule, _ := ParseAllow("10.9.8.7:8080")
+	name, _ := ParseAllow("*.example.com")
+	for _, mode := range []string{NetOpen, NetAllow} {
+		fw := RenderFirewall(FirewallConfig{Table: "t", HostIf: "h", Mode: mode, Allow: []AllowRule{rule, name}})
+		addr := strings.Index(fw, "ip daddr 10.9.8.7/32 meta l4proto { tcp, udp } th dport 8080 accept")
+		denied := strings.Index(fw, "ip daddr @denied reject")
+		dnsAny := strings.Index(fw, "ip daddr @"+DNSSetAny+" accept")
+		dnsPort := strings.Index(fw, "@"+DNSSetPort+" accept")
+		if addr < 0 || denied < 0 || dnsAny < 0 || dnsPort < 0 || !(addr < denied && denied < dnsAny && denied < dnsPort) {
+			t.Errorf("mode %s: want address rules, then denied, then DNS sets:\n%s", mode, fw)
+		}
+	}
+}
+
+func TestAllowsAddr(t *testing.T) {
+	rule, _ := ParseAllow("10.9.0.0/16:80")
+	name, _ := ParseAllow("ten.example.com")
+	rules := []AllowRule{rule, name}
+	if !AllowsAddr(rules, netip.MustParseAddr("10.9.1.1")) {
+		t.Error("10.9.1.1 is named by 10.9.0.0/16")
+	}
+	if AllowsAddr(rules, netip.MustParseAddr("10.8.1.1")) {
+		t.Error("10.8.1.1 is named by no address rule")
 	}
 }

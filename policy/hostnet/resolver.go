@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -74,8 +75,13 @@ func HostUpstreams() []string {
 }
 
 // minAdmit is the shortest time an answered address stays admitted, so a
-// connect right after a TTL-0 answer still passes.
-const minAdmit = 2 * time.Second
+// connect right after a TTL-0 answer still passes; maxAdmit the longest,
+// whatever TTL the answer carries, so that a long TTL neither keeps an
+// address open for years nor exceeds what nftables accepts.
+const (
+	minAdmit = 2 * time.Second
+	maxAdmit = time.Hour
+)
 
 type resolver struct {
 	path string
@@ -174,11 +180,25 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		m.SetRcode(q, rcode)
 		w.WriteMsg(m) //nolint:errcheck // client may be gone
 	}
+	if q.Opcode != dns.OpcodeQuery {
+		reply(dns.RcodeNotImplemented)
+		return
+	}
 	if len(q.Question) != 1 {
 		reply(dns.RcodeFormatError)
 		return
 	}
 	question := q.Question[0]
+	switch {
+	case question.Qclass != dns.ClassINET:
+		// CHAOS and friends reveal the upstream's identity; only the
+		// Internet class names what a sandbox connects to.
+		reply(dns.RcodeRefused)
+		return
+	case question.Qtype == dns.TypeAXFR || question.Qtype == dns.TypeIXFR:
+		reply(dns.RcodeRefused)
+		return
+	}
 	var rules []policy.AllowRule
 	for _, rule := range c.Allow {
 		if rule.MatchName(question.Name) {
@@ -206,7 +226,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		return
 	}
 	if len(rules) > 0 {
-		if err := admit(c.Table, rules, resp); err != nil {
+		if err := admit(c.Table, rules, c.Allow, resp); err != nil {
 			fmt.Fprintf(os.Stderr, "admit %s: %v\n", question.Name, err)
 			reply(dns.RcodeServerFailure)
 			return
@@ -240,19 +260,44 @@ func forward(q *dns.Msg, upstreams []string, network string) (*dns.Msg, error) {
 	return nil, lastErr
 }
 
-// admit adds the answer's IPv4 addresses to the sandbox's DNS sets for the
-// records' TTL, before the answer reaches the sandbox.
-func admit(table string, rules []policy.AllowRule, resp *dns.Msg) error {
-	var anyPort, port []string
+// admitTTL is how long an answer with the given TTL keeps its address
+// admitted: the TTL bounded to [minAdmit, maxAdmit].
+func admitTTL(ttl uint32) time.Duration {
+	return min(max(time.Duration(ttl)*time.Second, minAdmit), maxAdmit)
+}
+
+// admitAddrs are the answer's IPv4 addresses a DNS answer may admit:
+// denied ones only where an address rule of all names them (and then the
+// firewall admits them anyway), so that an allowed name answering
+// 169.254.169.254 or 10.0.0.1 opens nothing.
+func admitAddrs(all []policy.AllowRule, resp *dns.Msg) []*dns.A {
+	var out []*dns.A
 	for _, rr := range resp.Answer {
 		a, ok := rr.(*dns.A)
 		if !ok {
 			continue
 		}
-		ttl := time.Duration(a.Hdr.Ttl) * time.Second
-		if ttl < minAdmit {
-			ttl = minAdmit
+		addr, ok := netip.AddrFromSlice(a.A)
+		if !ok {
+			continue
 		}
+		addr = addr.Unmap()
+		if !addr.Is4() || policy.Denied(addr) && !policy.AllowsAddr(all, addr) {
+			fmt.Fprintf(os.Stderr, "not admitting %s for %s: a denied address\n", addr, a.Hdr.Name)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// admit adds the answer's IPv4 addresses to the sandbox's DNS sets for the
+// records' TTL (bounded by admitTTL), before the answer reaches the
+// sandbox. all is every rule of the policy, rules those the name matched.
+func admit(table string, rules, all []policy.AllowRule, resp *dns.Msg) error {
+	var anyPort, port []string
+	for _, a := range admitAddrs(all, resp) {
+		ttl := admitTTL(a.Hdr.Ttl)
 		for _, rule := range rules {
 			if rule.Port == 0 {
 				anyPort = append(anyPort, fmt.Sprintf("%s timeout %ds", a.A, int(ttl.Seconds())))
