@@ -14,7 +14,6 @@ import (
 
 	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/policy/hostcgroup"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 	"sbx.dev/sbx/runsc-sandbox/agent"
 )
@@ -217,18 +216,8 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
 		return nil, err
 	}
-	if !e.rootless {
-		// sbx owns the cgroup; runsc joins it (docs/decisions/0004). The
-		// undo comes first: on cgroup v1 a failure can leave the
-		// controllers made before it, and Remove takes whatever exists.
-		undo.add(func() {
-			if err := hostcgroup.Remove(cgroupPath(id)); err != nil {
-				log.G(ctx).WithError(err).Warn("remove cgroup")
-			}
-		})
-		if err := createCgroup(cgroupPath(id), spec.Linux.Resources); err != nil {
-			return nil, err
-		}
+	if err := e.createCgroup(ctx, sb, spec.Linux.Resources, &undo); err != nil {
+		return nil, err
 	}
 	bundle := filepath.Join(e.sandboxDir(id), "bundle")
 	if err := runsc.WriteBundle(bundle, spec); err != nil {
@@ -390,7 +379,7 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 	// the cgroup: they must be gone before it is removed.
 	killOrphans(sb.ID)
 	if !e.rootless {
-		if err := hostcgroup.Remove(cgroupPath(sb.ID)); err != nil {
+		if err := assembly.RemoveCgroup(cgroupPath(sb.ID)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -249,8 +249,11 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	return sb, nil
 }
 
-// restore starts sb from checkpoint ck with its own bundle, log and overlay
-// directory, and records the new sandbox process in sb (not saved). On
+// restore starts sb from checkpoint ck with its own bundle, log, overlay
+// directory and cgroup, and records the new sandbox process in sb (not
+// saved). The cgroup is sbx's, made with the record's current limits before
+// runsc runs, as at create: runsc joins it and never deletes it, so an OOM
+// after the restore is counted as after a create (docs/decisions/0004). On
 // error nothing of the runtime is left.
 func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint) error {
 	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(sb.ID), "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -258,20 +261,28 @@ func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint
 		return err
 	}
 	defer logf.Close()
-	r := e.runscFor(sb)
-	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
-	err = r.Restore(ctx, sb.ID, filepath.Join(e.sandboxDir(sb.ID), "bundle"), ck.Dir, runsc.RestoreOpts{
-		Detach: true, PidFile: pidFile, Stdout: logf, Stderr: logf,
-	})
-	if err == nil {
-		err = e.recordProcess(ctx, sb)
-	}
-	if err != nil {
-		if derr := e.destroyRuntime(context.Background(), sb); derr != nil {
-			log.G(ctx).WithError(derr).Warn("clean up a failed restore")
-		}
+	var undo cleanup
+	defer undo.clean()
+	res := policy.HostResources(policy.Request{CPUs: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids})
+	if err := e.createCgroup(ctx, sb, res, &undo); err != nil {
 		return err
 	}
+	undo.add(func() {
+		if err := e.destroyRuntime(context.Background(), sb); err != nil {
+			log.G(ctx).WithError(err).Warn("clean up a failed restore")
+		}
+	})
+	r := e.runscFor(sb)
+	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
+	if err := r.Restore(ctx, sb.ID, filepath.Join(e.sandboxDir(sb.ID), "bundle"), ck.Dir, runsc.RestoreOpts{
+		Detach: true, PidFile: pidFile, Stdout: logf, Stderr: logf,
+	}); err != nil {
+		return err
+	}
+	if err := e.recordProcess(ctx, sb); err != nil {
+		return err
+	}
+	undo.release()
 	return nil
 }
 

@@ -116,6 +116,7 @@ type Error struct {
 	Status int
 	Stderr string
 	Err    error
+	kind   error // see kindOf
 }
 
 func (e *Error) Error() string {
@@ -131,7 +132,35 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("runsc %s: %s", e.Sub, msg)
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap gives the command's own failure and, when runsc's message says
+// what kind of failure it was (see kindOf), the errdefs-wrapping sentinel
+// for it.
+func (e *Error) Unwrap() []error {
+	if e.kind != nil {
+		return []error{e.Err, e.kind}
+	}
+	return []error{e.Err}
+}
+
+// ErrProcessGone: the process a runsc kill was aimed at is no longer there
+// (it exited as the kill was sent, or its sandbox is no longer running).
+// It wraps errdefs.ErrNotFound, as a kill of an exited process answers in
+// containerd's runc shim.
+var ErrProcessGone = fmt.Errorf("process already exited: %w", errdefs.ErrNotFound)
+
+// kindOf tells what kind of failure runsc's stderr describes for
+// subcommand sub, or nil. runsc reports every failure as exit status 1
+// and a message, so its well-known messages are read here, and only here:
+// ESRCH from gVisor's kernel ("signaling process in container C PID 0: no
+// such process", "no such process with PID N") and runsc's own "sandbox is
+// not running", for a kill that came after the process or its sandbox
+// ended.
+func kindOf(sub, stderr string) error {
+	if sub == "kill" && (strings.Contains(stderr, "no such process") || strings.Contains(stderr, "sandbox is not running")) {
+		return ErrProcessGone
+	}
+	return nil
+}
 
 // run runs a short runsc command to completion. Its stdout is returned.
 // Stderr goes to a temporary file rather than a pipe: runsc create leaves
@@ -158,7 +187,7 @@ func (r *Runsc) wrapErr(sub string, err error, errf *os.File) error {
 	if errf != nil {
 		stderr, _ = os.ReadFile(errf.Name())
 	}
-	e := &Error{Sub: sub, Status: -1, Stderr: string(stderr), Err: err}
+	e := &Error{Sub: sub, Status: -1, Stderr: string(stderr), Err: err, kind: kindOf(sub, string(stderr))}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		e.Status = ee.ExitCode()

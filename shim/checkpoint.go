@@ -104,8 +104,8 @@ func (s *service) restore(ctx context.Context, rs *runsc.Runsc, c *container, p 
 	s.mu.Lock()
 	if s.pod != nil {
 		s.pod.sandboxPid = hp.Sandbox
-		s.pod.memDir = memoryCgroupDir(hp.Sandbox)
-		s.pod.oomBase = oomKills(s.pod.memDir)
+		s.pod.oomCgroup = processCgroup(hp.Sandbox)
+		s.pod.oomBase = oomKills(s.pod.oomCgroup)
 	}
 	s.mu.Unlock()
 	p.mu.Lock()

@@ -35,9 +35,9 @@ type pod struct {
 	resolvConf   string
 	// cgroupsPath is the sandbox's cgroup as the spec names it.
 	cgroupsPath string
-	// memDir is the sandbox's memory cgroup directory, and oomBase its
-	// OOM kill count when the sandbox started.
-	memDir     string
+	// oomCgroup is the cgroup the sandbox runs in (the pod's), and
+	// oomBase its OOM kill count when the sandbox started.
+	oomCgroup  string
 	oomBase    uint64
 	sandboxPid int
 	// gone is closed when the sandbox process has exited.

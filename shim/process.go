@@ -43,7 +43,54 @@ func (s procState) proto() task.Status {
 
 // transitionError is a request the process's state does not allow.
 func transitionError(op string, s procState) error {
-	return fmt.Errorf("cannot %s a %s process: %w", op, s, errdefs.ErrFailedPrecondition)
+	return &badTransition{Op: op, From: s}
+}
+
+// badTransition is a request or event that process state From does not
+// allow (starting a running process, pausing a stopped one). It is
+// errdefs.ErrFailedPrecondition.
+type badTransition struct {
+	Op   string
+	From procState
+}
+
+func (e *badTransition) Error() string {
+	return fmt.Sprintf("cannot %s a %s process", e.Op, e.From)
+}
+
+func (e *badTransition) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// procEvent is what moves a process from one state to the next.
+type procEvent string
+
+const (
+	evStart  procEvent = "start"  // it runs (started, restored or exec'd)
+	evPause  procEvent = "pause"  // its container was frozen
+	evResume procEvent = "resume" // and thawed
+	evExit   procEvent = "exit"   // its exit is recorded
+	evDelete procEvent = "delete" // containerd deleted it
+)
+
+// transitions are a process's lifecycle, as in containerd's runc shim
+// (process/init_state.go): created -> running <-> paused, any of them ->
+// stopped when it exits (a process killed before it started exits too),
+// stopped -> deleted. Nothing leaves deleted.
+var transitions = map[procState]map[procEvent]procState{
+	stateCreated: {evStart: stateRunning, evExit: stateStopped},
+	stateRunning: {evPause: statePaused, evExit: stateStopped},
+	statePaused:  {evResume: stateRunning, evExit: stateStopped},
+	stateStopped: {evDelete: stateDeleted},
+	stateDeleted: {},
+}
+
+// next is the state ev moves a process in state s to, or a
+// *badTransition.
+func next(s procState, ev procEvent) (procState, error) {
+	to, ok := transitions[s][ev]
+	if !ok {
+		return s, transitionError(string(ev), s)
+	}
+	return to, nil
 }
 
 // process is a container's init or one exec'd process.
@@ -61,8 +108,7 @@ type process struct {
 	doneOnce  sync.Once
 
 	mu         sync.Mutex // guards the fields below
-	state      procState
-	exiting    bool // the exit is recorded
+	state      procState  // changed by transition only
 	pid        int
 	exitStatus int
 	exitedAt   time.Time
@@ -89,16 +135,32 @@ func (p *process) getPid() int {
 	return p.pid
 }
 
+// transition moves the process along ev, or returns a *badTransition
+// and leaves it as it is.
+func (p *process) transition(ev procEvent) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.transitionLocked(ev)
+}
+
+func (p *process) transitionLocked(ev procEvent) error {
+	to, err := next(p.state, ev)
+	if err != nil {
+		return err
+	}
+	p.state = to
+	return nil
+}
+
 // setExited records the exit once; it reports whether this call did.
 // Waiters are released by finish, once the exit event is queued.
 func (p *process) setExited(status int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.exiting || p.state == stateDeleted {
+	if p.transitionLocked(evExit) != nil {
 		return false
 	}
-	p.exiting = true
-	p.state, p.exitStatus, p.exitedAt = stateStopped, status, time.Now()
+	p.exitStatus, p.exitedAt = status, time.Now()
 	return true
 }
 

@@ -345,8 +345,8 @@ func (s *service) runscCreate(ctx context.Context, pd *pod, c *container, p *pro
 	p.pid = hp.Sandbox
 	if c.root {
 		pd.sandboxPid = hp.Sandbox
-		pd.memDir = memoryCgroupDir(hp.Sandbox)
-		pd.oomBase = oomKills(pd.memDir)
+		pd.oomCgroup = processCgroup(hp.Sandbox)
+		pd.oomBase = oomKills(pd.oomCgroup)
 		go s.reapSandbox(c, hp)
 	}
 	return nil
@@ -413,7 +413,7 @@ func (s *service) sandboxExited(root *container, status int) {
 	s.mu.Unlock()
 	// An OOM kill of the sandbox's cgroup is every container's OOM:
 	// they share one gVisor kernel and its memory.
-	oom := pd != nil && oomKills(pd.memDir) > pd.oomBase
+	oom := pd != nil && oomKills(pd.oomCgroup) > pd.oomBase
 	for _, p := range others {
 		if p.getState() == stateCreated {
 			continue
@@ -483,9 +483,10 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		p.markStarted()
 		return nil, errgrpc.ToGRPC(err)
 	}
-	p.mu.Lock()
-	p.state = stateRunning
-	p.mu.Unlock()
+	if err := p.transition(evStart); err != nil {
+		// It exited before the start was recorded: its exit stands.
+		log.G(ctx).WithError(err).WithField("id", r.ID).Debug("start")
+	}
 	s.send(&eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(p.getPid())})
 	p.markStarted()
 	return &taskAPI.StartResponse{Pid: uint32(p.getPid())}, nil
@@ -539,14 +540,8 @@ func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *cont
 // waitExecs gives c's exec'd processes up to d to report their exits, so
 // that they are published before the init's.
 func (s *service) waitExecs(c *container, d time.Duration) {
-	s.mu.Lock()
-	var execs []*process
-	for _, e := range c.execs {
-		execs = append(execs, e)
-	}
-	s.mu.Unlock()
 	deadline := time.After(d)
-	for _, e := range execs {
+	for _, e := range s.execsOf(c) {
 		if e.getState() == stateCreated {
 			continue
 		}
@@ -651,7 +646,8 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 	for {
 		if pid, err := p.exec.Pid(); err == nil {
 			p.mu.Lock()
-			p.pid, p.state = pid, stateRunning
+			p.pid = pid
+			p.transitionLocked(evStart) //nolint:errcheck // an exit recorded first stands
 			p.mu.Unlock()
 			break
 		}
@@ -665,9 +661,7 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 				return fmt.Errorf("exec %s: %w", p.execID, waitErr)
 			}
 			// It ran and exited before its PID was read.
-			p.mu.Lock()
-			p.state = stateRunning
-			p.mu.Unlock()
+			p.transition(evStart) //nolint:errcheck // an exit recorded first stands
 		case <-time.After(5 * time.Millisecond):
 			continue
 		}
@@ -725,6 +719,18 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	return &taskAPI.DeleteResponse{Pid: uint32(p.getPid()), ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at)}, nil
 }
 
+// execsOf is a snapshot of c's exec'd processes, taken under s.mu (Exec
+// and DeleteProcess change the map concurrently).
+func (s *service) execsOf(c *container) []*process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*process, 0, len(c.execs))
+	for _, e := range c.execs {
+		out = append(out, e)
+	}
+	return out
+}
+
 func (s *service) deleteContainer(ctx context.Context, c *container) error {
 	s.mu.Lock()
 	pd := s.pod
@@ -739,7 +745,7 @@ func (s *service) deleteContainer(ctx context.Context, c *container) error {
 		errs = append(errs, err)
 	}
 	c.init.closeIO()
-	for _, e := range c.execs {
+	for _, e := range s.execsOf(c) {
 		e.closeIO()
 	}
 	if c.rootfs != "" {
@@ -760,9 +766,7 @@ func (s *service) deleteContainer(ctx context.Context, c *container) error {
 	if c.init.setExited(exitLost) {
 		c.init.finish()
 	}
-	c.init.mu.Lock()
-	c.init.state = stateDeleted
-	c.init.mu.Unlock()
+	c.init.transition(evDelete) //nolint:errcheck // deleted once; the exit above came first
 	return errors.Join(errs...)
 }
 
@@ -792,7 +796,9 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{All: r.All})
 	}
 	if err != nil {
-		if st := p.getState(); st == stateStopped {
+		// A kill that races the exit finds no process: NotFound, as
+		// containerd's runc shim answers, which CRI's stop takes as done.
+		if errors.Is(err, runsc.ErrProcessGone) || p.getState() == stateStopped {
 			return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "process %s already finished", p.idOrCID())
 		}
 		return nil, errgrpc.ToGRPC(err)
@@ -872,9 +878,10 @@ func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.
 	if err := s.runsc().Pause(ctx, c.id); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	c.init.mu.Lock()
-	c.init.state = statePaused
-	c.init.mu.Unlock()
+	if err := c.init.transition(evPause); err != nil {
+		// It exited while runsc paused it.
+		return nil, errgrpc.ToGRPC(err)
+	}
 	s.send(&eventstypes.TaskPaused{ContainerID: c.id})
 	return empty, nil
 }
@@ -891,11 +898,10 @@ func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*emptyp
 	if err := s.runsc().Resume(ctx, c.id); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	c.init.mu.Lock()
-	if c.init.state == statePaused {
-		c.init.state = stateRunning
+	if err := c.init.transition(evResume); err != nil {
+		// It exited while runsc resumed it.
+		return nil, errgrpc.ToGRPC(err)
 	}
-	c.init.mu.Unlock()
 	s.send(&eventstypes.TaskResumed{ContainerID: c.id})
 	return empty, nil
 }

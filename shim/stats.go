@@ -1,14 +1,9 @@
 package shim
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -21,6 +16,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 )
 
@@ -93,52 +89,27 @@ func (s *service) sandboxStats(ctx context.Context, id string) (any, error) {
 	}, nil
 }
 
-// memoryCgroupDir is the directory of the memory cgroup process pid is in.
-func memoryCgroupDir(pid int) string {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
+// oomKills is the number of OOM kills the cgroup at path (a cgroupfs
+// path, from assembly.ProcessCgroup) has seen; 0 if it cannot be read.
+func oomKills(path string) uint64 {
+	if path == "" {
+		return 0
+	}
+	st, err := assembly.ReadCgroup(path)
+	if err != nil {
+		return 0
+	}
+	return st.OOMKills
+}
+
+// processCgroup is the cgroup process pid runs in, or "" if it cannot be
+// read (the process is gone).
+func processCgroup(pid int) string {
+	path, err := assembly.ProcessCgroup(pid)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if unified() && parts[0] == "0" {
-			return filepath.Join("/sys/fs/cgroup", parts[2])
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				return filepath.Join("/sys/fs/cgroup/memory", parts[2])
-			}
-		}
-	}
-	return ""
-}
-
-// oomKills is the number of OOM kills the memory cgroup at dir has seen
-// (memory.events on cgroup v2, memory.oom_control on v1).
-func oomKills(dir string) uint64 {
-	if dir == "" {
-		return 0
-	}
-	name := "memory.oom_control"
-	if unified() {
-		name = "memory.events"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
+	return path
 }
 
 // checkResources validates an update's limits with sbx's own bounds.

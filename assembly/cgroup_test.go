@@ -1,6 +1,7 @@
-package engine
+package assembly
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,5 +52,31 @@ func TestCreateCgroup2(t *testing.T) {
 				t.Errorf("%s = %q: controller %s not enabled for the sandbox", f, got, c)
 			}
 		}
+	}
+}
+
+// The cgroup a process runs in is found and read like a sandbox's: the
+// test's own, with the counters a host shows for it; a cgroup that does
+// not exist is ErrNoCgroup.
+func TestProcessCgroup(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		t.Skip("no cgroup filesystem")
+	}
+	path, err := ProcessCgroup(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(path, "/") {
+		t.Fatalf("cgroup path %q is not a cgroupfs path", path)
+	}
+	st, err := ReadCgroup(path)
+	if err != nil {
+		t.Fatalf("read own cgroup %s: %v", path, err)
+	}
+	if st.MemoryUsage == 0 {
+		t.Fatalf("own cgroup %s shows no memory in use: %+v", path, st)
+	}
+	if _, err := ReadCgroup("/sbx-no-such-cgroup/x"); !errors.Is(err, ErrNoCgroup) {
+		t.Fatalf("missing cgroup: %v, want ErrNoCgroup", err)
 	}
 }

@@ -1,0 +1,172 @@
+package assembly
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/policy/hostcgroup"
+)
+
+// Cgroup2Mount is where a unified (v2) host mounts its cgroup hierarchy.
+const Cgroup2Mount = "/sys/fs/cgroup"
+
+// CreateCgroup creates a sandbox's cgroup at path (a cgroupfs path such as
+// /sbx/ID) with res, before runsc runs: runsc then joins a cgroup it did
+// not create, applies nothing to it and never deletes it
+// (docs/decisions/0004-sandbox-cgroups.md). The cgroup is the caller's to
+// remove (RemoveCgroup) when the sandbox is stopped or removed, so a
+// sandbox that died on its own (out of memory) keeps its counters until
+// then. Every way a sandbox starts (create, resume, fork) goes through it.
+//
+// It returns the undo of a start that fails later: RemoveCgroup of path.
+// On error nothing of the cgroup is left (on cgroup v1 a failure can leave
+// the controllers made before it; they are removed).
+//
+// The host's mode decides the API: cgroup v1 (and hybrid hosts, whose
+// controllers are all v1, like runsc's choice there) or unified v2.
+func CreateCgroup(path string, res *specs.LinuxResources) (undo func() error, err error) {
+	if cgroups.Mode() == cgroups.Unified {
+		err = createCgroup2(Cgroup2Mount, path, res)
+	} else if _, err = cgroup1.New(cgroup1.StaticPath(path), res); err != nil {
+		err = fmt.Errorf("create cgroup %s: %w", path, err)
+	}
+	undo = func() error { return RemoveCgroup(path) }
+	if err != nil {
+		if rerr := undo(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return nil, err
+	}
+	return undo, nil
+}
+
+// createCgroup2 creates a cgroup v2 group at path under the unified
+// hierarchy mounted at mount, enabling the controllers res needs in its
+// parents.
+func createCgroup2(mount, path string, res *specs.LinuxResources) error {
+	if _, err := cgroup2.NewManager(mount, path, cgroup2.ToResources(res)); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveCgroup deletes the cgroup at path in every hierarchy it exists in,
+// killing what is still in it first; a missing cgroup is not an error. It
+// is the teardown of CreateCgroup, and safe to repeat.
+func RemoveCgroup(path string) error {
+	return hostcgroup.Remove(path)
+}
+
+// UpdateCgroup replaces the limits of the sandbox's cgroup at path.
+func UpdateCgroup(path string, res *specs.LinuxResources) error {
+	if cgroups.Mode() == cgroups.Unified {
+		m, err := cgroup2.Load(path, cgroup2.WithMountpoint(Cgroup2Mount))
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", path, err)
+		}
+		return m.Update(cgroup2.ToResources(res))
+	}
+	c, err := cgroup1.Load(cgroup1.StaticPath(path))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return c.Update(res)
+}
+
+// CgroupStats are the counters of a sandbox's cgroup that sbx reports.
+type CgroupStats struct {
+	CPUUsageNS  uint64
+	MemoryUsage uint64
+	MemoryLimit uint64
+	OOMKills    uint64
+	Pids        uint64
+	PidsLimit   uint64
+}
+
+// ErrNoCgroup: the sandbox has no cgroup (rootless, or already removed).
+var ErrNoCgroup = errors.New("no cgroup")
+
+// ReadCgroup reads the counters of the cgroup at path (a cgroupfs path
+// such as /sbx/ID): those of a sandbox's cgroup, including its OOM kills,
+// which stay readable after the sandbox died until the cgroup is removed.
+func ReadCgroup(path string) (CgroupStats, error) {
+	var s CgroupStats
+	if cgroups.Mode() == cgroups.Unified {
+		m, err := cgroup2.Load(path, cgroup2.WithMountpoint(Cgroup2Mount))
+		if err != nil {
+			return s, ErrNoCgroup
+		}
+		if _, err := os.Stat(Cgroup2Mount + path); err != nil {
+			return s, ErrNoCgroup
+		}
+		st, err := m.Stat()
+		if err != nil {
+			return s, err
+		}
+		if c := st.GetCPU(); c != nil {
+			s.CPUUsageNS = c.UsageUsec * 1000
+		}
+		if mem := st.GetMemory(); mem != nil {
+			s.MemoryUsage, s.MemoryLimit = mem.Usage, mem.UsageLimit
+		}
+		if ev := st.GetMemoryEvents(); ev != nil {
+			s.OOMKills = ev.OomKill
+		}
+		if p := st.GetPids(); p != nil {
+			s.Pids, s.PidsLimit = p.Current, p.Limit
+		}
+		return s, nil
+	}
+	c, err := cgroup1.Load(cgroup1.StaticPath(path))
+	if err != nil {
+		return s, ErrNoCgroup
+	}
+	st, err := c.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return s, err
+	}
+	return v1Counters(st), nil
+}
+
+func v1Counters(st *v1stats.Metrics) CgroupStats {
+	var s CgroupStats
+	if c := st.GetCPU(); c != nil && c.Usage != nil {
+		s.CPUUsageNS = c.Usage.Total
+	}
+	if m := st.GetMemory(); m != nil && m.Usage != nil {
+		s.MemoryUsage, s.MemoryLimit = m.Usage.Usage, m.Usage.Limit
+	}
+	if o := st.GetMemoryOomControl(); o != nil {
+		s.OOMKills = o.OomKill
+	}
+	if p := st.GetPids(); p != nil {
+		s.Pids, s.PidsLimit = p.Current, p.Limit
+	}
+	return s
+}
+
+// ProcessCgroup is the cgroupfs path of the cgroup process pid runs in, as
+// ReadCgroup takes it: its memory controller's on cgroup v1 (and hybrid)
+// hosts, its unified group on v2. A pod's sandbox runs in the cgroup
+// kubelet made for the pod, which the shim finds this way.
+func ProcessCgroup(pid int) (string, error) {
+	if cgroups.Mode() == cgroups.Unified {
+		return cgroup2.PidGroupPath(pid)
+	}
+	paths, err := cgroup1.ParseCgroupFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", err
+	}
+	p, ok := paths["memory"]
+	if !ok {
+		return "", fmt.Errorf("process %d: no memory cgroup: %w", pid, ErrNoCgroup)
+	}
+	return p, nil
+}
