@@ -29,6 +29,12 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *Sandbox, allow []policy.A
 	if sb.Network == policy.NetNone {
 		return "", nil, nil
 	}
+	return e.linkNetwork(ctx, sb, allow, undo)
+}
+
+// linkNetwork makes sb's namespace, link, firewall (its mode, none
+// included: an updated sandbox keeps its link) and resolver.
+func (e *Engine) linkNetwork(ctx context.Context, sb *Sandbox, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
 	undo.add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
 	n, err := hostnet.Setup(ctx, sb.ID, policy.FirewallConfig{Mode: sb.Network, Allow: allow})
 	if err != nil {
@@ -82,5 +88,23 @@ func (e *Engine) teardownNetwork(ctx context.Context, sb *Sandbox) error {
 		syscall.Kill(sb.ResolverPid, syscall.SIGKILL) //nolint:errcheck // may be gone
 	}
 	sb.ResolverPid, sb.ResolverStart = 0, 0
+	if sb.Paused {
+		// Its resume needs the same address.
+		return hostnet.Suspend(ctx, sb.ID)
+	}
 	return hostnet.Teardown(ctx, sb.ID)
+}
+
+// resumeNetwork rebuilds the host side of a paused sandbox's network on
+// the address it had, before its checkpoint is restored.
+func (e *Engine) resumeNetwork(ctx context.Context, sb *Sandbox, undo *cleanup) error {
+	if !sb.Linked {
+		return nil
+	}
+	allow, err := policy.ParseAllowList(sb.Allow)
+	if err != nil {
+		return err
+	}
+	_, _, err = e.linkNetwork(ctx, sb, allow, undo)
+	return err
 }

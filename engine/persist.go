@@ -231,9 +231,15 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, err
 	}
+	var undo cleanup
+	defer undo.clean()
+	if err := e.resumeNetwork(ctx, sb, &undo); err != nil {
+		return nil, fmt.Errorf("resume %s: network: %w", sb.ShortID(), err)
+	}
 	if err := e.restore(ctx, sb, ck); err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
+	undo.release()
 	old := sb.Checkpoint
 	sb.Paused, sb.Checkpoint = false, ""
 	if err := e.startWatchdog(sb); err != nil {

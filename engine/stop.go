@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"sbx.dev/sbx/policy/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -52,6 +53,12 @@ func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}
+	if sb.Linked {
+		// A paused sandbox kept its address lease for its resume.
+		if err := hostnet.Teardown(ctx, sb.ID); err != nil {
+			return err
+		}
+	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err
 	}
@@ -82,6 +89,12 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 	}
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
+	}
+	if sb.Linked {
+		// A paused sandbox kept its address lease for its resume.
+		if err := hostnet.Teardown(ctx, sb.ID); err != nil {
+			return err
+		}
 	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err

@@ -359,3 +359,37 @@ func TestUpdateLimits(t *testing.T) {
 		t.Fatalf("sandbox after updates: %q", out)
 	}
 }
+
+// A paused sandbox with a network resumes with it: the same address, the
+// same policy, names resolving, and nothing left once it is removed.
+func TestNetworkAcrossPauseResume(t *testing.T) {
+	e := newEnv(t)
+	w := newTestWorld(t)
+	id := e.create("--net", "allow", "--dns", w.testHost, "--allow", "allowed.test", "--allow", w.testHost+":8080")
+	ipBefore := e.ok("exec", id, "--", "sh", "-c", "ip -4 addr show eth0 | grep inet")
+	mustReach(t, e, id, w.testHost, "8080")
+
+	e.ok("pause", id)
+	e.ok("resume", id)
+	if ip := e.ok("exec", id, "--", "sh", "-c", "ip -4 addr show eth0 | grep inet"); ip != ipBefore {
+		t.Fatalf("address after resume %q, before %q", ip, ipBefore)
+	}
+	mustReach(t, e, id, w.testHost, "8080")
+	mustReach(t, e, id, "allowed.test", "80")
+	mustNotReach(t, e, id, w.testHost, "80")
+	mustNotReach(t, e, id, w.other, "80")
+	mustNotReach(t, e, id, w.metadata, "80")
+
+	// Removed while paused: its namespace, link, table and lease go too.
+	e.ok("pause", id)
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+	for _, l := range networkLeases() {
+		if b, _ := os.ReadFile(l); string(b) == id {
+			t.Fatalf("lease %s still held by the removed sandbox", l)
+		}
+	}
+	if _, err := os.Stat("/var/run/netns/sbx-" + id); err == nil {
+		t.Fatalf("network namespace of the removed sandbox is left")
+	}
+}

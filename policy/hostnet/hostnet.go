@@ -201,10 +201,14 @@ func ipnet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
 }
 
-// allocate takes the lowest free /30 of the pool for id.
+// allocate takes the lowest free /30 of the pool for id, or the one id
+// already holds (a paused sandbox keeps its address for its resume).
 func allocate(id string) (int, error) {
 	if err := os.MkdirAll(LeaseDir, 0o700); err != nil {
 		return 0, err
+	}
+	if i, ok := leaseOf(id); ok {
+		return i, nil
 	}
 	slots := 1 << (32 - Pool.Bits() - 2)
 	for i := 1; i < slots; i++ {
@@ -233,6 +237,13 @@ func release(id string) error {
 // Teardown removes everything Setup made for id. It is idempotent and
 // safe on a half-made set-up.
 func Teardown(ctx context.Context, id string) error {
+	return errors.Join(Suspend(ctx, id), release(id))
+}
+
+// Suspend removes what Setup made for id but keeps its address lease, so
+// that a later Setup (a resume) gives the sandbox the address its
+// checkpointed network stack has. Teardown releases it.
+func Suspend(ctx context.Context, id string) error {
 	n := names(id)
 	var errs []error
 	if err := nft(ctx, fmt.Sprintf("add table inet %s\ndelete table inet %s\n", n.Table, n.Table)); err != nil {
@@ -247,9 +258,6 @@ func Teardown(ctx context.Context, id string) error {
 		if err := netns.DeleteNamed(n.NetnsName); err != nil {
 			errs = append(errs, fmt.Errorf("delete netns %s: %w", n.NetnsName, err))
 		}
-	}
-	if err := release(id); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
