@@ -585,3 +585,206 @@ func TestMCPPython(t *testing.T) {
 	}
 	mustCall(t, cs, "remove_sandbox", map[string]any{"sandbox_id": id}, nil)
 }
+
+// mcpServeRemote starts `sbx mcp --server URL --api-key KEY` over stdio
+// with the Go SDK's client. It runs on a state root of its own: its
+// sandboxes are the server's, not that root's.
+func mcpServeRemote(t *testing.T, srv *server, key string, flags ...string) *sdk.ClientSession {
+	t.Helper()
+	e := newEnv(t)
+	return mcpServe(t, e, append([]string{"--server", srv.url(""), "--api-key", key}, flags...)...)
+}
+
+// TestMCPRemote drives `sbx mcp --server` backed by a real `sbx serve`
+// with a tenant: the agent flow on busybox through the server's API, a
+// port URL routed by the server, tool errors for an unknown sandbox and a
+// wrong API key.
+func TestMCPRemote(t *testing.T) {
+	srv := newServer(t, "")
+	key := srv.tenantAdd("agents")
+	other := srv.tenantAdd("others")
+	srv.serve()
+	hostDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(hostDir, "input.txt"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := mcpServeRemote(t, srv, key, "--owner", "remote-test", "--default-timeout", "10m", "--allow-host-dir", hostDir)
+
+	var sb mcpSandbox
+	start := time.Now()
+	mustCall(t, cs, "create_sandbox", map[string]any{"image": "busybox"}, &sb)
+	t.Logf("create_sandbox through sbx serve: %s", time.Since(start).Round(time.Millisecond))
+	if sb.SandboxID == "" || sb.State != "running" || sb.ExpiresAt == "" {
+		t.Fatalf("create_sandbox: %+v: want a running sandbox with a lifetime", sb)
+	}
+	if exp, err := time.Parse(time.RFC3339, sb.ExpiresAt); err != nil || time.Until(exp) < 8*time.Minute || time.Until(exp) > 11*time.Minute {
+		t.Errorf("expires_at %s: want --default-timeout 10m from now", sb.ExpiresAt)
+	}
+	id := sb.SandboxID
+	// The sandbox is the tenant's on the server, labelled as the MCP
+	// server's.
+	r := srv.do("GET", "/sandboxes/"+id, nil, map[string]string{"X-API-Key": key})
+	if r.status != 200 || !strings.Contains(r.body, `"sbx.mcp/owner":"remote-test"`) {
+		t.Fatalf("GET /sandboxes/%s as the tenant: %s: want its owner metadata", id, r)
+	}
+
+	mustCall(t, cs, "write_file", map[string]any{"sandbox_id": id, "path": "/work/job.sh",
+		"content": "echo \"sum=$((6*7))\" > /work/out.txt\necho ran; echo oops >&2; exit 3\n"}, nil)
+	var run mcpRun
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "sh /work/job.sh"}, &run)
+	if run.ExitCode != 3 || run.Stdout != "ran\n" || run.Stderr != "oops\n" {
+		t.Fatalf("run_command: %+v: want exit 3, stdout ran, stderr oops", run)
+	}
+	var rf struct {
+		Content string `json:"content"`
+		Size    int64  `json:"size"`
+	}
+	mustCall(t, cs, "read_file", map[string]any{"sandbox_id": id, "path": "/work/out.txt"}, &rf)
+	if rf.Content != "sum=42\n" || rf.Size != 7 {
+		t.Fatalf("read_file: %+v: want sum=42", rf)
+	}
+	var ls struct {
+		Entries []struct{ Name, Type string } `json:"entries"`
+	}
+	mustCall(t, cs, "list_files", map[string]any{"sandbox_id": id, "path": "/work"}, &ls)
+	if len(ls.Entries) != 2 || ls.Entries[0].Name != "job.sh" || ls.Entries[1].Name != "out.txt" || ls.Entries[1].Type != "file" {
+		t.Fatalf("list_files /work: %+v", ls.Entries)
+	}
+	// stdin, and a timeout that kills the command and is a result.
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "tr a-z A-Z", "stdin": "quiet\n"}, &run)
+	if run.ExitCode != 0 || run.Stdout != "QUIET\n" {
+		t.Fatalf("run_command with stdin: %+v", run)
+	}
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "echo started; sleep 30", "timeout_seconds": 1}, &run)
+	if !run.TimedOut || run.ExitCode != 124 || run.Stdout != "started\n" {
+		t.Fatalf("timeout: %+v: want timed_out, exit 124 and the output so far", run)
+	}
+	wantToolError(t, cs, "run_code", map[string]any{"sandbox_id": id, "language": "bash", "code": "echo hi"}, "bash is not installed")
+	mustCall(t, cs, "remove_file", map[string]any{"sandbox_id": id, "path": "/work/job.sh"}, nil)
+
+	// A background server, its output, and its port through the server.
+	mustCall(t, cs, "write_file", map[string]any{"sandbox_id": id, "path": "/www/index.html", "content": "hello from the sandbox\n"}, nil)
+	var proc struct {
+		Pid int `json:"pid"`
+	}
+	mustCall(t, cs, "start_process", map[string]any{"sandbox_id": id, "command": "echo serving; exec httpd -f -p 8080 -h /www"}, &proc)
+	var logs struct {
+		Log string `json:"log"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mustCall(t, cs, "read_logs", map[string]any{"sandbox_id": id, "pid": proc.Pid}, &logs)
+		if strings.Contains(logs.Log, " "+strconv.Itoa(proc.Pid)+" serving") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read_logs: %q: want the process's line", logs.Log)
+		}
+	}
+	var exp struct {
+		URL     string            `json:"url"`
+		Headers map[string]string `json:"headers"`
+	}
+	mustCall(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 8080}, &exp)
+	wantURL := fmt.Sprintf("http://8080-%s.%s:%d", id, serveDomain, srv.port)
+	if exp.URL != wantURL || exp.Headers["E2b-Sandbox-Id"] != id {
+		t.Fatalf("expose_port: %+v: want %s and the routing headers", exp, wantURL)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := srv.do("GET", "/index.html", nil, map[string]string{"Host": strings.TrimPrefix(exp.URL, "http://")})
+		if r.status == 200 && r.body == "hello from the sandbox\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s/index.html through the server: %s", exp.URL, r)
+		}
+	}
+
+	var snap struct {
+		Image string `json:"image"`
+	}
+	mustCall(t, cs, "snapshot_sandbox", map[string]any{"sandbox_id": id, "name": "mcp-remote"}, &snap)
+	if snap.Image == "" {
+		t.Fatal("snapshot_sandbox: no image")
+	}
+	var sb2 mcpSandbox
+	mustCall(t, cs, "create_sandbox", map[string]any{"image": snap.Image, "lifetime_seconds": 300}, &sb2)
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": sb2.SandboxID, "command": "cat /work/out.txt"}, &run)
+	if run.Stdout != "sum=42\n" {
+		t.Fatalf("sandbox from snapshot %s: /work/out.txt %q", snap.Image, run.Stdout)
+	}
+	if l := mcpList(t, cs); len(l) != 2 {
+		t.Fatalf("list_sandboxes: %+v: want the two sandboxes", l)
+	}
+
+	// Host transfers through the server's /files, inside the allowed
+	// directory only.
+	mustCall(t, cs, "upload_file", map[string]any{"sandbox_id": sb2.SandboxID, "host_path": "input.txt", "path": "/work"}, nil)
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": sb2.SandboxID, "command": "cat /work/input.txt; echo result > /result.txt"}, &run)
+	if run.Stdout != "from the host\n" {
+		t.Fatalf("uploaded file reads %q", run.Stdout)
+	}
+	mustCall(t, cs, "download_file", map[string]any{"sandbox_id": sb2.SandboxID, "host_path": "result.txt", "path": "/result.txt"}, nil)
+	if got := readFile(filepath.Join(hostDir, "result.txt")); got != "result\n" {
+		t.Fatalf("downloaded file reads %q", got)
+	}
+	wantToolError(t, cs, "upload_file", map[string]any{"sandbox_id": sb2.SandboxID, "host_path": "../x", "path": "/x"}, "outside the allowed directory")
+
+	// Another tenant's sandbox, and an unknown one, are not there.
+	theirs := srv.createSandbox(other, "busybox")
+	wantToolError(t, cs, "run_command", map[string]any{"sandbox_id": theirs.SandboxID, "command": "true"}, "no sandbox")
+	wantToolError(t, cs, "read_file", map[string]any{"sandbox_id": "no-such-sandbox", "path": "/etc/hostname"}, `no sandbox "no-such-sandbox"`)
+	wantToolError(t, cs, "create_sandbox", map[string]any{"image": "busybox", "cpus": 2}, "cpus is not supported")
+
+	// A wrong key is a tool error that says so; the server goes on.
+	bad := mcpServeRemote(t, srv, "e2b_wrong")
+	wantToolError(t, bad, "create_sandbox", map[string]any{"image": "busybox"}, "refused the API key")
+	wantToolError(t, bad, "list_sandboxes", nil, "refused the API key")
+
+	mustCall(t, cs, "remove_sandbox", map[string]any{"sandbox_id": id}, nil)
+	mustCall(t, cs, "remove_sandbox", map[string]any{"sandbox_id": sb2.SandboxID}, nil)
+	if l := mcpList(t, cs); len(l) != 0 {
+		t.Fatalf("list_sandboxes after remove: %+v", l)
+	}
+	wantToolError(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "true"}, "no sandbox")
+	if r := srv.do("DELETE", "/sandboxes/"+theirs.SandboxID, nil, map[string]string{"X-API-Key": other}); r.status != 204 && r.status != 200 {
+		t.Errorf("removing the other tenant's sandbox: %s", r)
+	}
+	if r := srv.do("DELETE", "/templates/"+snap.Image, nil, map[string]string{"X-API-Key": key}); r.status >= 300 {
+		t.Logf("removing the snapshot: %s", r)
+	}
+	srv.stopAndCheckClean()
+}
+
+// TestMCPRemotePauseResume pauses and resumes a sandbox through
+// `sbx mcp --server`: a paused sandbox is a tool error until it is
+// resumed, with its files.
+func TestMCPRemotePauseResume(t *testing.T) {
+	srv := newServer(t, "")
+	key := srv.tenantAdd("agents")
+	srv.serve()
+	cs := mcpServeRemote(t, srv, key)
+
+	var sb mcpSandbox
+	mustCall(t, cs, "create_sandbox", map[string]any{"image": "busybox"}, &sb)
+	id := sb.SandboxID
+	mustCall(t, cs, "write_file", map[string]any{"sandbox_id": id, "path": "/work/kept.txt", "content": "kept\n"}, nil)
+	var st mcpSandbox
+	mustCall(t, cs, "pause_sandbox", map[string]any{"sandbox_id": id}, &st)
+	if st.State != "paused" || st.ExpiresAt != "" {
+		t.Fatalf("pause_sandbox: %+v: want paused with no lifetime running", st)
+	}
+	wantToolError(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "true"}, "paused")
+	start := time.Now()
+	mustCall(t, cs, "resume_sandbox", map[string]any{"sandbox_id": id}, &st)
+	t.Logf("resume_sandbox through sbx serve: %s", time.Since(start).Round(time.Millisecond))
+	if st.State != "running" || st.ExpiresAt == "" {
+		t.Fatalf("resume_sandbox: %+v", st)
+	}
+	var run mcpRun
+	mustCall(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "cat /work/kept.txt"}, &run)
+	if run.Stdout != "kept\n" {
+		t.Fatalf("after resume: /work/kept.txt %q", run.Stdout)
+	}
+	mustCall(t, cs, "remove_sandbox", map[string]any{"sandbox_id": id}, nil)
+	srv.stopAndCheckClean()
+}

@@ -3,7 +3,9 @@
 // command or code, read and write files, copy to and from one host
 // directory, background processes and their logs, published ports,
 // snapshots, pause and resume) into calls of engine's public Go API, and
-// their results and errors into tool results a model can read.
+// their results and errors into tool results a model can read. With a
+// client of a remote `sbx serve` instead of an engine, the same tools act
+// on that server's sandboxes of one tenant.
 //
 // It owns the policy of a server that an agent drives: it manages only the
 // sandboxes it labelled as its own (unless told to manage all), touches no
@@ -19,13 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/serve/client"
 )
 
 // OwnerLabel is the label that marks a sandbox as one a server manages;
@@ -50,16 +52,22 @@ const (
 
 // Config is what a Server serves.
 type Config struct {
-	// Engine runs the sandboxes. It needs a WatchdogCommand: every
-	// sandbox gets a lifetime.
+	// Engine runs the sandboxes on this host. It needs a
+	// WatchdogCommand: every sandbox gets a lifetime. Exactly one of
+	// Engine and Remote is set.
 	Engine *engine.Engine
+	// Remote is a client of a remote `sbx serve` (or any server of E2B's
+	// API) whose tenant's sandboxes the tools manage instead: templates
+	// are the server's images, the owner is the sandboxes' OwnerLabel
+	// metadata, and lifetimes are the server's timeouts.
+	Remote *client.Client
 	// Owner is the value of OwnerLabel on the sandboxes the server
 	// creates. Empty: "mcp-" and a random ID, new for each server. A
 	// stable name lets a restarted server manage the sandboxes of the
 	// one before.
 	Owner string
 	// AllSandboxes lets the server see and manage every sandbox of the
-	// engine, not only its own.
+	// engine (or of the remote tenant), not only its own.
 	AllSandboxes bool
 	// HostDir is the one host directory that upload_file and
 	// download_file may touch; empty turns them off.
@@ -83,31 +91,19 @@ type Config struct {
 // Server serves sbx's sandbox tools.
 type Server struct {
 	cfg     Config
-	eng     *engine.Engine
+	be      backend
 	hostDir hostDir
 	log     *slog.Logger
 	mcp     *sdk.Server
-
-	// ctx bounds the port forwards; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu sync.Mutex // guards forwards
-	// forwards are the running port forwards by sandbox ID: each one's
-	// cancel function and URL.
-	forwards map[string][]forward
-}
-
-type forward struct {
-	port   uint16
-	url    string
-	cancel context.CancelFunc
 }
 
 // New checks cfg and makes a server with every tool.
 func New(cfg Config) (*Server, error) {
-	if cfg.Engine == nil {
-		return nil, fmt.Errorf("mcp: no engine: %w", errdefs.ErrInvalidArgument)
+	if (cfg.Engine == nil) == (cfg.Remote == nil) {
+		return nil, fmt.Errorf("mcp: want an engine or a remote server, exactly one: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Remote != nil && cfg.Remote.APIURL == "" {
+		return nil, fmt.Errorf("mcp: the remote server has no URL: %w", errdefs.ErrInvalidArgument)
 	}
 	hd, err := newHostDir(cfg.HostDir)
 	if err != nil {
@@ -142,8 +138,12 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, eng: cfg.Engine, hostDir: hd, log: log, forwards: map[string][]forward{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, hostDir: hd, log: log}
+	if cfg.Engine != nil {
+		s.be = newEngineBackend(s, cfg.Engine)
+	} else {
+		s.be = newRemoteBackend(s, cfg.Remote)
+	}
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "sbx", Title: "sbx sandboxes", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       log,
@@ -165,42 +165,35 @@ func (s *Server) MCP() *sdk.Server { return s.mcp }
 // Owner is the value of OwnerLabel on this server's sandboxes.
 func (s *Server) Owner() string { return s.cfg.Owner }
 
-// Close ends the server's port forwards. Sandboxes keep running until
-// their lifetime ends.
+// Close ends the server's port forwards and output streams. Sandboxes
+// keep running until their lifetime ends.
 func (s *Server) Close() {
-	s.cancel()
+	s.be.close()
 }
 
-// sandbox resolves ref to a sandbox the server manages. Another's sandbox
-// is reported as missing, as it is from this server's view.
-func (s *Server) sandbox(ctx context.Context, ref string) (*engine.Sandbox, error) {
+// checkRef refuses an empty sandbox_id.
+func checkRef(ref string) error {
 	if ref == "" {
-		return nil, fmt.Errorf("sandbox_id is empty: pass the sandbox_id that create_sandbox returned: %w", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("sandbox_id is empty: pass the sandbox_id that create_sandbox returned: %w", errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.eng.Get(ctx, ref)
-	if errdefs.IsNotFound(err) || (err == nil && !s.manages(sb)) {
-		return nil, fmt.Errorf("no sandbox %q among this server's sandboxes (list_sandboxes lists them): %w", ref, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return sb, nil
+	return nil
 }
 
-// manages says whether the server may act on sb.
-func (s *Server) manages(sb *engine.Sandbox) bool {
-	return s.cfg.AllSandboxes || sb.Labels[OwnerLabel] == s.cfg.Owner
+// unknownSandbox is the error for a sandbox_id the server does not
+// manage: another's sandbox is missing too, from this server's view.
+func unknownSandbox(ref string) error {
+	return fmt.Errorf("no sandbox %q among this server's sandboxes (list_sandboxes lists them): %w", ref, errdefs.ErrNotFound)
 }
 
-// stopForwards ends the port forwards of sandbox id.
-func (s *Server) stopForwards(id string) {
-	s.mu.Lock()
-	fs := s.forwards[id]
-	delete(s.forwards, id)
-	s.mu.Unlock()
-	for _, f := range fs {
-		f.cancel()
-	}
+// isDirError is read_file's error for a directory.
+func isDirError(path string) error {
+	return fmt.Errorf("%s is a directory: list it with list_files: %w", path, errdefs.ErrInvalidArgument)
+}
+
+// manages says whether the server may act on a sandbox with these labels
+// (or metadata).
+func (s *Server) manages(labels map[string]string) bool {
+	return s.cfg.AllSandboxes || labels[OwnerLabel] == s.cfg.Owner
 }
 
 // toolError makes err a message for the model: engine errors already say

@@ -150,9 +150,9 @@ func TestCreateRequest(t *testing.T) {
 }
 
 func TestManages(t *testing.T) {
-	mine := &engine.Sandbox{Labels: map[string]string{OwnerLabel: "me"}}
-	theirs := &engine.Sandbox{Labels: map[string]string{OwnerLabel: "them"}}
-	unlabelled := &engine.Sandbox{}
+	mine := map[string]string{OwnerLabel: "me"}
+	theirs := map[string]string{OwnerLabel: "them"}
+	var unlabelled map[string]string
 	s := &Server{cfg: Config{Owner: "me"}}
 	if !s.manages(mine) || s.manages(theirs) || s.manages(unlabelled) {
 		t.Error("a server must manage its own sandboxes only")

@@ -106,7 +106,8 @@ func (s *Server) addTools() {
 	}, nil, s.readLogs)
 	add(s, &sdk.Tool{Name: toolExpose, Title: "Expose a port",
 		Description: "Make a TCP port that a program listens on inside a sandbox reachable from the host, and return its URL on 127.0.0.1. " +
-			"Works with every network mode. The forward lasts until the sandbox is paused, stopped or removed, or this server exits; expose the port again after resume_sandbox.",
+			"Works with every network mode. The forward lasts until the sandbox is paused, stopped or removed, or this server exits; expose the port again after resume_sandbox. " +
+			"When this server uses a remote sbx server, the URL is that server's for the port, with the headers that route a request to it.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
 	}, nil, s.exposePort)
 	add(s, &sdk.Tool{Name: toolSnapshot, Title: "Snapshot a sandbox",
@@ -187,19 +188,6 @@ type sandboxInfo struct {
 	Ports     []string  `json:"exposed_urls,omitempty"`
 }
 
-func (s *Server) info(sb *engine.Sandbox) sandboxInfo {
-	in := sandboxInfo{SandboxID: sb.ID, Name: sb.Name, Image: sb.Image, State: sb.State, Network: sb.Network, Allow: sb.Allow, Created: sb.Created}
-	if sb.Deadline != nil && sb.State == engine.StateRunning {
-		in.ExpiresAt = sb.Deadline.UTC().Format(time.RFC3339)
-	}
-	s.mu.Lock()
-	for _, f := range s.forwards[sb.ID] {
-		in.Ports = append(in.Ports, f.url)
-	}
-	s.mu.Unlock()
-	return in
-}
-
 // imageAliases are the short names a model is told about.
 var imageAliases = map[string]string{"base": engine.DefaultImage, "busybox": engine.TestImage}
 
@@ -267,19 +255,12 @@ func envList(m map[string]string) ([]string, error) {
 }
 
 func (s *Server) create(ctx context.Context, a createArgs) (*sdk.CallToolResult, sandboxInfo, error) {
-	req, err := s.createRequest(a)
-	if err != nil {
+	// Arguments are checked for every backend alike.
+	if _, err := s.createRequest(a); err != nil {
 		return nil, sandboxInfo{}, err
 	}
-	if err := s.eng.ValidateCreate(req); err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	sb, err := s.eng.Create(ctx, req)
-	if err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	s.log.Info("created sandbox", "id", sb.ID, "image", sb.Image, "network", sb.Network)
-	return nil, s.info(sb), nil
+	in, err := s.be.create(ctx, a)
+	return nil, in, err
 }
 
 // --- lifecycle ---------------------------------------------------------------
@@ -298,38 +279,21 @@ func (s *Server) snapshot(ctx context.Context, a snapshotArgs) (*sdk.CallToolRes
 	if _, ok := imageAliases[a.Name]; ok {
 		return nil, snapshotResult{}, fmt.Errorf("name %q is a built-in image: choose another name: %w", a.Name, errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, snapshotResult{}, err
 	}
-	img, err := s.eng.Snapshot(ctx, sb.ID, engine.SnapshotRequest{Name: a.Name})
-	if err != nil {
-		return nil, snapshotResult{}, err
-	}
-	return nil, snapshotResult{Image: img.Name, Digest: img.Digest.String()}, nil
+	res, err := s.be.snapshot(ctx, a.SandboxID, a.Name)
+	return nil, res, err
 }
 
 func (s *Server) pause(ctx context.Context, a sandboxArg) (*sdk.CallToolResult, sandboxInfo, error) {
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	s.stopForwards(sb.ID)
-	if sb, err = s.eng.Pause(ctx, sb.ID); err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	return nil, s.info(sb), nil
+	in, err := s.be.pause(ctx, a.SandboxID)
+	return nil, in, err
 }
 
 func (s *Server) resume(ctx context.Context, a sandboxArg) (*sdk.CallToolResult, sandboxInfo, error) {
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	if sb, err = s.eng.Resume(ctx, sb.ID); err != nil {
-		return nil, sandboxInfo{}, err
-	}
-	return nil, s.info(sb), nil
+	in, err := s.be.resume(ctx, a.SandboxID)
+	return nil, in, err
 }
 
 type noArgs struct{}
@@ -339,28 +303,16 @@ type sandboxList struct {
 }
 
 func (s *Server) listSandboxes(ctx context.Context, _ noArgs) (*sdk.CallToolResult, sandboxList, error) {
-	all, err := s.eng.List(ctx)
+	all, err := s.be.list(ctx)
 	if err != nil {
 		return nil, sandboxList{}, err
 	}
-	res := sandboxList{Sandboxes: []sandboxInfo{}}
-	for _, sb := range all {
-		if s.manages(sb) {
-			res.Sandboxes = append(res.Sandboxes, s.info(sb))
-		}
-	}
-	return nil, res, nil
+	return nil, sandboxList{Sandboxes: all}, nil
 }
 
 func (s *Server) remove(ctx context.Context, a sandboxArg) (*sdk.CallToolResult, done, error) {
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := s.be.remove(ctx, a.SandboxID); err != nil {
 		return nil, done{}, err
 	}
-	s.stopForwards(sb.ID)
-	if err := s.eng.Remove(ctx, sb.ID, true); err != nil {
-		return nil, done{}, err
-	}
-	s.log.Info("removed sandbox", "id", sb.ID)
 	return nil, done{OK: true}, nil
 }

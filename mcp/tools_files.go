@@ -75,19 +75,11 @@ func (s *Server) readFile(ctx context.Context, a readArgs) (*sdk.CallToolResult,
 	case limit < 0 || limit > maxReadBytes:
 		return nil, readResult{}, fmt.Errorf("max_bytes %d: want 1 to %d: %w", limit, maxReadBytes, errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, readResult{}, err
-	}
-	fi, err := s.eng.Stat(ctx, sb.ID, a.Path)
-	if err != nil {
-		return nil, readResult{}, err
-	}
-	if fi.IsDir {
-		return nil, readResult{}, fmt.Errorf("%s is a directory: list it with list_files: %w", a.Path, errdefs.ErrInvalidArgument)
 	}
 	w := &limitWriter{n: limit}
-	if err := s.eng.ReadFile(ctx, sb.ID, a.Path, w); err != nil {
+	if err := s.be.readFile(ctx, a.SandboxID, a.Path, w); err != nil {
 		return nil, readResult{}, err
 	}
 	data := w.buf.Bytes()
@@ -157,47 +149,13 @@ func (s *Server) writeFile(ctx context.Context, a writeArgs) (*sdk.CallToolResul
 	default:
 		return nil, writeResult{}, fmt.Errorf("encoding %q: want utf8 or base64: %w", a.Encoding, errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, writeResult{}, err
 	}
-	owner, err := s.fileOwner(ctx, sb)
-	if err != nil {
-		return nil, writeResult{}, err
-	}
-	if err := s.eng.WriteFile(ctx, sb.ID, engine.WriteFileRequest{Path: a.Path, Data: bytes.NewReader(data), Mode: mode, Parents: true, Owner: owner}); err != nil {
+	if err := s.be.writeFile(ctx, a.SandboxID, a.Path, data, mode); err != nil {
 		return nil, writeResult{}, err
 	}
 	return nil, writeResult{Path: a.Path, Bytes: len(data)}, nil
-}
-
-// fileOwner is the owner of the files write_file creates in sb: the user
-// its commands run as (the image's USER), so that they can change them;
-// nil for root.
-func (s *Server) fileOwner(ctx context.Context, sb *engine.Sandbox) (*engine.Owner, error) {
-	name := sb.ImageUser
-	if name == "" || name == "root" || name == "0" || name == "0:0" {
-		return nil, nil
-	}
-	uid, gid, numeric := strings.Cut(name, ":")
-	if u, err := strconv.ParseUint(uid, 10, 32); err == nil {
-		o := &engine.Owner{UID: uint32(u)}
-		if numeric {
-			g, err := strconv.ParseUint(gid, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("image user %q: bad group: %w", name, errdefs.ErrInvalidArgument)
-			}
-			o.GID = uint32(g)
-		} else {
-			o.GID = o.UID
-		}
-		return o, nil
-	}
-	u, err := s.eng.LookupUser(ctx, sb.ID, uid)
-	if err != nil {
-		return nil, err
-	}
-	return &engine.Owner{UID: u.UID, GID: u.GID}, nil
 }
 
 type fileEntry struct {
@@ -233,19 +191,14 @@ func (s *Server) listFiles(ctx context.Context, a pathArgs) (*sdk.CallToolResult
 	if err := checkPath("path", a.Path); err != nil {
 		return nil, listResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err := checkRef(a.SandboxID); err != nil {
+		return nil, listResult{}, err
+	}
+	entries, err := s.be.listDir(ctx, a.SandboxID, a.Path)
 	if err != nil {
 		return nil, listResult{}, err
 	}
-	fis, err := s.eng.ReadDir(ctx, sb.ID, a.Path)
-	if err != nil {
-		return nil, listResult{}, err
-	}
-	res := listResult{Path: a.Path, Entries: []fileEntry{}}
-	for _, fi := range fis {
-		res.Entries = append(res.Entries, entryOf(fi))
-	}
-	return nil, res, nil
+	return nil, listResult{Path: a.Path, Entries: entries}, nil
 }
 
 type removeFileArgs struct {
@@ -264,11 +217,10 @@ func (s *Server) removeFile(ctx context.Context, a removeFileArgs) (*sdk.CallToo
 	if a.Path == "/" {
 		return nil, done{}, fmt.Errorf("refusing to remove /: remove the sandbox instead: %w", errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, done{}, err
 	}
-	if err := s.eng.RemoveFile(ctx, sb.ID, a.Path, a.Recursive); err != nil {
+	if err := s.be.removeFile(ctx, a.SandboxID, a.Path, a.Recursive); err != nil {
 		return nil, done{}, err
 	}
 	return nil, done{OK: true}, nil
@@ -295,11 +247,10 @@ func (s *Server) upload(ctx context.Context, a transferArgs) (*sdk.CallToolResul
 	if err != nil {
 		return nil, transferResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, transferResult{}, err
 	}
-	if err := s.eng.CopyToSandbox(ctx, sb.ID, src, a.Path); err != nil {
+	if err := s.be.upload(ctx, a.SandboxID, src, a.Path); err != nil {
 		return nil, transferResult{}, err
 	}
 	return nil, transferResult{HostPath: src, Path: a.Path}, nil
@@ -313,11 +264,10 @@ func (s *Server) download(ctx context.Context, a transferArgs) (*sdk.CallToolRes
 	if err != nil {
 		return nil, transferResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, transferResult{}, err
 	}
-	if err := s.eng.CopyFromSandbox(ctx, sb.ID, a.Path, dst); err != nil {
+	if err := s.be.download(ctx, a.SandboxID, a.Path, dst); err != nil {
 		return nil, transferResult{}, err
 	}
 	return nil, transferResult{HostPath: dst, Path: a.Path}, nil

@@ -1,20 +1,14 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"sbx.dev/sbx/engine"
 )
 
 // --- run_command and run_code ------------------------------------------------
@@ -72,26 +66,20 @@ func (s *Server) runCommand(ctx context.Context, a runArgs) (*sdk.CallToolResult
 	if err != nil {
 		return nil, runResult{}, err
 	}
-	env, err := envList(a.Env)
+	if _, err := envList(a.Env); err != nil {
+		return nil, runResult{}, err
+	}
+	if err := checkRef(a.SandboxID); err != nil {
+		return nil, runResult{}, err
+	}
+	res, err := s.be.exec(ctx, a.SandboxID, execSpec{Args: []string{"/bin/sh", "-c", a.Command}, Env: a.Env, Workdir: a.Workdir, Stdin: a.Stdin, Timeout: timeout})
 	if err != nil {
 		return nil, runResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
-		return nil, runResult{}, err
+	if res.missing {
+		return nil, runResult{}, fmt.Errorf("%s has no /bin/sh: run_command needs a shell in the image: %w", res.where, errdefs.ErrFailedPrecondition)
 	}
-	req := engine.ExecRequest{Args: []string{"/bin/sh", "-c", a.Command}, Env: env, Workdir: a.Workdir, Timeout: timeout}
-	if a.Stdin != "" {
-		req.Stdin = strings.NewReader(a.Stdin)
-	}
-	res, err := s.exec(ctx, sb, req)
-	if err != nil {
-		return nil, runResult{}, err
-	}
-	if res.ExitCode == engine.ExitNotFound && res.Stdout == "" && res.Stderr == "" {
-		return nil, runResult{}, fmt.Errorf("sandbox %s (image %s) has no /bin/sh: run_command needs a shell in the image: %w", sb.ShortID(), sb.Image, errdefs.ErrFailedPrecondition)
-	}
-	return textResult(res), res, nil
+	return textResult(res.runResult), res.runResult, nil
 }
 
 func (s *Server) runCode(ctx context.Context, a codeArgs) (*sdk.CallToolResult, runResult, error) {
@@ -103,45 +91,18 @@ func (s *Server) runCode(ctx context.Context, a codeArgs) (*sdk.CallToolResult, 
 	if err != nil {
 		return nil, runResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err := checkRef(a.SandboxID); err != nil {
+		return nil, runResult{}, err
+	}
+	res, err := s.be.exec(ctx, a.SandboxID, execSpec{Args: args, Stdin: a.Code, Timeout: timeout})
 	if err != nil {
 		return nil, runResult{}, err
 	}
-	res, err := s.exec(ctx, sb, engine.ExecRequest{Args: args, Stdin: strings.NewReader(a.Code), Timeout: timeout})
-	if err != nil {
-		return nil, runResult{}, err
+	if res.missing {
+		return nil, runResult{}, fmt.Errorf("%s is not installed in %s: create a sandbox on the default image \"base\", which has python3, node and bash: %w",
+			args[0], res.where, errdefs.ErrNotFound)
 	}
-	if res.ExitCode == engine.ExitNotFound && res.Stdout == "" && res.Stderr == "" {
-		return nil, runResult{}, fmt.Errorf("%s is not installed in sandbox %s (image %s): create a sandbox on the default image \"base\", which has python3, node and bash: %w",
-			args[0], sb.ShortID(), sb.Image, errdefs.ErrNotFound)
-	}
-	return textResult(res), res, nil
-}
-
-// exec runs req in sb and captures its output. A command that ran, even
-// one that failed or timed out, is a result; sbx's own failure is an
-// error.
-func (s *Server) exec(ctx context.Context, sb *engine.Sandbox, req engine.ExecRequest) (runResult, error) {
-	out, errOut := newCapture(s.cfg.MaxOutput), newCapture(s.cfg.MaxOutput)
-	req.Stdout, req.Stderr = out, errOut
-	code, err := s.eng.Exec(ctx, sb.ID, req)
-	res := runResult{ExitCode: code}
-	switch {
-	case errors.Is(err, engine.ErrTimeout):
-		if ctx.Err() != nil {
-			return res, toolError(ctx.Err())
-		}
-		res.TimedOut = true
-	case err != nil && code < 0:
-		return res, err
-	case err != nil:
-		// The command did not start, or its sandbox ended under it:
-		// what the engine says goes to stderr with the status.
-		fmt.Fprintf(errOut, "%v\n", err)
-	}
-	res.Stdout, res.Stderr = out.String(), errOut.String()
-	res.CutBytes = out.Cut() + errOut.Cut()
-	return res, nil
+	return textResult(res.runResult), res.runResult, nil
 }
 
 // textResult renders a command's result as text a model reads easily.
@@ -187,25 +148,15 @@ func (s *Server) startProcess(ctx context.Context, a startArgs) (*sdk.CallToolRe
 	if strings.TrimSpace(a.Command) == "" {
 		return nil, startResult{}, fmt.Errorf("command is empty: %w", errdefs.ErrInvalidArgument)
 	}
-	env, err := envList(a.Env)
-	if err != nil {
+	if _, err := envList(a.Env); err != nil {
 		return nil, startResult{}, err
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
-	if err != nil {
+	if err := checkRef(a.SandboxID); err != nil {
 		return nil, startResult{}, err
 	}
-	var out bytes.Buffer
-	code, err := s.eng.Exec(ctx, sb.ID, engine.ExecRequest{Args: []string{"/bin/sh", "-c", a.Command}, Env: env, Workdir: a.Workdir, Detach: true, Stdout: &out})
+	pid, err := s.be.start(ctx, a.SandboxID, execSpec{Args: []string{"/bin/sh", "-c", a.Command}, Env: a.Env, Workdir: a.Workdir})
 	if err != nil {
 		return nil, startResult{}, err
-	}
-	if code != 0 {
-		return nil, startResult{}, fmt.Errorf("could not start the command (status %d): %w", code, errdefs.ErrUnknown)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
-	if err != nil {
-		return nil, startResult{}, fmt.Errorf("started, but its PID %q is unreadable: %w", out.String(), errdefs.ErrUnknown)
 	}
 	return nil, startResult{Pid: pid}, nil
 }
@@ -233,15 +184,14 @@ func (s *Server) readLogs(ctx context.Context, a logsArgs) (*sdk.CallToolResult,
 	if a.Pid < 0 {
 		return nil, logsResult{}, fmt.Errorf("pid %d: must be positive: %w", a.Pid, errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err := checkRef(a.SandboxID); err != nil {
+		return nil, logsResult{}, err
+	}
+	log, err := s.be.logs(ctx, a.SandboxID)
 	if err != nil {
 		return nil, logsResult{}, err
 	}
-	var buf bytes.Buffer
-	if err := s.eng.Logs(ctx, sb.ID, engine.LogsRequest{Out: &buf}); err != nil {
-		return nil, logsResult{}, err
-	}
-	lines := filterLog(buf.String(), a.Pid)
+	lines := filterLog(log, a.Pid)
 	res := logsResult{}
 	if len(lines) > n {
 		lines, res.Truncated = lines[len(lines)-n:], true
@@ -283,9 +233,12 @@ type exposeArgs struct {
 }
 
 type exposeResult struct {
-	URL      string `json:"url" jsonschema:"http://127.0.0.1:HOST_PORT"`
-	HostPort int    `json:"host_port"`
+	URL      string `json:"url" jsonschema:"where the port is reached: http://127.0.0.1:HOST_PORT, or the remote server's URL of the port"`
+	HostPort int    `json:"host_port,omitempty"`
 	Port     int    `json:"port"`
+	// Headers route a request to the port when the URL alone does not.
+	Headers map[string]string `json:"headers,omitempty" jsonschema:"HTTP headers a request to url must carry to reach the port"`
+	Note    string            `json:"note,omitempty"`
 }
 
 func (s *Server) exposePort(ctx context.Context, a exposeArgs) (*sdk.CallToolResult, exposeResult, error) {
@@ -295,39 +248,15 @@ func (s *Server) exposePort(ctx context.Context, a exposeArgs) (*sdk.CallToolRes
 	if a.HostPort < 0 || a.HostPort > 65535 {
 		return nil, exposeResult{}, fmt.Errorf("host_port %d: want 1 to 65535, or none for a free one: %w", a.HostPort, errdefs.ErrInvalidArgument)
 	}
-	sb, err := s.sandbox(ctx, a.SandboxID)
+	if err := checkRef(a.SandboxID); err != nil {
+		return nil, exposeResult{}, err
+	}
+	res, err := s.be.expose(ctx, a.SandboxID, a.Port, a.HostPort)
 	if err != nil {
 		return nil, exposeResult{}, err
 	}
-	if sb.State != engine.StateRunning {
-		return nil, exposeResult{}, fmt.Errorf("sandbox %s is %s: only a running sandbox's port can be exposed: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	if res.Note != "" {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: res.URL + "\n" + res.Note}}}, res, nil
 	}
-	ls, err := engine.ListenPorts([]engine.PortMapping{{HostIP: "127.0.0.1", HostPort: uint16(a.HostPort), Port: uint16(a.Port)}})
-	if err != nil {
-		return nil, exposeResult{}, err
-	}
-	hostPort := ls[0].Listener.Addr().(*net.TCPAddr).Port
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort))
-	fctx, cancel := context.WithCancel(s.ctx)
-	s.mu.Lock()
-	s.forwards[sb.ID] = append(s.forwards[sb.ID], forward{port: uint16(a.Port), url: url, cancel: cancel})
-	s.mu.Unlock()
-	go func() {
-		defer cancel()
-		err := s.eng.Forward(fctx, sb.ID, ls)
-		s.log.Info("port forward ended", "sandbox", sb.ID, "port", a.Port, "url", url, "err", err)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		fs := s.forwards[sb.ID]
-		for i := range fs {
-			if fs[i].url == url {
-				s.forwards[sb.ID] = slices.Delete(fs, i, i+1)
-				break
-			}
-		}
-		if len(s.forwards[sb.ID]) == 0 {
-			delete(s.forwards, sb.ID)
-		}
-	}()
-	return nil, exposeResult{URL: url, HostPort: hostPort, Port: a.Port}, nil
+	return nil, res, nil
 }

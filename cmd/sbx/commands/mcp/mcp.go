@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
 	sbxmcp "sbx.dev/sbx/mcp"
+	"sbx.dev/sbx/serve/client"
 )
 
 // Command is `sbx mcp`.
@@ -31,7 +34,9 @@ var Command = &cli.Command{
 streamable HTTP at http://ADDR/mcp on a loopback address. The server manages
 only the sandboxes it created, gives each a lifetime (--default-timeout),
 and copies files to and from the host only inside --allow-host-dir.
-See docs/mcp.md.`,
+With --server URL the sandboxes are those of a remote 'sbx serve' (or
+another server of E2B's API), as the tenant of --api-key; no engine runs
+on this host. See docs/mcp.md.`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "transport", Value: "stdio", Usage: "stdio or http"},
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8931", Usage: "with --transport http: loopback address to listen on"},
@@ -39,7 +44,9 @@ See docs/mcp.md.`,
 		&cli.DurationFlag{Name: "default-timeout", Value: sbxmcp.DefaultLifetime, Usage: "lifetime of a sandbox whose create names none; then it is removed"},
 		&cli.DurationFlag{Name: "command-timeout", Value: sbxmcp.DefaultCommandTimeout, Usage: "timeout of a command whose call names none"},
 		&cli.StringFlag{Name: "owner", Usage: "owner label of this server's sandboxes (default: new for each server); a stable name lets a restarted server manage the sandboxes of the one before"},
-		&cli.BoolFlag{Name: "all-sandboxes", Usage: "manage every sandbox of the state root, not only this server's"},
+		&cli.BoolFlag{Name: "all-sandboxes", Usage: "manage every sandbox of the state root (or of the --server tenant), not only this server's"},
+		&cli.StringFlag{Name: "server", Usage: "URL of a remote `sbx serve` whose sandboxes the tools use instead of this host's, e.g. http://sbx.example.test:3000"},
+		&cli.StringFlag{Name: "api-key", EnvVars: []string{"E2B_API_KEY"}, Usage: "with --server: the tenant's API key (from `sbx tenant add`)"},
 	},
 	Action: run,
 }
@@ -64,12 +71,7 @@ func run(c *cli.Context) error {
 	}
 	// stdout carries the protocol on stdio: the log goes to stderr.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	eng, err := clix.Engine(c)
-	if err != nil {
-		return err
-	}
-	srv, err := sbxmcp.New(sbxmcp.Config{
-		Engine:          eng,
+	cfg := sbxmcp.Config{
 		Owner:           c.String("owner"),
 		AllSandboxes:    c.Bool("all-sandboxes"),
 		HostDir:         c.String("allow-host-dir"),
@@ -77,14 +79,33 @@ func run(c *cli.Context) error {
 		CommandTimeout:  c.Duration("command-timeout"),
 		Version:         system.Version(),
 		Logger:          log,
-	})
+	}
+	var err error
+	var where []any
+	if server := c.String("server"); server != "" {
+		if cfg.Remote, err = remoteClient(server, c.String("api-key")); err != nil {
+			return clix.UsageError(err)
+		}
+		where = append(where, "server", cfg.Remote.APIURL)
+		hctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
+		if err := cfg.Remote.Health(hctx); err != nil {
+			log.Warn("the server does not answer GET /health: tool calls will fail until it does", "server", cfg.Remote.APIURL, "err", err)
+		}
+		cancel()
+	} else {
+		if cfg.Engine, err = clix.Engine(c); err != nil {
+			return err
+		}
+		where = append(where, "root", cfg.Engine.Root())
+	}
+	srv, err := sbxmcp.New(cfg)
 	if err != nil {
 		return clix.UsageError(err)
 	}
 	defer srv.Close()
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log.Info("serving MCP", "transport", transport, "owner", srv.Owner(), "root", eng.Root(), "host_dir", c.String("allow-host-dir"))
+	log.Info("serving MCP", append([]any{"transport", transport, "owner", srv.Owner(), "host_dir", c.String("allow-host-dir")}, where...)...)
 	if transport == "stdio" {
 		err := srv.MCP().Run(ctx, &sdk.StdioTransport{})
 		if err != nil && !errors.Is(err, context.Canceled) {
@@ -93,6 +114,21 @@ func run(c *cli.Context) error {
 		return nil
 	}
 	return serveHTTP(ctx, srv, listen, log)
+}
+
+// remoteClient is the client of --server with --api-key. The URL must be
+// http or https with a host and nothing after it but a path prefix.
+func remoteClient(server, key string) (*client.Client, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, fmt.Errorf("--server %q: %w", server, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("--server %q: want the server's base URL, http://HOST:PORT or https://HOST", server)
+	}
+	// An empty key is for a server without tenants; one with tenants
+	// answers each call with a message naming the missing key.
+	return &client.Client{APIURL: strings.TrimRight(u.String(), "/"), APIKey: key}, nil
 }
 
 // checkLoopback refuses a listen address off loopback: the HTTP endpoint
