@@ -166,7 +166,7 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Proc
 
 // process renders req as the OCI process to exec in sb.
 func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
-	env := mergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
+	env := agent.MergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
 	cwd := firstNonEmpty(req.Workdir, sb.Workdir, sb.ImageWorkdir, "/")
 	// Without --user, the image's USER, as docker runs it.
 	user, err := e.resolveUser(sb, firstNonEmpty(req.User, sb.ImageUser))
@@ -180,31 +180,13 @@ func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
 	if h := e.homeOf(sb, user.UID); h != "" {
 		home = h
 	}
-	env = mergeEnv([]string{"HOME=" + home}, env)
+	env = agent.MergeEnv([]string{"HOME=" + home}, env)
 	caps := append([]string(nil), runsc.DefaultCapabilities...)
 	pc := &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	if user.UID != 0 {
 		pc = &specs.LinuxCapabilities{Bounding: caps}
 	}
 	return specs.Process{Args: req.Args, Env: env, Cwd: cwd, User: user, Capabilities: pc}, nil
-}
-
-// mergeEnv concatenates environments; a later KEY replaces an earlier one.
-func mergeEnv(lists ...[]string) []string {
-	var out []string
-	idx := map[string]int{}
-	for _, l := range lists {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func firstNonEmpty(s ...string) string {

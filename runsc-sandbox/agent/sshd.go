@@ -364,32 +364,14 @@ func (s *session) signal(name string) bool {
 // user's, then what the client sent.
 func (s *session) environ() []string {
 	u := s.user
-	env := mergeEnv(os.Environ(), []string{
+	env := MergeEnv(os.Environ(), []string{
 		"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name, "SHELL=" + u.shell,
 		"SSH_CONNECTION=127.0.0.1 0 127.0.0.1 22", "SSH_CLIENT=127.0.0.1 0 22",
 	})
 	if s.ptyReq != nil && s.ptyReq.Term != "" {
-		env = mergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
+		env = MergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
 	}
-	return mergeEnv(env, s.env)
-}
-
-// mergeEnv concatenates environments; a later KEY replaces an earlier one.
-func mergeEnv(lists ...[]string) []string {
-	var out []string
-	idx := map[string]int{}
-	for _, l := range lists {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
+	return MergeEnv(env, s.env)
 }
 
 func (s *session) start(argv []string, login, sftpSub bool) error {

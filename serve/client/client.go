@@ -21,7 +21,6 @@ import (
 	"connectrpc.com/connect"
 
 	"sbx.dev/sbx/serve/envdpb/filesystem/filesystempbconnect"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
 	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
 )
 
@@ -368,45 +367,14 @@ type Result struct {
 
 // Run runs a command and waits for it, streaming its output.
 func (s *Sandbox) Run(ctx context.Context, req RunRequest) (*Result, error) {
-	cfg := &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", req.Cmd}, Envs: req.Envs}
-	if req.Cwd != "" {
-		cfg.Cwd = &req.Cwd
-	}
-	no := false
-	stream, err := s.Process(req.User).Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: cfg, Stdin: &no}))
+	c, err := s.Start(ctx, ExecRequest{
+		Cmd: "/bin/bash", Args: []string{"-l", "-c", req.Cmd}, Envs: req.Envs, Cwd: req.Cwd,
+		User: req.User, Stdout: req.Stdout, Stderr: req.Stderr,
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer stream.Close()
-	var res Result
-	var out, errb strings.Builder
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil {
-			if b := d.GetStdout(); b != nil {
-				out.Write(b)
-				if req.Stdout != nil {
-					req.Stdout.Write(b) //nolint:errcheck // the caller's writer
-				}
-			}
-			if b := d.GetStderr(); b != nil {
-				errb.Write(b)
-				if req.Stderr != nil {
-					req.Stderr.Write(b) //nolint:errcheck // the caller's writer
-				}
-			}
-		}
-		if e := ev.GetEnd(); e != nil {
-			res.ExitCode = int(e.GetExitCode())
-			res.Error = e.GetError()
-			res.Stdout, res.Stderr = out.String(), errb.String()
-			return &res, nil
-		}
-	}
-	if err := stream.Err(); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("sandbox %s: the command's stream ended without its exit", s.ID)
+	return c.Wait(ctx)
 }
 
 // WriteFile uploads r to path in the sandbox (E2B's POST /files).
