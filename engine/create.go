@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
@@ -73,6 +74,10 @@ type CreateRequest struct {
 	// and the state root's (TrustDir): in its system bundle and in the
 	// variables Node, Python, pip, curl and git read (policy.CAEnv).
 	CACerts []CACert
+
+	// Mounts are host directories and named volumes mounted into the
+	// sandbox (Mount).
+	Mounts []Mount
 }
 
 // image is the image req names, or the default one.
@@ -104,6 +109,16 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 // create is Create; with cmd, cmd is the sandbox's init (Run).
 func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*Sandbox, error) {
 	pr, err := e.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	// Held until the bundle names the volumes: none is removed meanwhile.
+	unlockVolumes, err := e.lockVolumes(unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVolumes()
+	volMounts, err := e.resolveMounts(req.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +228,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if len(pr.Secrets) > 0 {
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
+	spec.Mounts = append(spec.Mounts, volMounts...)
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
 		return nil, err
 	}
@@ -323,6 +339,9 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		return pr, err
 	}
 	if _, err := e.extraCAs(req.CACerts); err != nil {
+		return pr, err
+	}
+	if _, err := e.resolveMounts(req.Mounts); err != nil {
 		return pr, err
 	}
 	return pr, nil

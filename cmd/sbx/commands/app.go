@@ -19,6 +19,7 @@ import (
 	sshcmd "sbx.dev/sbx/cmd/sbx/commands/ssh"
 	"sbx.dev/sbx/cmd/sbx/commands/system"
 	"sbx.dev/sbx/cmd/sbx/commands/tenant"
+	"sbx.dev/sbx/cmd/sbx/commands/volume"
 )
 
 // App is the sbx CLI.
@@ -41,6 +42,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, sandbox.Commands...)
 	app.Commands = append(app.Commands, registry.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
+	app.Commands = append(app.Commands, volume.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)
 	app.Commands = append(app.Commands, sshcmd.Commands...)

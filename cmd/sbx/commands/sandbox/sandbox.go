@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	"sbx.dev/sbx/cmd/sbx/commands/volume"
 	"sbx.dev/sbx/engine"
 	"sbx.dev/sbx/policy"
 )
@@ -45,7 +46,7 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
 	&cli.StringSliceFlag{Name: "secret", Usage: "secret NAME=@FILE or NAME=env:VAR: in every command's environment and in /run/secrets/NAME"},
-	publishFlag,
+	publishFlag, volume.Flag,
 	// persist.go
 	setupFlag, lifetimeFlag, onTimeoutFlag,
 }
@@ -66,6 +67,9 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 		return req, err
 	}
 	if req.Ports, err = portMappings(c.StringSlice("publish")); err != nil {
+		return req, err
+	}
+	if req.Mounts, err = volume.Mounts(c.StringSlice("volume")); err != nil {
 		return req, err
 	}
 	persistRequest(c, &req)
