@@ -80,10 +80,17 @@ func TestContainerdRun(t *testing.T) {
 	c.assertClean("once", "long")
 }
 
-// podConfig is a crictl pod sandbox config with host networking (no CNI
-// here) and the given annotations.
+// podConfig is a crictl pod sandbox config without a network namespace
+// of its own (no CNI here), so in sbx's network: none unless the
+// annotations name one, and the given annotations.
 func (c *ctrd) podConfig(name string, annotations map[string]string, extra string) string {
+	// The host's network is refused: a pod runs in sbx's network.
+	_, net := annotations["dev.sbx.network"]
+	_, allow := annotations["dev.sbx.allow"]
 	var ann []string
+	if !net && !allow {
+		ann = append(ann, `"dev.sbx.network":"none"`)
+	}
 	for k, v := range annotations {
 		ann = append(ann, fmt.Sprintf("%q:%q", k, v))
 	}

@@ -75,6 +75,14 @@ type Config struct {
 	CPUs    float64  `toml:"cpus"`
 	Memory  string   `toml:"memory"`
 	Pids    int64    `toml:"pids"`
+	// AllowSUID lets setuid and setgid binaries raise a process's
+	// privileges inside the pod's sandbox (runsc --allow-suid), for
+	// containers that allow privilege escalation (Kubernetes'
+	// allowPrivilegeEscalation, unset or true: the spec's
+	// noNewPrivileges false); a container with noNewPrivileges keeps
+	// it, as gVisor honours it per process. Default false: no setuid
+	// binary elevates in any pod. A pod cannot raise it.
+	AllowSUID bool `toml:"allow_suid"`
 }
 
 // loadConfig reads the runtime options containerd passed with a create:

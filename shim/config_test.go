@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -187,5 +189,60 @@ func TestSetPodCgroup(t *testing.T) {
 		if got := s.Annotations[cgroupParentAnnotation]; got != tc.want {
 			t.Errorf("%s %s: got %q, want %q", tc.typ, tc.path, got, tc.want)
 		}
+	}
+}
+
+// A sandbox on the host's network (no network namespace in its spec) is
+// refused, naming why and the way out; naming sbx's network, or having a
+// namespace of its own, it runs.
+func TestCheckHostNetwork(t *testing.T) {
+	hostNet := &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}}}}
+	err := checkHostNetwork(hostNet)
+	if !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "host's network") || !strings.Contains(err.Error(), AnnotationNetwork) {
+		t.Errorf("host network: got %v, want permission denied naming the host's network and %s", err, AnnotationNetwork)
+	}
+	if err := checkHostNetwork(&specs.Spec{}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("no namespaces at all: got %v, want permission denied", err)
+	}
+	named := &specs.Spec{Linux: hostNet.Linux, Annotations: map[string]string{AnnotationNetwork: "none"}}
+	if err := checkHostNetwork(named); err != nil {
+		t.Errorf("host network with %s: %v", AnnotationNetwork, err)
+	}
+	for _, path := range []string{"", "/var/run/netns/cni-1"} {
+		s := &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.NetworkNamespace, Path: path}}}}
+		if err := checkHostNetwork(s); err != nil {
+			t.Errorf("network namespace %q: %v", path, err)
+		}
+	}
+}
+
+// The operator's allow_suid reaches the pod's runsc flags; a pod on the
+// host's network is refused before anything is set up.
+func TestNewPodAllowSUID(t *testing.T) {
+	ctx := namespaces.WithNamespace(context.Background(), "test")
+	spec := func() *specs.Spec {
+		return &specs.Spec{Annotations: map[string]string{AnnotationNetwork: "none"},
+			Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.NetworkNamespace}}}}
+	}
+	for _, allow := range []bool{false, true} {
+		root := t.TempDir()
+		p, err := newPod(ctx, "test", "pod1", Config{Runsc: "runsc", RunscRoot: root, AllowSUID: allow}, spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.r.AllowSUID != allow {
+			t.Errorf("allow_suid %v: runsc AllowSUID %v", allow, p.r.AllowSUID)
+		}
+		if err := p.teardown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := t.TempDir()
+	host := &specs.Spec{Linux: &specs.Linux{}}
+	if _, err := newPod(ctx, "test", "pod2", Config{Runsc: "runsc", RunscRoot: root}, host); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("host network pod: got %v, want permission denied", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "test", "sbx", "pod2")); !os.IsNotExist(err) {
+		t.Errorf("a refused pod left its state directory: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -85,6 +86,9 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	if err != nil {
 		return nil, err
 	}
+	if err := checkHostNetwork(spec); err != nil {
+		return nil, err
+	}
 	p := &pod{id: id, policy: pp, gone: make(chan struct{})}
 	p.r = assembly.Runsc(assembly.RunscConfig{
 		Path:        cfg.Runsc,
@@ -93,6 +97,7 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 		DebugLogDir: cfg.DebugLogDir,
 		Linked:      pp.Network != policy.NetNone,
 		Disk:        pp.Disk,
+		AllowSUID:   cfg.AllowSUID,
 	})
 	p.stateDir = filepath.Join(cfg.RunscRoot, ns, "sbx", id)
 	if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
@@ -218,6 +223,33 @@ func (p *pod) teardown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkHostNetwork refuses a sandbox on the host's network (a spec with
+// no network namespace: Kubernetes' hostNetwork, CRI's NamespaceMode
+// NODE): gVisor would take over the host's interfaces, outside sbx's
+// network policy and the pod's. A pod that names sbx's network with
+// AnnotationNetwork gets that instead, as it asked.
+func checkHostNetwork(s *specs.Spec) error {
+	if _, ok := s.Annotations[AnnotationNetwork]; ok || hasNetworkNamespace(s) {
+		return nil
+	}
+	return fmt.Errorf("sbx policy: the pod asks for the host's network (hostNetwork, no network namespace), which sbx never gives a sandbox: it would reach the host's network outside sbx's policy; set annotation %s (none, allow or open, within the operator's ceiling) for sbx's own network instead: %w",
+		AnnotationNetwork, errdefs.ErrPermissionDenied)
+}
+
+// hasNetworkNamespace reports whether the spec names a network namespace,
+// new or joined.
+func hasNetworkNamespace(s *specs.Spec) bool {
+	if s.Linux == nil {
+		return false
+	}
+	for _, n := range s.Linux.Namespaces {
+		if n.Type == specs.NetworkNamespace {
+			return true
+		}
+	}
+	return false
 }
 
 // netnsPath is the network namespace path the spec names, if any.
