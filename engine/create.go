@@ -49,8 +49,13 @@ type CreateRequest struct {
 	// Secrets are "NAME=@FILE" or "NAME=env:VAR": read by Create from
 	// this process's files and environment, they reach the sandbox's
 	// processes as environment and as files in /run/secrets, and are
-	// kept nowhere else (docs/security.md).
+	// kept nowhere else (docs/security.md). A program that takes
+	// secrets from others passes SecretValues instead: a reference
+	// reads this process's files and environment.
 	Secrets []string
+	// SecretValues are secrets given by value; Create reads nothing for
+	// them.
+	SecretValues []Secret
 
 	// Setup are shell commands run once per (image, commands): their
 	// result is cached as an image and later creates start from it.
@@ -318,7 +323,7 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 	if err != nil {
 		return policy.Request{}, err
 	}
-	secrets, err := policy.LoadSecrets(req.Secrets, os.ReadFile, os.LookupEnv)
+	secrets, err := loadSecrets(req.Secrets, req.SecretValues)
 	if err != nil {
 		return policy.Request{}, err
 	}

@@ -26,7 +26,7 @@ import (
 // it dies with the calling process. The caller removes the sandbox; on an
 // error before it exists, Run returns a nil Sandbox.
 func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) (*Sandbox, int, error) {
-	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || creq.Timeout > 0 ||
+	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || len(creq.SecretValues) > 0 || creq.Timeout > 0 ||
 		!e.setupCached(ctx, creq) {
 		sb, err := e.Create(ctx, creq)
 		if err != nil {

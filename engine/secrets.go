@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
+
+	"github.com/containerd/errdefs"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -19,6 +22,49 @@ import (
 // inside the sandbox, which writes them to a tmpfs in gVisor's memory
 // (agent.SecretsDir), and every later exec reads them from there into the
 // command's environment (agent with-secrets). sbx keeps only their names.
+
+// Secret is a secret given by value (CreateRequest.SecretValues): the form
+// for a program that embeds the engine and takes secrets from others, for
+// which Create reads no file and no variable of its own host.
+type Secret struct {
+	Name  string
+	Value []byte
+}
+
+// String shows the name, never the value.
+func (s Secret) String() string { return s.Name + "=(value)" }
+
+// ResolveSecretRefs reads "NAME=@FILE" and "NAME=env:VAR" references from
+// this process's files and environment, as sbx's --secret does. Files are
+// read only if regular and at most policy.MaxSecretSize, checked before
+// reading. Its errors never hold a value.
+func ResolveSecretRefs(refs []string) ([]Secret, error) {
+	loaded, err := policy.LoadSecrets(refs, policy.ReadSecretFile, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Secret, 0, len(loaded))
+	for _, s := range loaded {
+		if s.Err != nil {
+			return nil, fmt.Errorf("%w: --secret %s: %w", errdefs.ErrInvalidArgument, s.Name, s.Err)
+		}
+		out = append(out, Secret{Name: s.Name, Value: s.Value})
+	}
+	return out, nil
+}
+
+// loadSecrets is the policy's view of a create's secrets: the references
+// (read as ResolveSecretRefs does) and the values.
+func loadSecrets(refs []string, values []Secret) ([]policy.Secret, error) {
+	out, err := policy.LoadSecrets(refs, policy.ReadSecretFile, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range values {
+		out = append(out, policy.Secret{Name: v.Name, Value: v.Value})
+	}
+	return out, nil
+}
 
 // secretsMount is the tmpfs that holds a sandbox's secrets.
 func secretsMount() specs.Mount {

@@ -3,8 +3,12 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 )
@@ -30,12 +34,16 @@ type Secret struct {
 	Err   error
 }
 
-// Source is the secret's source as the user wrote it, without its value.
+// Source is the secret's source as the user wrote it, without its value:
+// "value" for a secret given by value.
 func (s Secret) Source() string {
-	if s.File != "" {
+	switch {
+	case s.File != "":
 		return "@" + s.File
+	case s.Env != "":
+		return "env:" + s.Env
 	}
-	return "env:" + s.Env
+	return "value"
 }
 
 // String shows the name and source, never the value.
@@ -80,7 +88,7 @@ func truncate(s string, n int) string {
 }
 
 // LoadSecrets parses specs and loads each value with readFile or
-// lookupEnv (os.ReadFile and os.LookupEnv for the caller's host). A value
+// lookupEnv (ReadSecretFile and os.LookupEnv for the caller's host). A value
 // that cannot be loaded is recorded in Secret.Err for Validate to report.
 func LoadSecrets(specs []string, readFile func(string) ([]byte, error), lookupEnv func(string) (string, bool)) ([]Secret, error) {
 	var out []Secret
@@ -110,12 +118,42 @@ func LoadSecrets(specs []string, readFile func(string) ([]byte, error), lookupEn
 	return out, nil
 }
 
+// ReadSecretFile reads a secret's file as LoadSecrets should: only a
+// regular file, opened without blocking (a FIFO or a device never holds
+// the caller), its size checked before anything is read and the read
+// itself bounded, so that a huge or growing file costs nothing.
+func ReadSecretFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: not a regular file (%s)", errdefs.ErrInvalidArgument, fi.Mode().Type())
+	}
+	if fi.Size() > MaxSecretSize {
+		return nil, fmt.Errorf("%w: larger than %s", errdefs.ErrInvalidArgument, FormatSize(MaxSecretSize))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxSecretSize {
+		return nil, fmt.Errorf("%w: larger than %s", errdefs.ErrInvalidArgument, FormatSize(MaxSecretSize))
+	}
+	return b, nil
+}
+
 // unwrapPath drops the *PathError wrapper, whose message would repeat the
 // file name.
 func unwrapPath(err error) error {
-	var u interface{ Unwrap() error }
-	if errors.As(err, &u) && u.Unwrap() != nil {
-		return u.Unwrap()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
 	return err
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,8 +106,36 @@ func (r *Runsc) command(ctx context.Context, sub string, args ...string) *exec.C
 	// A runsc helper must never be killed with us by a terminal's SIGINT
 	// to the process group: sbx decides what to do with signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = os.Environ()
+	cmd.Env = runscEnv(os.Environ())
 	return cmd
+}
+
+// runscEnvVars are the variables of sbx's environment that runsc reads
+// (the pinned gVisor's runsc/config, runsc/container and
+// runsc/gvisorbinaries); runsc, its gofer and the sandbox process get
+// these and nothing else, so that no secret in sbx's environment reaches a
+// process the sandbox could compromise.
+var runscEnvVars = []string{
+	"PATH",
+	"USER",
+	"XDG_RUNTIME_DIR",
+	"GVISOR_SIDECAR_BINARIES_DIR",
+	"GVISOR_ENFORCE_RELEASE",
+}
+
+// runscEnv keeps of environ only the variables in runscEnvVars.
+func runscEnv(environ []string) []string {
+	var env []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(runscEnvVars, name) {
+			env = append(env, kv)
+		}
+	}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return env
 }
 
 // Error is a failed runsc call: the subcommand, its exit status and what

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -295,5 +296,16 @@ func TestMissingBinary(t *testing.T) {
 	err := r.Start(context.Background(), "x")
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/runsc") {
 		t.Fatalf("want an error naming the missing binary, got %v", err)
+	}
+}
+
+func TestRunscEnvKeepsOnlyWhatRunscReads(t *testing.T) {
+	env := runscEnv([]string{"PATH=/bin", "AWS_SECRET_ACCESS_KEY=s3cret", "USER=root", "SBX_TOKEN=x", "XDG_RUNTIME_DIR=/run/user/0"})
+	want := []string{"PATH=/bin", "USER=root", "XDG_RUNTIME_DIR=/run/user/0"}
+	if !slices.Equal(env, want) {
+		t.Errorf("runscEnv = %q, want %q", env, want)
+	}
+	if env := runscEnv([]string{"TOKEN=x"}); len(env) != 1 || !strings.HasPrefix(env[0], "PATH=") {
+		t.Errorf("runscEnv without PATH = %q, want only a default PATH", env)
 	}
 }

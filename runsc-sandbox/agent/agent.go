@@ -16,6 +16,7 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,7 +24,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // MountPath is where the agent binary appears inside a sandbox.
@@ -105,6 +108,13 @@ func LookPath(name string) int {
 // initLoop is PID 1: it reaps every child that is reparented to it and
 // returns when asked to stop.
 func initLoop() int {
+	// The init's stdout and stderr are the sandbox log, a file on the
+	// host: not dumpable, the init's /proc/1/fd is closed to the
+	// sandbox's processes (they lack CAP_SYS_PTRACE), so that only the
+	// init writes the log, under its cap (see cappedLog).
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		fmt.Fprintln(os.Stderr, "sbx-init: prctl(PR_SET_DUMPABLE):", errno)
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	serve()
@@ -128,4 +138,103 @@ func reap() {
 		}
 		childExited(pid, ws)
 	}
+}
+
+// The sandbox log is the init's stdout: a file on the host that the
+// sandbox's own disk limit does not count, written by the init for every
+// line a background process prints. The init keeps it under logMax: when a
+// line would take it past, it empties the file and starts it again with
+// a note and the last logKeep bytes, so the newest lines always remain and
+// a process printing without end costs the host at most logMax.
+const (
+	logMax  = 8 << 20
+	logKeep = 1 << 20
+)
+
+// sandboxLog is where logLine writes.
+var sandboxLog = &cappedLog{f: os.Stdout, max: logMax, keep: logKeep}
+
+// cappedLog is a log file that never grows past max bytes (see logMax).
+// Writes to it are whole lines; one longer than keep is cut to keep.
+type cappedLog struct {
+	f         *os.File
+	max, keep int64
+
+	mu      sync.Mutex
+	size    int64 // of f, -1: not a regular file, never cut
+	statted bool
+	tail    []byte // the last keep bytes written, from a line start
+}
+
+func (l *cappedLog) Write(p []byte) (int, error) {
+	n := len(p)
+	if int64(len(p)) > l.keep {
+		p = append(p[:l.keep-1:l.keep-1], '\n')
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.statted {
+		l.statted, l.size = true, l.fileSize()
+	}
+	if l.size >= 0 && l.size+int64(len(p)) > l.max {
+		// The file may have been replaced since (restore, fork): cut
+		// only what is really there.
+		if l.size = l.fileSize(); l.size+int64(len(p)) > l.max {
+			if err := l.cut(); err != nil {
+				return n, nil // full and cannot be cut: the line is lost
+			}
+		}
+	}
+	if _, err := l.f.Write(p); err != nil {
+		return n, err
+	}
+	if l.size >= 0 {
+		l.size += int64(len(p))
+	}
+	l.tail = append(l.tail, p...)
+	if int64(len(l.tail)) > 2*l.keep {
+		l.tail = trimToLine(l.tail, l.keep)
+	}
+	return n, nil
+}
+
+// cut empties the file and writes a note and the tail back.
+func (l *cappedLog) cut() error {
+	if err := l.f.Truncate(0); err != nil {
+		return err
+	}
+	l.tail = trimToLine(l.tail, l.keep)
+	note := fmt.Sprintf("%s init log over %d bytes: older lines dropped\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), l.max)
+	l.size = 0
+	for _, b := range [][]byte{[]byte(note), l.tail} {
+		k, err := l.f.Write(b)
+		l.size += int64(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fileSize is the size of l's file, or -1 unless it is a regular file.
+func (l *cappedLog) fileSize() int64 {
+	fi, err := l.f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return -1
+	}
+	return fi.Size()
+}
+
+// trimToLine keeps at most the last keep bytes of b, from a line start.
+func trimToLine(b []byte, keep int64) []byte {
+	if int64(len(b)) <= keep {
+		return b
+	}
+	b = b[int64(len(b))-keep:]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	} else {
+		b = b[:0]
+	}
+	return append([]byte(nil), b...)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -284,7 +285,7 @@ func (x *extractor) entry(hdr *tar.Header, data io.Reader) error {
 			return &fs.PathError{Op: "create", Path: full, Err: err}
 		}
 		f := os.NewFile(uintptr(fd), full)
-		_, err = io.Copy(f, data)
+		err = writeSparse(f, data)
 		if err == nil {
 			err = unix.Fchmod(int(f.Fd()), x.mode(hdr))
 		}
@@ -396,4 +397,34 @@ func tarInMain(args []string) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// sparseBlock is the unit writeSparse leaves as a hole when it is all
+// zeros.
+const sparseBlock = 64 << 10
+
+var zeroBlock [sparseBlock]byte
+
+// writeSparse copies r to the empty file f, leaving every all-zero block
+// of sparseBlock bytes as a hole: a sparse file (a terabyte of zeros that
+// cost its sandbox nothing) costs the receiving disk only its data.
+func writeSparse(f *os.File, r io.Reader) error {
+	buf := make([]byte, sparseBlock)
+	var off int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 && !bytes.Equal(buf[:n], zeroBlock[:n]) {
+			if _, err := f.WriteAt(buf[:n], off); err != nil {
+				return err
+			}
+		}
+		off += int64(n)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return f.Truncate(off)
 }

@@ -55,7 +55,7 @@ var logMu sync.Mutex
 func logLine(source, text string) {
 	logMu.Lock()
 	defer logMu.Unlock()
-	fmt.Fprintf(os.Stdout, "%s %s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), source, text)
+	fmt.Fprintf(sandboxLog, "%s %s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), source, text)
 }
 
 // children are the spawned processes the init has not reaped yet.
