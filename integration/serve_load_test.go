@@ -45,7 +45,7 @@ func TestServeLoad(t *testing.T) {
 		"LOAD_CLIENTS":   strconv.Itoa(clients),
 		"LOAD_COMMANDS":  strconv.Itoa(commands),
 		"LOAD_PAYLOAD":   strconv.Itoa(payload),
-	}, 7*time.Minute)
+	}, 9*time.Minute)
 	t.Logf("load script: %s", time.Since(start).Round(time.Second))
 
 	t.Run("no sandbox is left in the state root", func(t *testing.T) {

@@ -138,7 +138,7 @@ await check(
     assert.deepEqual(failures.slice(0, 10), [], `${failures.length} of ${want} commands failed (first 10 shown)`)
     assert.equal(commands, want, 'commands that ran')
   },
-  { timeoutMs: 200_000 },
+  { timeoutMs: 330_000 },
 )
 
 await check('kill every sandbox; the tenant lists none of them', async () => {
