@@ -91,9 +91,10 @@ type Server struct {
 	createMu sync.Mutex
 	reserved map[string]tenant.Usage
 
-	// resumeMu guards resuming: one resume per sandbox at a time.
+	// resumeMu guards resuming: one resume per sandbox at a time, an
+	// entry only while a resume runs or waits.
 	resumeMu sync.Mutex
-	resuming map[string]*sync.Mutex
+	resuming map[string]*resumeLock
 
 	// dialMu guards dialers: one agent session per sandbox for port
 	// previews.
@@ -141,7 +142,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, eng: cfg.Engine, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
 		reserved: map[string]tenant.Usage{},
-		resuming: map[string]*sync.Mutex{},
+		resuming: map[string]*resumeLock{},
 		dialers:  map[string]*engine.PortDialer{},
 		stop:     cancel, stopCtx: ctx,
 	}
@@ -313,15 +314,8 @@ func validID(id string) bool {
 // resume resumes a paused sandbox once, however many requests ask at the
 // same time, and forgets what the server held of its old run.
 func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName string) (*engine.Sandbox, error) {
-	s.resumeMu.Lock()
-	mu, ok := s.resuming[sb.ID]
-	if !ok {
-		mu = &sync.Mutex{}
-		s.resuming[sb.ID] = mu
-	}
-	s.resumeMu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
+	unlock := s.lockResume(sb.ID)
+	defer unlock()
 	cur, err := s.sandbox(ctx, sb.ID)
 	if err != nil {
 		return nil, err
@@ -337,6 +331,35 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 	s.metrics.resumed(tenantName, time.Since(start))
 	s.log.Info("resumed", "sandbox", sb.ID, "tenant", tenantName, "duration", time.Since(start))
 	return cur, nil
+}
+
+// resumeLock serializes the resumes of one sandbox; n counts its holders
+// and waiters, so that the entry goes once nobody needs it.
+type resumeLock struct {
+	mu sync.Mutex
+	n  int
+}
+
+// lockResume takes sandbox id's resume lock; the function returned
+// releases it.
+func (s *Server) lockResume(id string) (unlock func()) {
+	s.resumeMu.Lock()
+	l, ok := s.resuming[id]
+	if !ok {
+		l = &resumeLock{}
+		s.resuming[id] = l
+	}
+	l.n++
+	s.resumeMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.resumeMu.Lock()
+		if l.n--; l.n == 0 {
+			delete(s.resuming, id)
+		}
+		s.resumeMu.Unlock()
+	}
 }
 
 // forget drops what the server holds for a sandbox that is removed or
