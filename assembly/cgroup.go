@@ -10,8 +10,6 @@ import (
 	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"sbx.dev/sbx/policy/hostcgroup"
 )
 
 // Cgroup2Mount is where a unified (v2) host mounts its cgroup hierarchy.
@@ -61,7 +59,7 @@ func createCgroup2(mount, path string, res *specs.LinuxResources) error {
 // killing what is still in it first; a missing cgroup is not an error. It
 // is the teardown of CreateCgroup, and safe to repeat.
 func RemoveCgroup(path string) error {
-	return hostcgroup.Remove(path)
+	return removeCgroup(path)
 }
 
 // UpdateCgroup replaces the limits of the sandbox's cgroup at path.

@@ -9,8 +9,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/policy/hostnet"
 )
 
 // ResolverCommand is the sbx subcommand that runs a sandbox's DNS

@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/policy/hostnet"
+	"sbx.dev/sbx/assembly/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/policy/hostnet"
 )
 
 // UpdateRequest changes the policy of a running sandbox. Nil fields keep

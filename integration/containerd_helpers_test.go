@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/policy/hostnet"
+	"sbx.dev/sbx/assembly/hostnet"
 )
 
 // ctrd is a private containerd for one test: its own root, state, socket

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/policy/hostnet"
+	"sbx.dev/sbx/assembly/hostnet"
 )
 
 // requiresRoot fails the test when the suite runs under `make test`

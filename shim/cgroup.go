@@ -5,7 +5,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy/hostcgroup"
+	"sbx.dev/sbx/assembly"
 )
 
 // removeContainerCgroup removes the cgroup a container's spec names, if it
@@ -18,5 +18,5 @@ func removeContainerCgroup(s *specs.Spec) error {
 	if s == nil || s.Linux == nil || s.Linux.CgroupsPath == "" || strings.Contains(s.Linux.CgroupsPath, ":") {
 		return nil
 	}
-	return hostcgroup.Remove(s.Linux.CgroupsPath)
+	return assembly.RemoveCgroup(s.Linux.CgroupsPath)
 }

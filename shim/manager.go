@@ -23,7 +23,7 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 
-	"sbx.dev/sbx/policy/hostnet"
+	"sbx.dev/sbx/assembly/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/assembly"
+	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/policy/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/policy/hostnet"
 )
 
 // resolverCommand runs one sandbox's DNS resolver; the engine starts it,

@@ -3,7 +3,8 @@
 // pool, the nftables table that policy.RenderFirewall renders, and the DNS
 // resolver that admits the addresses of allowed domains.
 //
-// Unlike package policy, it changes the host. It never runs a sandbox:
+// It is part of the assembly: unlike package policy, it changes the host.
+// It never runs a sandbox:
 // runsc is handed the namespace this package prepares.
 package hostnet
 

@@ -1,7 +1,4 @@
-// Package hostcgroup removes a sandbox's cgroup from the host, on cgroup v1
-// and v2, with containerd's cgroups library. Like policy/hostnet, and
-// unlike package policy, it changes the host; it never runs a sandbox.
-package hostcgroup
+package assembly
 
 import (
 	"errors"
@@ -15,12 +12,12 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
-// Remove deletes the cgroup at path (a cgroupfs path such as /sbx/ID) in
+// removeCgroup deletes the cgroup at path (a cgroupfs path such as /sbx/ID) in
 // every hierarchy it exists in; a missing cgroup is not an error.
 // Everything still in it belongs to the sandbox and is killed first; a
 // process that is still exiting keeps the cgroup busy for a moment, so the
 // delete is retried for up to a second.
-func Remove(path string) error {
+func removeCgroup(path string) error {
 	var err error
 	for i := 0; i < 50; i++ {
 		if err = removeOnce(path); err == nil {
