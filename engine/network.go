@@ -2,14 +2,10 @@ package engine
 
 import (
 	"context"
-	"net"
-	"os"
-	"path/filepath"
-	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 )
 
@@ -17,14 +13,10 @@ import (
 // resolver; its one argument is the resolver's configuration file.
 const ResolverCommand = "__dns-resolver"
 
-func (e *Engine) resolverConfigPath(id string) string {
-	return filepath.Join(e.sandboxDir(id), "resolver.json")
-}
-
-// setupNetwork prepares the host side of a sandbox with a network: the
-// namespace and link, the firewall, and the DNS resolver the sandbox's
-// /etc/resolv.conf names. It returns the namespace path and the mounts the
-// spec needs; for network none, nothing.
+// setupNetwork prepares the host side of a sandbox with a network through
+// the assembly: the namespace and link, the firewall, and the DNS resolver
+// the sandbox's /etc/resolv.conf names. It returns the namespace path and
+// the mounts the spec needs; for network none, nothing.
 func (e *Engine) setupNetwork(ctx context.Context, sb *Sandbox, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
 	if sb.Network == policy.NetNone {
 		return "", nil, nil
@@ -33,66 +25,53 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *Sandbox, allow []policy.A
 }
 
 // linkNetwork makes sb's namespace, link, firewall (its mode, none
-// included: an updated sandbox keeps its link) and resolver.
+// included: an updated sandbox keeps its link) and resolver. The resolver
+// is a detached sbx process: the engine has no daemon to serve it.
 func (e *Engine) linkNetwork(ctx context.Context, sb *Sandbox, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
 	undo.add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
-	n, err := hostnet.Setup(ctx, sb.ID, policy.FirewallConfig{Mode: sb.Network, Allow: allow})
+	n, err := assembly.SetupNetwork(ctx, assembly.NetworkSpec{
+		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Resume: sb.Paused,
+	}, assembly.ResolverProcess{Exe: e.opts.SbxPath, Args: []string{ResolverCommand}})
 	if err != nil {
 		return "", nil, err
 	}
-	sb.IP, sb.Linked = n.SandboxIP.String(), true
-	resolvConf := filepath.Join(e.sandboxDir(sb.ID), "resolv.conf")
-	if err := os.WriteFile(resolvConf, []byte("nameserver "+n.HostIP.String()+"\n"), 0o644); err != nil {
-		return "", nil, err
-	}
-	upstreams := hostnet.HostUpstreams()
-	if len(sb.DNS) > 0 {
-		upstreams = nil
-		for _, d := range sb.DNS {
-			upstreams = append(upstreams, net.JoinHostPort(d, "53"))
-		}
-	}
-	cfg := e.resolverConfigPath(sb.ID)
-	if err := hostnet.WriteResolverConfig(cfg, hostnet.ResolverConfig{
-		Listen: net.JoinHostPort(n.HostIP.String(), "53"), Upstreams: upstreams,
-		Mode: sb.Network, Allow: allow, Table: n.Table,
-	}); err != nil {
-		return "", nil, err
-	}
-	pid, err := hostnet.StartResolver(e.opts.SbxPath, []string{ResolverCommand, cfg}, filepath.Join(e.sandboxDir(sb.ID), "resolver.log"))
-	if err != nil {
-		return "", nil, err
-	}
-	sb.ResolverPid = pid
-	if sb.ResolverStart, err = procStartTime(pid); err != nil {
-		return "", nil, err
-	}
+	sb.IP, sb.Linked = n.SandboxIP, true
+	sb.ResolverPid, sb.ResolverStart = n.Resolver.Pid, n.Resolver.Start
 	// Save now, so that a crash from here on still knows the resolver.
 	if err := e.save(sb); err != nil {
 		return "", nil, err
 	}
-	mounts := []specs.Mount{{
-		Destination: "/etc/resolv.conf", Type: "bind", Source: resolvConf,
-		Options: []string{"rbind", "ro"},
-	}}
-	return n.NetnsPath(), mounts, nil
+	return n.NetnsPath, n.Mounts, nil
 }
 
-// teardownNetwork stops the resolver and removes the host set-up. It is
-// idempotent.
+// updateNetwork replaces a linked sandbox's firewall and what its resolver
+// admits.
+func (e *Engine) updateNetwork(ctx context.Context, sb *Sandbox, mode string, allow []policy.AllowRule) error {
+	return assembly.UpdateNetwork(ctx, assembly.NetworkSpec{
+		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: mode, Allow: allow, DNS: sb.DNS,
+	})
+}
+
+// teardownNetwork stops the resolver and removes the host set-up; a paused
+// sandbox keeps its address for its resume. It is idempotent.
 func (e *Engine) teardownNetwork(ctx context.Context, sb *Sandbox) error {
 	if !sb.Linked {
 		return nil
 	}
-	if sb.ResolverPid != 0 && sameProcess(sb.ResolverPid, sb.ResolverStart) {
-		syscall.Kill(sb.ResolverPid, syscall.SIGKILL) //nolint:errcheck // may be gone
-	}
+	err := assembly.TeardownNetwork(ctx, sb.ID, &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart}, sb.Paused)
 	sb.ResolverPid, sb.ResolverStart = 0, 0
-	if sb.Paused {
-		// Its resume needs the same address.
-		return hostnet.Suspend(ctx, sb.ID)
+	return err
+}
+
+// releaseNetwork removes all of a sandbox's host network, the address
+// lease a paused sandbox kept for its resume included. It is idempotent.
+func (e *Engine) releaseNetwork(ctx context.Context, sb *Sandbox) error {
+	if !sb.Linked {
+		return nil
 	}
-	return hostnet.Teardown(ctx, sb.ID)
+	err := assembly.TeardownNetwork(ctx, sb.ID, &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart}, false)
+	sb.ResolverPid, sb.ResolverStart = 0, 0
+	return err
 }
 
 // resumeNetwork rebuilds the host side of a paused sandbox's network on

@@ -13,7 +13,6 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly/hostnet"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -53,11 +52,8 @@ func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}
-	if sb.Linked {
-		// A paused sandbox kept its address lease for its resume.
-		if err := hostnet.Teardown(ctx, sb.ID); err != nil {
-			return err
-		}
+	if err := e.releaseNetwork(ctx, sb); err != nil {
+		return err
 	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err
@@ -90,11 +86,8 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}
-	if sb.Linked {
-		// A paused sandbox kept its address lease for its resume.
-		if err := hostnet.Teardown(ctx, sb.ID); err != nil {
-			return err
-		}
+	if err := e.releaseNetwork(ctx, sb); err != nil {
+		return err
 	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err

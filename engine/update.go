@@ -6,7 +6,6 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/policy"
 )
 
@@ -74,23 +73,7 @@ func (e *Engine) Update(ctx context.Context, ref string, req UpdateRequest) (*Sa
 		return nil, fmt.Errorf("sandbox %s was created with --net none and has no network link: create it with --net open or allow: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 	}
 	if sb.Linked {
-		cfgPath := e.resolverConfigPath(sb.ID)
-		cfg, err := hostnet.ReadResolverConfig(cfgPath)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Mode, cfg.Allow = pr.Network, allow
-		n, err := hostnet.Lookup(sb.ID)
-		if err != nil {
-			return nil, err
-		}
-		if err := hostnet.ApplyFirewall(ctx, policy.FirewallConfig{
-			Table: n.Table, HostIf: n.HostIf, HostIP: n.HostIP, SandboxIP: n.SandboxIP,
-			Mode: pr.Network, Allow: allow,
-		}); err != nil {
-			return nil, err
-		}
-		if err := hostnet.WriteResolverConfig(cfgPath, *cfg); err != nil {
+		if err := e.updateNetwork(ctx, sb, pr.Network, allow); err != nil {
 			return nil, err
 		}
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -182,7 +182,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (cshim.StopStatus, error)
 		}
 		if rec.Root {
 			if rec.Linked {
-				if err := hostnet.Teardown(ctx, rec.SandboxID); err != nil {
+				if err := assembly.TeardownNetwork(ctx, rec.SandboxID, nil, false); err != nil {
 					log.G(ctx).WithError(err).Warn("tear down pod network")
 				}
 			}

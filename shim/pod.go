@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/assembly/hostnet"
 	"sbx.dev/sbx/policy"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
@@ -30,10 +29,12 @@ type pod struct {
 	r      *runsc.Runsc
 	// stateDir holds the pod's resolver files; removed with the pod.
 	stateDir string
-	// linked is true when the shim set up a netns, veth and firewall.
-	linked       bool
-	stopResolver context.CancelFunc
-	resolvConf   string
+	// linked is true when the shim set up a netns, veth and firewall;
+	// resolver is the pod's DNS resolver, served by the shim, and
+	// netMounts give its containers the resolv.conf naming it.
+	linked    bool
+	resolver  *assembly.ResolverHandle
+	netMounts []specs.Mount
 	// cgroupsPath is the sandbox's cgroup as the spec names it.
 	cgroupsPath string
 	// oomCgroup is the cgroup the sandbox runs in (the pod's), and
@@ -119,55 +120,21 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	case policy.NetNone:
 		setNetns(spec, "")
 	default:
-		if err := p.setupNetwork(ctx); err != nil {
-			return nil, err
-		}
-		n, err := hostnet.Lookup(id)
+		// The same host side as the CLI's sandboxes, with the resolver
+		// served by the shim, which lives as long as the pod.
+		p.linked = true
+		n, err := assembly.SetupNetwork(ctx, assembly.NetworkSpec{
+			ID: id, Dir: p.stateDir, Mode: pp.Network, Allow: pp.Allow, DNS: pp.DNS,
+		}, assembly.ResolverInProcess{OnError: func(err error) {
+			log.G(ctx).WithError(err).WithField("id", id).Error("DNS resolver stopped")
+		}})
 		if err != nil {
 			return nil, err
 		}
-		setNetns(spec, n.NetnsPath())
+		p.resolver, p.netMounts = n.Resolver, n.Mounts
+		setNetns(spec, n.NetnsPath)
 	}
 	return p, nil
-}
-
-// setupNetwork prepares an open or allow pod's host side: netns, veth,
-// firewall and the DNS resolver, which the shim serves itself for the
-// pod's life.
-func (p *pod) setupNetwork(ctx context.Context) error {
-	p.linked = true
-	n, err := hostnet.Setup(ctx, p.id, policy.FirewallConfig{Mode: p.policy.Network, Allow: p.policy.Allow})
-	if err != nil {
-		return err
-	}
-	p.resolvConf = filepath.Join(p.stateDir, "resolv.conf")
-	if err := os.WriteFile(p.resolvConf, []byte("nameserver "+n.HostIP.String()+"\n"), 0o644); err != nil {
-		return err
-	}
-	upstreams := hostnet.HostUpstreams()
-	if len(p.policy.DNS) > 0 {
-		upstreams = nil
-		for _, d := range p.policy.DNS {
-			upstreams = append(upstreams, net.JoinHostPort(d, "53"))
-		}
-	}
-	cfgPath := filepath.Join(p.stateDir, "resolver.json")
-	if err := hostnet.WriteResolverConfig(cfgPath, hostnet.ResolverConfig{
-		Listen: net.JoinHostPort(n.HostIP.String(), "53"), Upstreams: upstreams,
-		Mode: p.policy.Network, Allow: p.policy.Allow, Table: n.Table,
-	}); err != nil {
-		return err
-	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.stopResolver = cancel
-	ready := make(chan error, 1)
-	go func() {
-		err := hostnet.ServeResolver(rctx, cfgPath, func(err error) { ready <- err })
-		if err != nil {
-			log.G(rctx).WithError(err).Error("DNS resolver stopped")
-		}
-	}()
-	return <-ready
 }
 
 // adjustSpec makes a container's spec fit the pod and the host: the
@@ -190,30 +157,29 @@ func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
 	}
 	clampOOMScoreAdj(spec)
 	setPodCgroup(spec)
-	if p.resolvConf == "" {
-		return nil
+	if len(p.netMounts) > 0 {
+		spec.Mounts = replaceMounts(spec.Mounts, p.netMounts)
 	}
-	var mounts []specs.Mount
-	for _, m := range spec.Mounts {
-		if m.Destination != "/etc/resolv.conf" {
-			mounts = append(mounts, m)
+	return nil
+}
+
+// replaceMounts is mounts with add in place of any mount on the same
+// destination.
+func replaceMounts(mounts, add []specs.Mount) []specs.Mount {
+	var out []specs.Mount
+	for _, m := range mounts {
+		if !slices.ContainsFunc(add, func(a specs.Mount) bool { return a.Destination == m.Destination }) {
+			out = append(out, m)
 		}
 	}
-	spec.Mounts = append(mounts, specs.Mount{
-		Destination: "/etc/resolv.conf", Type: "bind", Source: p.resolvConf,
-		Options: []string{"rbind", "ro"},
-	})
-	return nil
+	return append(out, add...)
 }
 
 // teardown removes the pod's host set-up. It is idempotent.
 func (p *pod) teardown(ctx context.Context) error {
 	var errs []error
-	if p.stopResolver != nil {
-		p.stopResolver()
-	}
 	if p.linked {
-		if err := hostnet.Teardown(ctx, p.id); err != nil {
+		if err := assembly.TeardownNetwork(ctx, p.id, p.resolver, false); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -353,9 +353,11 @@ func StartResolver(exe string, args []string, logPath string) (int, error) {
 		}
 		return 0, fmt.Errorf("DNS resolver: %s", got)
 	}
-	pid := cmd.Process.Pid
-	cmd.Process.Release() //nolint:errcheck // detached on purpose
-	return pid, nil
+	// Detached, it outlives this process; while this process lives, it
+	// reaps it, so that a program embedding the engine collects no
+	// zombies.
+	go cmd.Wait() //nolint:errcheck // nothing to report
+	return cmd.Process.Pid, nil
 }
 
 // ReadyPipe is the ready callback of a resolver started by StartResolver:

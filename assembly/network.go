@@ -1,0 +1,245 @@
+package assembly
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/assembly/hostnet"
+	"sbx.dev/sbx/policy"
+)
+
+// NetworkSpec is a linked sandbox's network as policy decided it: what
+// SetupNetwork builds on the host for engine and shim alike.
+type NetworkSpec struct {
+	// ID names the namespace, the host link, the nftables table and the
+	// address lease; the teardown needs nothing else.
+	ID string
+	// Dir is the sandbox's own state directory: resolv.conf, the
+	// resolver's configuration and log go there.
+	Dir string
+	// Mode is open, allow or none (none: a linked sandbox updated to
+	// none keeps its link, firewalled shut).
+	Mode  string
+	Allow []policy.AllowRule
+	// DNS are the upstream servers the resolver forwards to; none means
+	// the host's own.
+	DNS []string
+	// Resume: the sandbox was paused and resumes on the address it had;
+	// a failed set-up keeps its address lease.
+	Resume bool
+}
+
+// Resolver says where a sandbox's DNS resolver runs. The resolver admits
+// the addresses of allowed names into the sandbox's firewall; it must live
+// as long as the sandbox does.
+type Resolver interface {
+	start(cfg, log string) (*ResolverHandle, error)
+}
+
+// ResolverProcess runs the resolver as a process of its own, detached, for
+// front ends that do not outlive their sandboxes (the CLI has no daemon):
+// Exe with Args and the configuration file's path as its last argument is
+// a program that calls hostnet.ServeResolver.
+type ResolverProcess struct {
+	Exe  string
+	Args []string
+}
+
+func (r ResolverProcess) start(cfg, log string) (*ResolverHandle, error) {
+	pid, err := hostnet.StartResolver(r.Exe, append(append([]string{}, r.Args...), cfg), log)
+	if err != nil {
+		return nil, err
+	}
+	start, err := ProcessStart(pid)
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // it exited already
+		return nil, fmt.Errorf("DNS resolver exited right after its start: %w", err)
+	}
+	return &ResolverHandle{Pid: pid, Start: start}, nil
+}
+
+// ResolverInProcess serves the resolver in the calling process until its
+// handle is stopped, for a front end that lives as long as its sandbox
+// (the shim, one per pod).
+type ResolverInProcess struct {
+	// OnError is told why the resolver stopped, if it did on its own.
+	OnError func(error)
+}
+
+func (r ResolverInProcess) start(cfg, _ string) (*ResolverHandle, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan error, 1)
+	go func() {
+		err := hostnet.ServeResolver(ctx, cfg, func(err error) { ready <- err })
+		if err != nil && r.OnError != nil && ctx.Err() == nil {
+			r.OnError(err)
+		}
+	}()
+	if err := <-ready; err != nil {
+		cancel()
+		return nil, err
+	}
+	return &ResolverHandle{cancel: cancel}, nil
+}
+
+// ResolverHandle identifies a running resolver: a process (Pid and its
+// start time, which a later process can stop it by) or a goroutine of
+// this process.
+type ResolverHandle struct {
+	Pid    int
+	Start  uint64
+	cancel context.CancelFunc
+}
+
+// Stop ends the resolver; it is idempotent, and a process that is no
+// longer the one started (its PID reused) is left alone.
+func (h *ResolverHandle) Stop() {
+	if h == nil {
+		return
+	}
+	if h.cancel != nil {
+		h.cancel()
+	}
+	if h.Pid != 0 && SameProcess(h.Pid, h.Start) {
+		syscall.Kill(h.Pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+	}
+	h.Pid, h.Start, h.cancel = 0, 0, nil
+}
+
+// Network is the host side of a linked sandbox that SetupNetwork made.
+type Network struct {
+	// NetnsPath is the namespace runsc is to run the sandbox in.
+	NetnsPath string
+	SandboxIP string
+	// Mounts give the sandbox its resolv.conf, naming the resolver.
+	Mounts   []specs.Mount
+	Resolver *ResolverHandle
+}
+
+// SetupNetwork makes a sandbox's host side: the namespace and its link,
+// the firewall (in place before the link is up), resolv.conf and the DNS
+// resolver. On error nothing is left but the address lease of a resumed
+// sandbox.
+func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, err error) {
+	var handle *ResolverHandle
+	defer func() {
+		if err != nil {
+			TeardownNetwork(context.WithoutCancel(ctx), s.ID, handle, s.Resume) //nolint:errcheck // the first error matters
+		}
+	}()
+	n, err := hostnet.Setup(ctx, s.ID, policy.FirewallConfig{Mode: s.Mode, Allow: s.Allow})
+	if err != nil {
+		return nil, err
+	}
+	resolvConf := filepath.Join(s.Dir, "resolv.conf")
+	if err := os.WriteFile(resolvConf, []byte("nameserver "+n.HostIP.String()+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	upstreams := hostnet.HostUpstreams()
+	if len(s.DNS) > 0 {
+		upstreams = nil
+		for _, d := range s.DNS {
+			upstreams = append(upstreams, net.JoinHostPort(d, "53"))
+		}
+	}
+	cfg := ResolverConfigPath(s.Dir)
+	if err := hostnet.WriteResolverConfig(cfg, hostnet.ResolverConfig{
+		Listen: net.JoinHostPort(n.HostIP.String(), "53"), Upstreams: upstreams,
+		Mode: s.Mode, Allow: s.Allow, Table: n.Table,
+	}); err != nil {
+		return nil, err
+	}
+	if handle, err = r.start(cfg, filepath.Join(s.Dir, "resolver.log")); err != nil {
+		return nil, err
+	}
+	return &Network{
+		NetnsPath: n.NetnsPath(),
+		SandboxIP: n.SandboxIP.String(),
+		Mounts: []specs.Mount{{
+			Destination: "/etc/resolv.conf", Type: "bind", Source: resolvConf,
+			Options: []string{"rbind", "ro"},
+		}},
+		Resolver: handle,
+	}, nil
+}
+
+// ResolverConfigPath is where the resolver's configuration of the sandbox
+// whose state directory is dir lives.
+func ResolverConfigPath(dir string) string { return filepath.Join(dir, "resolver.json") }
+
+// UpdateNetwork replaces a linked sandbox's policy: its firewall and what
+// its resolver admits.
+func UpdateNetwork(ctx context.Context, s NetworkSpec) error {
+	cfgPath := ResolverConfigPath(s.Dir)
+	cfg, err := hostnet.ReadResolverConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	n, err := hostnet.Lookup(s.ID)
+	if err != nil {
+		return err
+	}
+	cfg.Mode, cfg.Allow = s.Mode, s.Allow
+	if err := hostnet.ApplyFirewall(ctx, policy.FirewallConfig{
+		Table: n.Table, HostIf: n.HostIf, HostIP: n.HostIP, SandboxIP: n.SandboxIP,
+		Mode: s.Mode, Allow: s.Allow,
+	}); err != nil {
+		return err
+	}
+	return hostnet.WriteResolverConfig(cfgPath, *cfg)
+}
+
+// TeardownNetwork stops the resolver and removes what SetupNetwork made
+// for id. With keepLease the address lease stays, so that the sandbox
+// (paused) resumes on its address; otherwise it is released. It is
+// idempotent and safe on a half-made set-up.
+func TeardownNetwork(ctx context.Context, id string, resolver *ResolverHandle, keepLease bool) error {
+	resolver.Stop()
+	if keepLease {
+		return hostnet.Suspend(ctx, id)
+	}
+	return hostnet.Teardown(ctx, id)
+}
+
+// ProcessStart is a process's start time in clock ticks since boot: with
+// its PID it names the process, so that a reused PID is never taken for
+// it.
+func ProcessStart(pid int) (uint64, error) {
+	start, _, err := procStat(pid)
+	return start, err
+}
+
+// SameProcess reports whether pid is still the live process that started
+// at start.
+func SameProcess(pid int, start uint64) bool {
+	got, state, err := procStat(pid)
+	return err == nil && got == start && state != "Z" && state != "X"
+}
+
+// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
+func procStat(pid int) (start uint64, state string, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", errors.New("bad /proc/" + strconv.Itoa(pid) + "/stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", errors.New("bad /proc/" + strconv.Itoa(pid) + "/stat")
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0], err
+}
