@@ -177,7 +177,8 @@ func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, e
 func ResolverConfigPath(dir string) string { return filepath.Join(dir, "resolver.json") }
 
 // UpdateNetwork replaces a linked sandbox's policy: its firewall and what
-// its resolver admits.
+// its resolver admits, in an order that never lets a name the new policy
+// revokes be admitted again by a query in flight (hostnet.UpdatePolicy).
 func UpdateNetwork(ctx context.Context, s NetworkSpec) error {
 	cfgPath := ResolverConfigPath(s.Dir)
 	cfg, err := hostnet.ReadResolverConfig(cfgPath)
@@ -189,13 +190,12 @@ func UpdateNetwork(ctx context.Context, s NetworkSpec) error {
 		return err
 	}
 	cfg.Mode, cfg.Allow = s.Mode, s.Allow
-	if err := hostnet.ApplyFirewall(ctx, policy.FirewallConfig{
-		Table: n.Table, HostIf: n.HostIf, HostIP: n.HostIP, SandboxIP: n.SandboxIP,
-		Mode: s.Mode, Allow: s.Allow,
-	}); err != nil {
-		return err
-	}
-	return hostnet.WriteResolverConfig(cfgPath, *cfg)
+	return hostnet.UpdatePolicy(cfgPath, *cfg, func() error {
+		return hostnet.ApplyFirewall(ctx, policy.FirewallConfig{
+			Table: n.Table, HostIf: n.HostIf, HostIP: n.HostIP, SandboxIP: n.SandboxIP,
+			Mode: s.Mode, Allow: s.Allow,
+		})
+	})
 }
 
 // TeardownNetwork stops the resolver and removes what SetupNetwork made

@@ -26,6 +26,13 @@ func (e *Engine) createCgroup(ctx context.Context, sb *Sandbox, res *specs.Linux
 			log.G(ctx).WithError(err).Warn("remove cgroup")
 		}
 	})
+	// The sandbox's DNS resolver serves its queries on the host: what a
+	// flood of them costs counts against the sandbox's own limits.
+	if sb.ResolverPid != 0 && assembly.SameProcess(sb.ResolverPid, sb.ResolverStart) {
+		if err := assembly.JoinCgroup(cgroupPath(sb.ID), sb.ResolverPid); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -11,6 +11,8 @@ package hostnet
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -88,12 +90,14 @@ func leaseOf(id string) (int, bool) {
 	return 0, false
 }
 
-// names fills the ID-derived names.
+// names fills the ID-derived names. Interface and table names are short
+// (an interface name has 15 bytes at most), so they come from a hash of
+// the whole ID, never from its first characters: the shim's IDs are
+// chosen by its callers, and two that share a prefix must not share a
+// link or a table (nor tear down each other's).
 func names(id string) *Network {
-	short := id
-	if len(short) > 12 {
-		short = short[:12]
-	}
+	sum := sha256.Sum256([]byte(id))
+	short := hex.EncodeToString(sum[:])[:12]
 	return &Network{
 		ID:        id,
 		NetnsName: "sbx-" + id,
@@ -121,8 +125,8 @@ func Setup(ctx context.Context, id string, fw policy.FirewallConfig) (n *Network
 	if err := ApplyFirewall(ctx, fw); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
+	if err := enableForwarding(ctx); err != nil {
+		return nil, err
 	}
 	ns, err := newNamedNetns(n.NetnsName)
 	if err != nil {
@@ -261,6 +265,50 @@ func Suspend(ctx context.Context, id string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ForwardGuard is the nftables table that keeps the host from routing
+// anything but sandboxes' traffic once sbx has turned IPv4 forwarding on.
+const ForwardGuard = "sbx_forward"
+
+// enableForwarding turns on IPv4 forwarding, which sandboxes' links need.
+// The switch is host-wide: it would make the host a router between all its
+// interfaces. If forwarding was off (the host did not mean to route),
+// the guard table goes in first, accepting forwarded packets only from or
+// to sbx's links; a host that routes already (a Kubernetes node, a
+// container host) keeps routing as it did.
+func enableForwarding(ctx context.Context) error {
+	const sysctl = "/proc/sys/net/ipv4/ip_forward"
+	b, err := os.ReadFile(sysctl)
+	if err != nil {
+		return fmt.Errorf("read IPv4 forwarding: %w", err)
+	}
+	if strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	if err := nft(ctx, renderForwardGuard()); err != nil {
+		return fmt.Errorf("forwarding guard: %w", err)
+	}
+	if err := os.WriteFile(sysctl, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable IPv4 forwarding: %w", err)
+	}
+	return nil
+}
+
+// renderForwardGuard is the guard table: it drops what the host would
+// forward between interfaces that are not sbx's links (each sandbox's own
+// table then decides what its link may carry).
+func renderForwardGuard() string {
+	return fmt.Sprintf(`add table inet %[1]s
+delete table inet %[1]s
+table inet %[1]s {
+	chain forward {
+		type filter hook forward priority filter - 1; policy drop;
+		iifname "sbx*" accept
+		oifname "sbx*" accept
+	}
+}
+`, ForwardGuard)
 }
 
 // ApplyFirewall replaces the sandbox's nftables table with the one the

@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 
 	"sbx.dev/sbx/policy"
 )
@@ -83,6 +85,18 @@ const (
 	maxAdmit = time.Hour
 )
 
+// A sandbox's queries cost the host a goroutine, a socket to the upstream
+// and a netlink message each; the resolver runs outside the sandbox, so
+// it bounds them itself. maxInFlight queries are served at once (more are
+// dropped, as a busy server does: the client retries), and at most
+// queryRate a second on average, in bursts of queryBurst (more are
+// refused at once, without asking upstream).
+const (
+	maxInFlight = 32
+	queryRate   = 200
+	queryBurst  = 400
+)
+
 type resolver struct {
 	path string
 	// mu guards cfg and stamp: the config as last read, and the file's
@@ -90,6 +104,11 @@ type resolver struct {
 	mu    sync.Mutex
 	cfg   *ResolverConfig
 	stamp fileStamp
+	// slots bounds the queries in flight, limit their rate.
+	slots chan struct{}
+	limit *rate.Limiter
+	// nft admits answered addresses over netlink.
+	nft *nftables.Conn
 }
 
 type fileStamp struct {
@@ -111,6 +130,10 @@ func stampOf(path string) (fileStamp, error) {
 	return fileStamp{ino: ino, mtime: fi.ModTime(), size: fi.Size()}, nil
 }
 
+func newResolver(cfgPath string) *resolver {
+	return &resolver{path: cfgPath, slots: make(chan struct{}, maxInFlight), limit: rate.NewLimiter(queryRate, queryBurst)}
+}
+
 // current returns the policy in force: the file is re-read whenever it was
 // replaced (WriteResolverConfig renames, so the inode changes).
 func (r *resolver) current() *ResolverConfig {
@@ -129,11 +152,11 @@ func (r *resolver) current() *ResolverConfig {
 // ServeResolver runs the resolver described by the file at cfgPath until
 // ctx ends, following changes to the file. ready, if non-nil, receives nil
 // once it listens, or the error that stopped it from listening.
-func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) error {
+func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) (err error) {
 	if ready == nil {
 		ready = func(error) {}
 	}
-	r := &resolver{path: cfgPath}
+	r := newResolver(cfgPath)
 	c := r.current()
 	if c == nil {
 		err := fmt.Errorf("resolver config %s unreadable", cfgPath)
@@ -141,6 +164,11 @@ func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) error
 		return err
 	}
 
+	if r.nft, err = nftables.New(); err != nil {
+		err = fmt.Errorf("netlink for nftables: %w", err)
+		ready(err)
+		return err
+	}
 	udp, err := net.ListenPacket("udp4", c.Listen)
 	if err != nil {
 		ready(err)
@@ -172,68 +200,154 @@ func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) error
 	}
 }
 
-// ServeDNS answers one query under the current policy.
+// ServeDNS answers one query under the current policy, within the
+// resolver's bounds.
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
-	c := r.current()
-	reply := func(rcode int) {
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	default:
+		return // dropped: too many in flight
+	}
+	if !r.limit.Allow() {
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeRefused)
+		w.WriteMsg(m) //nolint:errcheck // client may be gone
+		return
+	}
+	w.WriteMsg(r.answer(q, w.RemoteAddr().Network())) //nolint:errcheck // client may be gone
+}
+
+// answer is the reply to q under the policy in force.
+func (r *resolver) answer(q *dns.Msg, network string) *dns.Msg {
+	reply := func(rcode int) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetRcode(q, rcode)
-		w.WriteMsg(m) //nolint:errcheck // client may be gone
+		return m
 	}
 	if q.Opcode != dns.OpcodeQuery {
-		reply(dns.RcodeNotImplemented)
-		return
+		return reply(dns.RcodeNotImplemented)
 	}
 	if len(q.Question) != 1 {
-		reply(dns.RcodeFormatError)
-		return
+		return reply(dns.RcodeFormatError)
 	}
 	question := q.Question[0]
 	switch {
 	case question.Qclass != dns.ClassINET:
 		// CHAOS and friends reveal the upstream's identity; only the
 		// Internet class names what a sandbox connects to.
-		reply(dns.RcodeRefused)
-		return
+		return reply(dns.RcodeRefused)
 	case question.Qtype == dns.TypeAXFR || question.Qtype == dns.TypeIXFR:
-		reply(dns.RcodeRefused)
-		return
+		return reply(dns.RcodeRefused)
 	}
-	var rules []policy.AllowRule
-	for _, rule := range c.Allow {
-		if rule.MatchName(question.Name) {
-			rules = append(rules, rule)
-		}
+	c := r.current()
+	if rcode, ok := refusal(c, question); !ok {
+		return reply(rcode)
 	}
+	resp, err := forward(q, c.Upstreams, network)
+	if err != nil {
+		return reply(dns.RcodeServerFailure)
+	}
+	if rcode, err := r.admit(question, resp); err != nil {
+		fmt.Fprintf(os.Stderr, "admit %s: %v\n", question.Name, err)
+		return reply(rcode)
+	}
+	resp.Id = q.Id
+	return resp
+}
+
+// refusal says whether the policy c answers the question at all, and if
+// not, with which code.
+func refusal(c *ResolverConfig, question dns.Question) (int, bool) {
 	switch {
 	case c.Mode == policy.NetNone:
-		reply(dns.RcodeRefused)
-		return
-	case c.Mode == policy.NetAllow && len(rules) == 0:
+		return dns.RcodeRefused, false
+	case c.Mode == policy.NetAllow && len(matching(c.Allow, question.Name)) == 0:
 		// A name the policy does not allow does not exist for the
 		// sandbox.
-		reply(dns.RcodeNameError)
-		return
+		return dns.RcodeNameError, false
 	case question.Qtype == dns.TypeAAAA:
 		// Sandboxes have no IPv6: an empty answer makes clients use
 		// IPv4 at once.
-		reply(dns.RcodeSuccess)
-		return
+		return dns.RcodeSuccess, false
 	}
-	resp, err := forward(q, c.Upstreams, w.RemoteAddr().Network())
-	if err != nil {
-		reply(dns.RcodeServerFailure)
-		return
-	}
-	if len(rules) > 0 {
-		if err := admit(c.Table, rules, c.Allow, resp); err != nil {
-			fmt.Fprintf(os.Stderr, "admit %s: %v\n", question.Name, err)
-			reply(dns.RcodeServerFailure)
-			return
+	return 0, true
+}
+
+// matching are the rules of all that name matches.
+func matching(all []policy.AllowRule, name string) []policy.AllowRule {
+	var rules []policy.AllowRule
+	for _, rule := range all {
+		if rule.MatchName(name) {
+			rules = append(rules, rule)
 		}
 	}
-	resp.Id = q.Id
-	w.WriteMsg(resp) //nolint:errcheck // client may be gone
+	return rules
+}
+
+// admit lets the sandbox reach the addresses of resp, an answer to
+// question, if the policy in force now (not when the query came: an
+// update may have revoked the name meanwhile) allows the name. It holds
+// the policy's lock, which an update holds while it replaces policy and
+// firewall, so an address is admitted under the policy that the
+// firewall it goes into was made from. On refusal it returns the code to
+// answer with.
+func (r *resolver) admit(question dns.Question, resp *dns.Msg) (int, error) {
+	unlock, err := lockPolicy(r.path)
+	if err != nil {
+		return dns.RcodeServerFailure, err
+	}
+	defer unlock()
+	c := r.current()
+	if rcode, ok := refusal(c, question); !ok {
+		return rcode, fmt.Errorf("no longer allowed")
+	}
+	rules := matching(c.Allow, question.Name)
+	if len(rules) == 0 {
+		return 0, nil // open mode: the firewall decides by address
+	}
+	if err := admitNetlink(r.nft, c.Table, rules, c.Allow, resp); err != nil {
+		return dns.RcodeServerFailure, err
+	}
+	return 0, nil
+}
+
+// lockPolicy takes the lock that orders a sandbox's policy updates and
+// the resolver's admissions: a file beside the resolver's configuration.
+func lockPolicy(cfgPath string) (func(), error) {
+	f, err := os.OpenFile(cfgPath+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// UpdatePolicy replaces a sandbox's policy: the resolver's configuration
+// at cfgPath, and through apply the firewall, under the lock the resolver
+// admits under, so that no answer to a query the old policy allowed is
+// admitted into the new firewall. If apply fails, the old configuration
+// is put back.
+func UpdatePolicy(cfgPath string, c ResolverConfig, apply func() error) error {
+	unlock, err := lockPolicy(cfgPath)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	old, err := ReadResolverConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	if err := WriteResolverConfig(cfgPath, c); err != nil {
+		return err
+	}
+	if err := apply(); err != nil {
+		return errors.Join(err, WriteResolverConfig(cfgPath, *old))
+	}
+	return nil
 }
 
 // forward asks the upstreams in turn, over TCP when UDP truncates.
@@ -291,32 +405,46 @@ func admitAddrs(all []policy.AllowRule, resp *dns.Msg) []*dns.A {
 	return out
 }
 
-// admit adds the answer's IPv4 addresses to the sandbox's DNS sets for the
-// records' TTL (bounded by admitTTL), before the answer reaches the
-// sandbox. all is every rule of the policy, rules those the name matched.
-func admit(table string, rules, all []policy.AllowRule, resp *dns.Msg) error {
-	var anyPort, port []string
+// admitNetlink adds the answer's IPv4 addresses to the sandbox's DNS sets
+// for the records' TTL (bounded by admitTTL), before the answer reaches
+// the sandbox, in one netlink transaction. all is every rule of the
+// policy, rules those the name matched.
+func admitNetlink(c *nftables.Conn, table string, rules, all []policy.AllowRule, resp *dns.Msg) error {
+	var anyPort, port []nftables.SetElement
 	for _, a := range admitAddrs(all, resp) {
+		ip := a.A.To4()
 		ttl := admitTTL(a.Hdr.Ttl)
 		for _, rule := range rules {
 			if rule.Port == 0 {
-				anyPort = append(anyPort, fmt.Sprintf("%s timeout %ds", a.A, int(ttl.Seconds())))
+				anyPort = append(anyPort, nftables.SetElement{Key: ip, Timeout: ttl})
 			} else {
-				port = append(port, fmt.Sprintf("%s . %d timeout %ds", a.A, rule.Port, int(ttl.Seconds())))
+				// ipv4_addr . inet_service: each field takes a 4-byte
+				// register, the port big-endian and padded.
+				key := append(append([]byte{}, ip...), byte(rule.Port>>8), byte(rule.Port), 0, 0)
+				port = append(port, nftables.SetElement{Key: key, Timeout: ttl})
 			}
 		}
 	}
-	var script strings.Builder
-	if len(anyPort) > 0 {
-		fmt.Fprintf(&script, "add element inet %s %s { %s }\n", table, policy.DNSSetAny, strings.Join(anyPort, ", "))
-	}
-	if len(port) > 0 {
-		fmt.Fprintf(&script, "add element inet %s %s { %s }\n", table, policy.DNSSetPort, strings.Join(port, ", "))
-	}
-	if script.Len() == 0 {
+	if len(anyPort) == 0 && len(port) == 0 {
 		return nil
 	}
-	return nft(context.Background(), script.String())
+	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
+	for _, add := range []struct {
+		set   string
+		elems []nftables.SetElement
+	}{{policy.DNSSetAny, anyPort}, {policy.DNSSetPort, port}} {
+		if len(add.elems) == 0 {
+			continue
+		}
+		set, err := c.GetSetByName(t, add.set)
+		if err != nil {
+			return fmt.Errorf("set %s of table %s: %w", add.set, table, err)
+		}
+		if err := c.SetAddElements(set, add.elems); err != nil {
+			return err
+		}
+	}
+	return c.Flush()
 }
 
 // StartResolver starts `exe args...` (an sbx binary whose args make it call

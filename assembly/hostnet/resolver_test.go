@@ -1,8 +1,10 @@
 package hostnet
 
 import (
+	"errors"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +54,7 @@ func newTestResolver(t *testing.T, c ResolverConfig) *resolver {
 	if err := WriteResolverConfig(path, c); err != nil {
 		t.Fatal(err)
 	}
-	return &resolver{path: path}
+	return newResolver(path)
 }
 
 func ask(r *resolver, q *dns.Msg) *dns.Msg {
@@ -153,5 +155,123 @@ func TestResolverRebindingAnswer(t *testing.T) {
 	m = ask(r, new(dns.Msg).SetQuestion(`x.evil\.example.com.`, dns.TypeA))
 	if m == nil || m.Rcode != dns.RcodeNameError {
 		t.Fatalf(`x.evil\.example.com: reply %v, want NXDOMAIN`, m)
+	}
+}
+
+// slowUpstream answers A queries with addr once release is closed.
+func slowUpstream(t *testing.T, addr string, release <-chan struct{}) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		<-release
+		m := new(dns.Msg)
+		m.SetReply(q)
+		m.Answer = append(m.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+			A:   net.ParseIP(addr),
+		})
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// A name revoked by an update while its query is in flight is not
+// admitted when the answer comes back: the sandbox gets NXDOMAIN, and the
+// firewall is never asked to admit its address (the resolver under test
+// has no netlink connection: asking would fail the test).
+func TestResolverUpdateRevokesInFlight(t *testing.T) {
+	release := make(chan struct{})
+	up := slowUpstream(t, "203.0.113.9", release)
+	name, _ := policy.ParseAllow("revoked.example.com")
+	c := ResolverConfig{Upstreams: []string{up}, Mode: policy.NetAllow, Allow: []policy.AllowRule{name}, Table: "sbx_no_such_table"}
+	r := newTestResolver(t, c)
+	got := make(chan *dns.Msg, 1)
+	go func() { got <- ask(r, new(dns.Msg).SetQuestion("revoked.example.com.", dns.TypeA)) }()
+	time.Sleep(100 * time.Millisecond) // the query is at the upstream
+	c.Allow = nil
+	applied := false
+	if err := UpdatePolicy(r.path, c, func() error { applied = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !applied {
+		t.Fatal("the firewall was not replaced")
+	}
+	close(release)
+	select {
+	case m := <-got:
+		if m == nil || m.Rcode != dns.RcodeNameError {
+			t.Fatalf("answer after the name was revoked: %v, want NXDOMAIN", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+}
+
+// A failed firewall replacement leaves the resolver's policy as it was.
+func TestUpdatePolicyRollsBack(t *testing.T) {
+	name, _ := policy.ParseAllow("kept.example.com")
+	c := ResolverConfig{Mode: policy.NetAllow, Allow: []policy.AllowRule{name}}
+	r := newTestResolver(t, c)
+	next := c
+	next.Mode = policy.NetOpen
+	if err := UpdatePolicy(r.path, next, func() error { return errors.New("nft failed") }); err == nil {
+		t.Fatal("a failed apply was not reported")
+	}
+	if got := r.current(); got.Mode != policy.NetAllow {
+		t.Fatalf("mode after a failed update: %s", got.Mode)
+	}
+}
+
+// A flood is bounded: beyond the queries in flight, queries are dropped
+// unanswered, and beyond the rate they are refused without reaching the
+// upstream.
+func TestResolverBounds(t *testing.T) {
+	release := make(chan struct{})
+	up := slowUpstream(t, "203.0.113.9", release)
+	r := newTestResolver(t, ResolverConfig{Upstreams: []string{up}, Mode: policy.NetOpen})
+	var wg sync.WaitGroup
+	for i := 0; i < maxInFlight; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); ask(r, new(dns.Msg).SetQuestion("busy.example.com.", dns.TypeA)) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.slots) < maxInFlight && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m := ask(r, new(dns.Msg).SetQuestion("one.more.example.com.", dns.TypeA)); m != nil {
+		t.Fatalf("a query beyond %d in flight was answered: %v", maxInFlight, m)
+	}
+	close(release)
+	wg.Wait()
+
+	up2, seen := fakeUpstream(t, "203.0.113.9", 30)
+	r = newTestResolver(t, ResolverConfig{Upstreams: []string{up2}, Mode: policy.NetOpen})
+	refused := 0
+	for i := 0; i < queryBurst+100; i++ {
+		if m := ask(r, new(dns.Msg).SetQuestion("flood.example.com.", dns.TypeA)); m != nil && m.Rcode == dns.RcodeRefused {
+			refused++
+		}
+	}
+	if refused < 50 || *seen > queryBurst+50 {
+		t.Fatalf("%d queries in a burst: %d refused, %d reached the upstream", queryBurst+100, refused, *seen)
+	}
+}
+
+// Interface and table names are short, but two IDs that share a long
+// prefix still get names of their own, within the kernel's 15 bytes.
+func TestNamesHashWholeID(t *testing.T) {
+	a, b := names("collide-0123456789abcdef-first"), names("collide-0123456789abcdef-second")
+	if a.HostIf == b.HostIf || a.Table == b.Table || a.NetnsName == b.NetnsName {
+		t.Fatalf("shared names: %+v %+v", a, b)
+	}
+	for _, n := range []*Network{a, b, names("0123456789abcdef0123456789abcdef")} {
+		if len(n.HostIf) > 15 {
+			t.Fatalf("interface name %q is longer than 15 bytes", n.HostIf)
+		}
 	}
 }
