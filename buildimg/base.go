@@ -37,7 +37,7 @@ var BaseDockerfile []byte
 var BasePackages = []string{
 	"bash", "coreutils", "procps", "python3", "python3-pip", "python3-venv",
 	"nodejs", "npm", "git", "curl", "ca-certificates", "build-essential",
-	"less", "nano", "xz-utils", "unzip", "sudo",
+	"less", "nano", "xz-utils", "unzip", "sudo", "rsync",
 }
 
 // BaseOptions describe how BuildBase makes the base image.

@@ -51,7 +51,13 @@ func (c *sshClient) host() string { return "sbx-" + c.id }
 // run runs an OpenSSH tool (ssh, scp, sftp) with the config.
 func (c *sshClient) run(stdin io.Reader, tool string, args ...string) result {
 	c.t.Helper()
-	cmd := exec.Command(tool, append([]string{"-F", c.config, "-o", "BatchMode=yes"}, args...)...)
+	return c.runCmd(stdin, tool, append([]string{"-F", c.config, "-o", "BatchMode=yes"}, args...)...)
+}
+
+// runCmd runs a program to completion, within two minutes.
+func (c *sshClient) runCmd(stdin io.Reader, tool string, args ...string) result {
+	c.t.Helper()
+	cmd := exec.Command(tool, args...)
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -86,6 +92,24 @@ func (c *sshClient) ok(args ...string) string {
 	return r.stdout
 }
 
+// randomFile writes size random bytes to path and returns their SHA-256.
+func randomFile(t *testing.T, path string, size int64) string {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(f, h), rand.Reader, size); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 func fileSum(t *testing.T, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -101,8 +125,9 @@ func fileSum(t *testing.T, path string) string {
 }
 
 // SSH into a sandbox with no network, with Debian's OpenSSH client and
-// `sbx ssh-config`: commands, a pty, exit statuses, scp and sftp both
-// ways, local port forwarding, a refused key, and host keys.
+// `sbx ssh-config`: commands, a pty, exit statuses, scp and sftp of a
+// 100 MiB file both ways, local port forwarding, a refused key, and host
+// keys.
 func TestSSH(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("--net", "none")
@@ -127,12 +152,7 @@ func TestSSH(t *testing.T) {
 	t.Run("scp and sftp", func(t *testing.T) {
 		dir := t.TempDir()
 		src := filepath.Join(dir, "src")
-		data := make([]byte, 10<<20)
-		rand.Read(data)
-		if err := os.WriteFile(src, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		want := fileSum(t, src)
+		want := randomFile(t, src, 100<<20)
 		if r := c.run(nil, "scp", src, c.host()+":/tmp/scp-up"); r.code != 0 {
 			t.Fatalf("scp up: %s", r)
 		}
@@ -145,6 +165,7 @@ func TestSSH(t *testing.T) {
 		if got := fileSum(t, filepath.Join(dir, "scp-down")); got != want {
 			t.Fatalf("scp down: checksum %s, want %s", got, want)
 		}
+		c.ok("rm", "/tmp/scp-up") // one copy at a time in the sandbox's memory
 		batch := "put " + src + " /tmp/sftp-up\nget /tmp/sftp-up " + filepath.Join(dir, "sftp-down") + "\n"
 		if r := c.run(strings.NewReader(batch), "sftp", "-b", "-", c.host()); r.code != 0 {
 			t.Fatalf("sftp: %s", r)
@@ -251,5 +272,85 @@ func TestSudoBase(t *testing.T) {
 	c := newSSHClient(t, e, id)
 	if out := c.ok("id -un; sudo -n id -u"); out != "user\n0\n" {
 		t.Fatalf("id -un; sudo -n id -u over ssh: %q, want user then 0", out)
+	}
+}
+
+// rsync -e ssh with `sbx ssh-config`'s Host block, to and from a sandbox
+// of the default image (which has rsync): a tree with a symlink and modes
+// goes up whole, a second run sends only the changed file, and the tree
+// comes back down the same.
+func TestSSHRsync(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Fatalf("rsync missing (scripts/install-deps.sh installs it): %v", err)
+	}
+	e := newEnv(t)
+	e.root = baseArchive(t)
+	id := e.create("--image", "base", "--net", "none")
+	t.Cleanup(func() { e.run(nil, "rm", "-f", id) })
+	c := newSSHClient(t, e, id)
+
+	src := filepath.Join(t.TempDir(), "tree")
+	if err := os.MkdirAll(filepath.Join(src, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	randomFile(t, filepath.Join(src, "a", "big"), 8<<20)
+	for name, body := range map[string]string{"a/b/small": "small\n", "run.sh": "#!/bin/sh\necho run\n"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(src, "run.sh"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a/b/small", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+	// What a user would compare: contents, the link, the mode.
+	const listing = `find . -type f | sort | xargs sha256sum; find . -type l -printf '%p -> %l\n'; stat -c '%a %n' run.sh`
+	local := func(dir string) string {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", listing)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("listing %s: %v", dir, err)
+		}
+		return string(out)
+	}
+	rsync := func(args ...string) string {
+		t.Helper()
+		r := c.runCmd(nil, "rsync", append([]string{"-a", "--stats", "-e", "ssh -F " + c.config + " -o BatchMode=yes"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("rsync %v: %s", args, r)
+		}
+		return r.stdout
+	}
+	transferred := regexp.MustCompile(`Number of regular files transferred: (\d+)`)
+	sent := func(stats string) string {
+		m := transferred.FindStringSubmatch(stats)
+		if m == nil {
+			t.Fatalf("no transfer count in rsync's --stats:\n%s", stats)
+		}
+		return m[1]
+	}
+
+	if n := sent(rsync(src+"/", c.host()+":tree/")); n != "3" {
+		t.Fatalf("first rsync up sent %s files, want 3", n)
+	}
+	if got, want := c.ok("cd tree && "+listing), local(src); got != want {
+		t.Fatalf("tree in the sandbox after rsync up:\n%s\nwant:\n%s", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(src, "a", "b", "small"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := sent(rsync(src+"/", c.host()+":tree/")); n != "1" {
+		t.Fatalf("second rsync up sent %s files, want only the changed one", n)
+	}
+	dst := filepath.Join(t.TempDir(), "down")
+	if n := sent(rsync(c.host()+":tree/", dst+"/")); n != "3" {
+		t.Fatalf("rsync down sent %s files, want 3", n)
+	}
+	if got, want := local(dst), local(src); got != want {
+		t.Fatalf("tree after rsync down:\n%s\nwant:\n%s", got, want)
 	}
 }
