@@ -26,11 +26,18 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 
 # runsc is built from its own module (tools/runsc) so that gVisor's pins
 # never meet the main module's. It must be static: a cgo runsc cannot
-# re-exec itself inside its chroot.
-$(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
-	cd tools/runsc && CGO_ENABLED=0 $(GO) build -trimpath \
+# re-exec itself inside its chroot. The pinned gVisor gets one patch,
+# tools/runsc/errnoret.patch: an OCI seccomp rule's errnoRet is honoured
+# (docs/decisions/0020-runsc-errnoret-patch.md). The module is vendored in
+# a scratch copy to apply it; the module cache stays untouched.
+RUNSC_BUILD := $(BIN)/.runsc-build
+$(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum tools/runsc/errnoret.patch
+	rm -rf $(RUNSC_BUILD) && mkdir -p $(RUNSC_BUILD) && cp tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go $(RUNSC_BUILD)/
+	cd $(RUNSC_BUILD) && $(GO) mod vendor && patch -s -p1 -d vendor/gvisor.dev/gvisor < $(CURDIR)/tools/runsc/errnoret.patch
+	cd $(RUNSC_BUILD) && CGO_ENABLED=0 $(GO) build -mod=vendor -trimpath \
 		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_VERSION)" \
-		-o $(CURDIR)/$@ gvisor.dev/gvisor/runsc
+		-o $(abspath $@).tmp gvisor.dev/gvisor/runsc
+	mv $@.tmp $@ && rm -rf $(RUNSC_BUILD)
 
 # Image builds: buildkitd from the module pinned in go.mod (the same
 # version as the client in sbx), the supervisor sbx starts it under, and the
