@@ -140,18 +140,25 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 // adjustSpec makes a container's spec fit the pod and the host: the
 // sandbox's spec options from assembly (seccomp, limits, the pids
 // backstop) for the pod's first container, the joining container's for
-// the others; a linked pod's containers resolve names through the pod's
-// resolver, and an OOM score the shim may not set is raised to its own.
+// the others; the container's own seccomp profile on top of sbx's, and
+// its masked and read-only paths enforced inside gVisor (either refused
+// when gVisor cannot enforce it as asked); a linked pod's containers
+// resolve names through the pod's resolver, and an OOM score the shim
+// may not set is raised to its own.
 func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
-	if spec.Linux != nil && spec.Linux.Seccomp != nil {
-		// The pod's own profile does not combine with sbx's yet; sbx's,
-		// which the CLI's sandboxes get too, takes its place.
-		log.L.WithField("id", p.id).Warn("the pod's seccomp profile is replaced by sbx's")
+	var own *specs.LinuxSeccomp
+	if spec.Linux != nil {
+		own = spec.Linux.Seccomp
+	}
+	empty, err := p.emptyFile()
+	if err != nil {
+		return err
 	}
 	opts := assembly.ContainerOpts(p.policy.request())
 	if root {
 		opts = assembly.SandboxOpts(p.policy.request())
 	}
+	opts = append(opts, assembly.PodSeccomp(own), assembly.MaskedPaths(empty))
 	if err := assembly.Apply(spec, opts...); err != nil {
 		return err
 	}
