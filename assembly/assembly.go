@@ -116,19 +116,6 @@ func Resources(r policy.Request) policy.SpecOpt {
 	}
 }
 
-// HostUpdate renders a live update of a sandbox's limits (CRI's
-// UpdateContainerResources, sbx update) as the host cgroup's resources: a
-// pids limit becomes the host backstop for that many sandbox processes.
-func HostUpdate(res *specs.LinuxResources) *specs.LinuxResources {
-	if res == nil || res.Pids == nil || res.Pids.Limit == nil || *res.Pids.Limit <= 0 {
-		return res
-	}
-	out := *res
-	p := policy.HostPids(*res.Pids.Limit)
-	out.Pids = &specs.LinuxPids{Limit: &p}
-	return &out
-}
-
 // tighten returns have with each of want's CPU quota, memory limit and
 // pids limit put in where have sets none or a looser one.
 func tighten(have, want *specs.LinuxResources) *specs.LinuxResources {

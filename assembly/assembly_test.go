@@ -175,17 +175,3 @@ func TestResourcesRootless(t *testing.T) {
 	}
 	checkSeccomp(t, s)
 }
-
-func TestHostUpdate(t *testing.T) {
-	in := &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: i64(256 << 20)}, Pids: &specs.LinuxPids{Limit: i64(64)}}
-	out := HostUpdate(in)
-	if *out.Pids.Limit != policy.HostPids(64) || *out.Memory.Limit != 256<<20 {
-		t.Fatalf("got %+v", out)
-	}
-	if *in.Pids.Limit != 64 {
-		t.Fatal("the request was changed")
-	}
-	if HostUpdate(&specs.LinuxResources{}).Pids != nil {
-		t.Fatal("a pids limit appeared")
-	}
-}

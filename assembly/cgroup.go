@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	v2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -80,9 +81,20 @@ func UpdateCgroup(path string, res *specs.LinuxResources) error {
 
 // CgroupStats are the counters of a sandbox's cgroup that sbx reports.
 type CgroupStats struct {
-	CPUUsageNS  uint64
-	MemoryUsage uint64
-	MemoryLimit uint64
+	CPUUsageNS uint64
+	// CPUPeriods, CPUThrottledPeriods and CPUThrottledNS are the CFS
+	// bandwidth counters: the periods that had a quota in force, those in
+	// which the cgroup used all of it and was throttled, and the time it
+	// spent throttled.
+	CPUPeriods          uint64
+	CPUThrottledPeriods uint64
+	CPUThrottledNS      uint64
+	MemoryUsage         uint64
+	MemoryLimit         uint64
+	// SwapUsage is the cgroup's memory in swap; KernelUsage the host
+	// kernel's memory charged to it (stacks, slab).
+	SwapUsage   uint64
+	KernelUsage uint64
 	OOMKills    uint64
 	Pids        uint64
 	PidsLimit   uint64
@@ -95,54 +107,76 @@ var ErrNoCgroup = errors.New("no cgroup")
 // such as /sbx/ID): those of a sandbox's cgroup, including its OOM kills,
 // which stay readable after the sandbox died until the cgroup is removed.
 func ReadCgroup(path string) (CgroupStats, error) {
-	var s CgroupStats
+	m, err := CgroupMetrics(path)
+	if err != nil {
+		return CgroupStats{}, err
+	}
+	if v2, ok := m.(*v2stats.Metrics); ok {
+		return v2Counters(v2), nil
+	}
+	return v1Counters(m.(*v1stats.Metrics)), nil
+}
+
+// CgroupMetrics reads the cgroup at path (a cgroupfs path) whole, as the
+// cgroups metrics containerd carries in a task's stats: *v1stats.Metrics
+// on cgroup v1 (and hybrid) hosts, *v2stats.Metrics on unified ones. A
+// cgroup that does not exist is ErrNoCgroup.
+func CgroupMetrics(path string) (any, error) {
 	if cgroups.Mode() == cgroups.Unified {
 		m, err := cgroup2.Load(path, cgroup2.WithMountpoint(Cgroup2Mount))
 		if err != nil {
-			return s, ErrNoCgroup
+			return nil, ErrNoCgroup
 		}
 		if _, err := os.Stat(Cgroup2Mount + path); err != nil {
-			return s, ErrNoCgroup
+			return nil, ErrNoCgroup
 		}
-		st, err := m.Stat()
-		if err != nil {
-			return s, err
-		}
-		if c := st.GetCPU(); c != nil {
-			s.CPUUsageNS = c.UsageUsec * 1000
-		}
-		if mem := st.GetMemory(); mem != nil {
-			s.MemoryUsage, s.MemoryLimit = mem.Usage, mem.UsageLimit
-		}
-		if ev := st.GetMemoryEvents(); ev != nil {
-			s.OOMKills = ev.OomKill
-		}
-		if p := st.GetPids(); p != nil {
-			s.Pids, s.PidsLimit = p.Current, p.Limit
-		}
-		return s, nil
+		return m.Stat()
 	}
 	c, err := cgroup1.Load(cgroup1.StaticPath(path))
 	if err != nil {
-		return s, ErrNoCgroup
+		return nil, ErrNoCgroup
 	}
-	st, err := c.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return s, err
-	}
-	return v1Counters(st), nil
+	return c.Stat(cgroup1.IgnoreNotExist)
 }
 
 func v1Counters(st *v1stats.Metrics) CgroupStats {
 	var s CgroupStats
-	if c := st.GetCPU(); c != nil && c.Usage != nil {
-		s.CPUUsageNS = c.Usage.Total
+	if c := st.GetCPU(); c != nil {
+		s.CPUUsageNS = c.GetUsage().GetTotal()
+		if t := c.GetThrottling(); t != nil {
+			s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNS = t.Periods, t.ThrottledPeriods, t.ThrottledTime
+		}
 	}
-	if m := st.GetMemory(); m != nil && m.Usage != nil {
-		s.MemoryUsage, s.MemoryLimit = m.Usage.Usage, m.Usage.Limit
+	if m := st.GetMemory(); m != nil {
+		s.MemoryUsage, s.MemoryLimit = m.GetUsage().GetUsage(), m.GetUsage().GetLimit()
+		// v1 accounts memory and swap together (memory.memsw).
+		if sw := m.GetSwap().GetUsage(); sw > s.MemoryUsage {
+			s.SwapUsage = sw - s.MemoryUsage
+		}
+		s.KernelUsage = m.GetKernel().GetUsage()
 	}
 	if o := st.GetMemoryOomControl(); o != nil {
 		s.OOMKills = o.OomKill
+	}
+	if p := st.GetPids(); p != nil {
+		s.Pids, s.PidsLimit = p.Current, p.Limit
+	}
+	return s
+}
+
+func v2Counters(st *v2stats.Metrics) CgroupStats {
+	var s CgroupStats
+	if c := st.GetCPU(); c != nil {
+		s.CPUUsageNS = c.UsageUsec * 1000
+		s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNS = c.NrPeriods, c.NrThrottled, c.ThrottledUsec*1000
+	}
+	if m := st.GetMemory(); m != nil {
+		s.MemoryUsage, s.MemoryLimit = m.Usage, m.UsageLimit
+		s.SwapUsage = m.SwapUsage
+		s.KernelUsage = m.KernelStack + m.Slab
+	}
+	if ev := st.GetMemoryEvents(); ev != nil {
+		s.OOMKills = ev.OomKill
 	}
 	if p := st.GetPids(); p != nil {
 		s.Pids, s.PidsLimit = p.Current, p.Limit

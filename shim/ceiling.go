@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 )
 
@@ -26,6 +27,17 @@ type podPolicy struct {
 	CPUs     float64
 	Memory   int64
 	Pids     int64
+	// Max is the operator's ceiling of CPUs, memory and pids, which a
+	// live update (UpdateTask) may not exceed either.
+	Max limits
+}
+
+// limits are a sandbox's CPUs, memory (bytes) and processes; zero is
+// unset.
+type limits struct {
+	CPUs   float64
+	Memory int64
+	Pids   int64
 }
 
 // request is the policy request assembly renders the pod's sandbox from.
@@ -71,7 +83,8 @@ func operatorPolicy(c Config, hasNetns bool) (podPolicy, error) {
 		return bad(err)
 	}
 	p := podPolicy{Network: r.Network, Allow: allow, AllowRaw: c.Allow, DNS: c.DNS,
-		Disk: r.Disk, CPUs: r.CPUs, Memory: r.Memory, Pids: r.Pids}
+		Disk: r.Disk, CPUs: r.CPUs, Memory: r.Memory, Pids: r.Pids,
+		Max: limits{CPUs: r.CPUs, Memory: r.Memory, Pids: r.Pids}}
 	if c.Network == "" && hasNetns {
 		p.Network = ""
 	}
@@ -244,4 +257,197 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// cfsPeriod is the kernel's default CFS period (µs): that of a CPU quota
+// that comes without a period.
+const cfsPeriod = 100000
+
+// limitsOf reads the CPUs, memory and pids limits of resources (an
+// update, or a container's spec). Unset or unlimited (0, -1) is zero.
+func limitsOf(res *specs.LinuxResources) (limits, error) {
+	var l limits
+	if res == nil {
+		return l, nil
+	}
+	if m := res.Memory; m != nil && m.Limit != nil && *m.Limit > 0 {
+		l.Memory = *m.Limit
+	}
+	if p := res.Pids; p != nil && p.Limit != nil && *p.Limit > 0 {
+		l.Pids = *p.Limit
+	}
+	if c := res.CPU; c != nil && c.Quota != nil && *c.Quota > 0 {
+		period := uint64(cfsPeriod)
+		if c.Period != nil && *c.Period > 0 {
+			period = *c.Period
+		}
+		l.CPUs = float64(*c.Quota) / float64(period)
+		if math.IsInf(l.CPUs, 0) || math.IsNaN(l.CPUs) {
+			return l, fmt.Errorf("cpu quota %d over period %d: %w", *c.Quota, period, errdefs.ErrInvalidArgument)
+		}
+	}
+	return l, nil
+}
+
+// checkCeiling refuses limits l above the operator's ceiling max with
+// errdefs.ErrPermissionDenied, naming what asked (what), the limit and the
+// ceiling, as resolvePolicy refuses an annotation.
+func checkCeiling(what string, l, max limits) error {
+	refuse := func(field, v, ceiling string) error {
+		return fmt.Errorf("sbx policy: %s: %s %s exceeds the operator's ceiling %s: %w", what, field, v, ceiling, errdefs.ErrPermissionDenied)
+	}
+	switch {
+	case max.CPUs > 0 && l.CPUs > max.CPUs:
+		return refuse("cpu limit", fmt.Sprintf("%v CPUs", l.CPUs), fmt.Sprintf("%v CPUs", max.CPUs))
+	case max.Memory > 0 && l.Memory > max.Memory:
+		return refuse("memory limit", policy.FormatSize(l.Memory), policy.FormatSize(max.Memory))
+	case max.Pids > 0 && l.Pids > max.Pids:
+		return refuse("pids limit", strconv.FormatInt(l.Pids, 10), fmt.Sprintf("%d processes", max.Pids))
+	}
+	return nil
+}
+
+// sandboxLimits are a pod's sandbox limits once one of its containers
+// asks for l, where cur are the sandbox's limits now and others the
+// limits of the pod's other joined containers. An update of the sandbox
+// container (the pod's first) sets the sandbox's limits. A joined
+// container's share of one sandbox, as containers share a pod's cgroup
+// under kubelet: each limit becomes the sum of the joined containers'
+// where every one of them sets it; otherwise the sandbox keeps its own.
+func sandboxLimits(cur limits, root bool, l limits, others []limits) limits {
+	if root {
+		if l.CPUs > 0 {
+			cur.CPUs = l.CPUs
+		}
+		if l.Memory > 0 {
+			cur.Memory = l.Memory
+		}
+		if l.Pids > 0 {
+			cur.Pids = l.Pids
+		}
+		return cur
+	}
+	sum, all := l, limits{CPUs: 1, Memory: 1, Pids: 1}
+	for _, o := range others {
+		sum.CPUs, sum.Memory, sum.Pids = sum.CPUs+o.CPUs, sum.Memory+o.Memory, sum.Pids+o.Pids
+		all.CPUs, all.Memory, all.Pids = min(all.CPUs, o.CPUs), min(all.Memory, o.Memory), min(all.Pids, o.Pids)
+	}
+	all.CPUs, all.Memory, all.Pids = min(all.CPUs, l.CPUs), min(all.Memory, l.Memory), min(all.Pids, l.Pids)
+	if all.CPUs > 0 {
+		cur.CPUs = sum.CPUs
+	}
+	if all.Memory > 0 {
+		cur.Memory = sum.Memory
+	}
+	if all.Pids > 0 {
+		cur.Pids = sum.Pids
+	}
+	return cur
+}
+
+// update applies an update of container c's resources (UpdateTask: CRI's
+// UpdateContainerResources) to the pod's sandbox, within the operator's
+// ceiling: a limit above it is refused, whole, before anything changes.
+// The sandbox's new limits (sandboxLimits) are validated and rendered as
+// a sandbox's are at create (policy.HostResources: CPU quota, memory, the
+// pids backstop), and those that change are written to the sandbox's
+// cgroup. gVisor sized the sandbox at
+// boot, so the memory and CPUs its kernel shows inside keep their first
+// values; the host cgroup holds the new limits.
+func (s *service) update(c *container, res *specs.LinuxResources) error {
+	what := "update of container " + c.id
+	want, err := limitsOf(res)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pd := s.pod
+	if pd == nil {
+		return fmt.Errorf("%s: its sandbox is gone: %w", what, errdefs.ErrFailedPrecondition)
+	}
+	// The limits asked for are validated as a sandbox's would be, even
+	// where they do not change the sandbox's (a share of its limits).
+	if _, err := policy.Validate(policy.Request{CPUs: want.CPUs, Memory: want.Memory, Pids: want.Pids}); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := checkCeiling(what, want, pd.policy.Max); err != nil {
+		return err
+	}
+	var others []limits
+	for _, o := range s.containers {
+		if o == c || o.root || o.spec == nil || o.spec.Linux == nil {
+			continue
+		}
+		l, _ := limitsOf(o.spec.Linux.Resources)
+		others = append(others, l)
+	}
+	cur := limits{CPUs: pd.policy.CPUs, Memory: pd.policy.Memory, Pids: pd.policy.Pids}
+	next := sandboxLimits(cur, c.root, want, others)
+	if err := checkCeiling(what+": the pod's containers together", next, pd.policy.Max); err != nil {
+		return err
+	}
+	pr, err := policy.Validate(policy.Request{CPUs: next.CPUs, Memory: next.Memory, Pids: next.Pids})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if next != cur {
+		if pd.oomCgroup == "" {
+			return fmt.Errorf("%s: the sandbox's cgroup is unknown: %w", what, errdefs.ErrFailedPrecondition)
+		}
+		// Only what changes is written: a limit the pod's cgroup holds
+		// of its own (kubelet's) stays.
+		host := policy.HostResources(pr)
+		if next.CPUs == cur.CPUs {
+			host.CPU = nil
+		}
+		if next.Memory == cur.Memory {
+			host.Memory = nil
+		}
+		if next.Pids == cur.Pids {
+			host.Pids = nil
+		}
+		if err := assembly.UpdateCgroup(pd.oomCgroup, host); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		pd.policy.CPUs, pd.policy.Memory, pd.policy.Pids = pr.CPUs, pr.Memory, pr.Pids
+	}
+	if !c.root && c.spec != nil {
+		recordLimits(c.spec, res)
+	}
+	return nil
+}
+
+// recordLimits keeps a joined container's updated limits in its spec, as
+// runsc keeps a container's resources, for the sums of later updates.
+func recordLimits(s *specs.Spec, res *specs.LinuxResources) {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	if s.Linux.Resources == nil {
+		s.Linux.Resources = &specs.LinuxResources{}
+	}
+	have := s.Linux.Resources
+	if res.Memory != nil && res.Memory.Limit != nil {
+		m := specs.LinuxMemory{}
+		if have.Memory != nil {
+			m = *have.Memory
+		}
+		m.Limit = res.Memory.Limit
+		have.Memory = &m
+	}
+	if res.CPU != nil && res.CPU.Quota != nil {
+		cpu := specs.LinuxCPU{}
+		if have.CPU != nil {
+			cpu = *have.CPU
+		}
+		cpu.Quota = res.CPU.Quota
+		if res.CPU.Period != nil {
+			cpu.Period = res.CPU.Period
+		}
+		have.CPU = &cpu
+	}
+	if res.Pids != nil && res.Pids.Limit != nil {
+		have.Pids = &specs.LinuxPids{Limit: res.Pids.Limit}
+	}
 }

@@ -29,7 +29,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -936,7 +935,8 @@ func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*
 	return empty, nil
 }
 
-// Update applies new resource limits (a JSON LinuxResources).
+// Update applies new resource limits (a JSON LinuxResources) to the
+// pod's sandbox within the operator's ceiling (see service.update).
 func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*emptypb.Empty, error) {
 	c, err := s.getContainer(r.ID)
 	if err != nil {
@@ -949,10 +949,8 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 	if err := json.Unmarshal(r.Resources.Value, &res); err != nil {
 		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "update %s: resources: %v", r.ID, err)
 	}
-	if err := checkResources(&res); err != nil {
-		return nil, errgrpc.ToGRPC(err)
-	}
-	if err := s.runsc().Update(ctx, c.id, assembly.HostUpdate(&res)); err != nil {
+	if err := s.update(c, &res); err != nil {
+		log.G(ctx).WithError(err).WithField("id", r.ID).Error("update")
 		return nil, errgrpc.ToGRPC(err)
 	}
 	return empty, nil

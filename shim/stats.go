@@ -2,8 +2,8 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -14,26 +14,40 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
+	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
 // Stats reports a container's usage as cgroups v3 metrics (v1 or v2, as
-// the host's cgroups are): the sandbox container's are its host cgroup's,
-// which hold the whole pod; a joined container's are what gVisor's kernel
-// accounts for it.
+// the host's cgroups are), with the fields kubelet reads through CRI: CPU
+// usage and CFS throttling, memory with swap and kernel usage, OOM kills,
+// processes.
+//
+// The sandbox container's are its host cgroup's, which holds the whole
+// pod; they stay readable after the sandbox died (an OOM kill) until the
+// container is deleted. A joined container's usage (CPU, memory,
+// processes) is what gVisor's kernel accounts for it; what it shares with
+// the pod's other containers is the sandbox cgroup's: its memory limit,
+// swap and kernel memory, CFS throttling (one quota for the sandbox) and
+// OOM kills (an OOM kill ends the sandbox and every container in it).
 func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
 	c, err := s.getContainer(r.ID)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	var cg string
+	var gone chan struct{}
+	if s.pod != nil {
+		cg, gone = s.pod.oomCgroup, s.pod.gone
+	}
+	s.mu.Unlock()
 	var m any
 	if c.root {
-		m, err = hostCgroupStats(c.init.getPid())
+		m, err = sandboxCgroupStats(cg, c.init.getPid())
 	} else {
-		m, err = s.sandboxStats(ctx, c.id)
+		m, err = s.joinedStats(ctx, c.id, cg, gone)
 	}
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
@@ -47,8 +61,12 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 
 func unified() bool { return cgroups.Mode() == cgroups.Unified }
 
-// hostCgroupStats reads the metrics of the cgroup process pid is in.
-func hostCgroupStats(pid int) (any, error) {
+// sandboxCgroupStats reads the metrics of the sandbox's cgroup: the one
+// found when it started (path), else the cgroup of process pid.
+func sandboxCgroupStats(path string, pid int) (any, error) {
+	if path != "" {
+		return assembly.CgroupMetrics(path)
+	}
 	if unified() {
 		path, err := cgroup2.PidGroupPath(pid)
 		if err != nil {
@@ -67,26 +85,90 @@ func hostCgroupStats(pid int) (any, error) {
 	return cg.Stat(cgroup1.IgnoreNotExist)
 }
 
-// sandboxStats renders runsc's per-container accounting as metrics.
-func (s *service) sandboxStats(ctx context.Context, id string) (any, error) {
-	st, err := s.runsc().Stats(ctx, id)
-	if err != nil {
-		return nil, err
+// joinedStats are a joined container's metrics: gVisor's accounting of
+// it over what it shares of the sandbox cgroup at path. Once the sandbox
+// is gone (gone closed), only the shared part is left to report.
+func (s *service) joinedStats(ctx context.Context, id, path string, gone <-chan struct{}) (any, error) {
+	var shared any
+	if path != "" {
+		m, err := assembly.CgroupMetrics(path)
+		if err != nil && !errors.Is(err, assembly.ErrNoCgroup) {
+			return nil, err
+		}
+		shared = m
 	}
-	if unified() {
-		return &v2stats.Metrics{
+	rs := s.runsc()
+	if rs == nil {
+		return nil, fmt.Errorf("container %s: its sandbox is gone: %w", id, errdefs.ErrNotFound)
+	}
+	st, err := rs.Stats(ctx, id)
+	if err != nil {
+		select {
+		case <-gone:
+			if shared != nil {
+				return joinedMetrics(shared, &runsc.Stats{}), nil
+			}
+			return nil, errors.Join(err, errdefs.ErrNotFound)
+		default:
+			return nil, err
+		}
+	}
+	if shared == nil {
+		if unified() {
+			shared = &v2stats.Metrics{}
+		} else {
+			shared = &v1stats.Metrics{}
+		}
+	}
+	return joinedMetrics(shared, st), nil
+}
+
+// joinedMetrics renders a joined container's metrics from the sandbox
+// cgroup's (v1 or v2) and gVisor's accounting of the container, st: usage
+// is the container's own; limits, swap, kernel memory, CFS throttling and
+// OOM kills are the sandbox's, which its containers share.
+func joinedMetrics(sandbox any, st *runsc.Stats) any {
+	if sb, ok := sandbox.(*v2stats.Metrics); ok {
+		m := &v2stats.Metrics{
 			Pids:   &v2stats.PidsStat{Current: st.Pids.Current, Limit: st.Pids.Limit},
 			CPU:    &v2stats.CPUStat{UsageUsec: st.CPU.Usage.Total / 1000},
-			Memory: &v2stats.MemoryStat{Usage: st.Memory.Usage.Usage, UsageLimit: st.Memory.Usage.Limit, MaxUsage: st.Memory.Usage.Max},
-		}, nil
+			Memory: &v2stats.MemoryStat{Usage: st.Memory.Usage.Usage, MaxUsage: st.Memory.Usage.Max, UsageLimit: st.Memory.Usage.Limit},
+		}
+		if c := sb.GetCPU(); c != nil {
+			m.CPU.NrPeriods, m.CPU.NrThrottled, m.CPU.ThrottledUsec = c.NrPeriods, c.NrThrottled, c.ThrottledUsec
+		}
+		if mem := sb.GetMemory(); mem != nil {
+			m.Memory.UsageLimit = mem.UsageLimit
+			m.Memory.SwapUsage, m.Memory.SwapLimit = mem.SwapUsage, mem.SwapLimit
+			m.Memory.KernelStack, m.Memory.Slab = mem.KernelStack, mem.Slab
+		}
+		if ev := sb.GetMemoryEvents(); ev != nil {
+			m.MemoryEvents = &v2stats.MemoryEvents{Oom: ev.Oom, OomKill: ev.OomKill, Max: ev.Max, High: ev.High}
+		}
+		return m
 	}
-	return &v1stats.Metrics{
+	sb, _ := sandbox.(*v1stats.Metrics)
+	m := &v1stats.Metrics{
 		Pids: &v1stats.PidsStat{Current: st.Pids.Current, Limit: st.Pids.Limit},
 		CPU:  &v1stats.CPUStat{Usage: &v1stats.CPUUsage{Total: st.CPU.Usage.Total, PerCPU: st.CPU.Usage.PerCPU}},
 		Memory: &v1stats.MemoryStat{Usage: &v1stats.MemoryEntry{
 			Usage: st.Memory.Usage.Usage, Limit: st.Memory.Usage.Limit, Max: st.Memory.Usage.Max, Failcnt: st.Memory.Usage.Failcnt,
 		}},
-	}, nil
+	}
+	if t := sb.GetCPU().GetThrottling(); t != nil {
+		m.CPU.Throttling = &v1stats.Throttle{Periods: t.Periods, ThrottledPeriods: t.ThrottledPeriods, ThrottledTime: t.ThrottledTime}
+	}
+	if mem := sb.GetMemory(); mem != nil {
+		if u := mem.GetUsage(); u != nil {
+			m.Memory.Usage.Limit, m.Memory.Usage.Failcnt = u.Limit, u.Failcnt
+		}
+		m.Memory.HierarchicalMemoryLimit, m.Memory.HierarchicalSwapLimit = mem.HierarchicalMemoryLimit, mem.HierarchicalSwapLimit
+		m.Memory.Swap, m.Memory.Kernel, m.Memory.KernelTCP = mem.Swap, mem.Kernel, mem.KernelTCP
+	}
+	if o := sb.GetMemoryOomControl(); o != nil {
+		m.MemoryOomControl = &v1stats.MemoryOomControl{OomKillDisable: o.OomKillDisable, UnderOom: o.UnderOom, OomKill: o.OomKill}
+	}
+	return m
 }
 
 // oomKills is the number of OOM kills the cgroup at path (a cgroupfs
@@ -110,23 +192,4 @@ func processCgroup(pid int) string {
 		return ""
 	}
 	return path
-}
-
-// checkResources validates an update's limits with sbx's own bounds.
-func checkResources(res *specs.LinuxResources) error {
-	req := policy.Request{}
-	if res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit > 0 {
-		req.Memory = *res.Memory.Limit
-	}
-	if res.Pids != nil && res.Pids.Limit != nil && *res.Pids.Limit > 0 {
-		req.Pids = *res.Pids.Limit
-	}
-	if res.CPU != nil && res.CPU.Quota != nil && res.CPU.Period != nil && *res.CPU.Quota > 0 && *res.CPU.Period > 0 {
-		req.CPUs = float64(*res.CPU.Quota) / float64(*res.CPU.Period)
-		if math.IsInf(req.CPUs, 0) {
-			return fmt.Errorf("cpu quota %d: %w", *res.CPU.Quota, errdefs.ErrInvalidArgument)
-		}
-	}
-	_, err := policy.Validate(req)
-	return err
 }
