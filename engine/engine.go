@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -115,32 +114,7 @@ func exeDir() string {
 
 // FindRunsc locates runsc: $SBX_RUNSC, then "runsc" beside the running
 // executable, then $PATH.
-func FindRunsc() (string, error) {
-	if p := os.Getenv("SBX_RUNSC"); p != "" {
-		return checkExecutable(p)
-	}
-	if d := exeDir(); d != "" {
-		if p, err := checkExecutable(filepath.Join(d, "runsc")); err == nil {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("runsc")
-	if err != nil {
-		return "", fmt.Errorf("runsc not found beside sbx, in $SBX_RUNSC or on $PATH (run `make`, or pass --runsc): %w", errdefs.ErrNotFound)
-	}
-	return p, nil
-}
-
-func checkExecutable(p string) (string, error) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("runsc %q: %w: %w", p, errdefs.ErrNotFound, err)
-	}
-	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("runsc %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
-	}
-	return p, nil
-}
+func FindRunsc() (string, error) { return assembly.FindRunsc() }
 
 // Open opens (creating if needed) the state root described by o.
 func Open(o Options) (*Engine, error) {
@@ -156,7 +130,7 @@ func Open(o Options) (*Engine, error) {
 		if o.RunscPath, err = FindRunsc(); err != nil {
 			return nil, err
 		}
-	} else if o.RunscPath, err = checkExecutable(o.RunscPath); err != nil {
+	} else if o.RunscPath, err = assembly.CheckRunsc(o.RunscPath); err != nil {
 		return nil, err
 	}
 	if o.SbxPath == "" {

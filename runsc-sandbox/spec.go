@@ -2,6 +2,7 @@ package runsc
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -85,6 +86,19 @@ func Spec(c SpecConfig) *specs.Spec {
 		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: c.HostGID, Size: 1}}
 	}
 	return s
+}
+
+// ReadBundle reads bundle/config.json, the spec a bundle runs.
+func ReadBundle(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(bundle, "config.json"), err)
+	}
+	return &s, nil
 }
 
 // WriteBundle writes s as bundle/config.json, readable by its owner only:

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
+	"sbx.dev/sbx/assembly"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 )
@@ -132,20 +132,14 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 		}
 	}
 	if c.Runsc == "" {
+		// Found as sbx finds it; else by name, on $PATH when it runs.
 		c.Runsc = "runsc"
-		if self, err := os.Executable(); err == nil {
-			if p := filepath.Join(filepath.Dir(self), "runsc"); isFile(p) {
-				c.Runsc = p
-			}
+		if p, err := assembly.FindRunsc(); err == nil {
+			c.Runsc = p
 		}
 	}
 	if c.RunscRoot == "" {
 		c.RunscRoot = "/run/sbx/containerd"
 	}
 	return c, nil
-}
-
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
 }

@@ -78,7 +78,7 @@ func (m *Manager) Start(ctx context.Context, opts *bootapi.BootstrapParams) (_ *
 		return nil, err
 	}
 	group := id
-	if spec, err := readSpec("."); err == nil {
+	if spec, err := runsc.ReadBundle("."); err == nil {
 		if sb, ok := spec.Annotations[criSandboxID]; ok && sb != "" {
 			group = sb
 		}
@@ -175,7 +175,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (cshim.StopStatus, error)
 		if rec.Root {
 			killLeftovers(leftovers)
 		}
-		if spec, err := readSpec(bundle); err == nil {
+		if spec, err := runsc.ReadBundle(bundle); err == nil {
 			if err := removeContainerCgroup(spec); err != nil {
 				log.G(ctx).WithError(err).Warn("remove cgroup")
 			}

@@ -184,18 +184,6 @@ func (s *service) runsc() *runsc.Runsc {
 	return s.runscLocked()
 }
 
-func readSpec(bundle string) (*specs.Spec, error) {
-	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	var sp specs.Spec
-	if err := json.Unmarshal(b, &sp); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
-	}
-	return &sp, nil
-}
-
 // Create creates a container: the pod's sandbox (which boots gVisor), or a
 // container that joins the sandbox this shim runs.
 func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
@@ -212,7 +200,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err != nil {
 		return nil, err
 	}
-	spec, err := readSpec(r.Bundle)
+	spec, err := runsc.ReadBundle(r.Bundle)
 	if err != nil {
 		return nil, err
 	}
