@@ -248,7 +248,7 @@ func certPool(certs []*x509.Certificate) *x509.CertPool {
 // read from rootfs, then certs) into its state directory, and returns the
 // mount that puts it over the image's bundle and the variables that name
 // it. With no certs, it does nothing.
-func (e *Engine) prepareCAs(sb *Sandbox, rootfs string, certs []*x509.Certificate) ([]specs.Mount, []string, error) {
+func (e *Engine) prepareCAs(sb *record, rootfs string, certs []*x509.Certificate) ([]specs.Mount, []string, error) {
 	if len(certs) == 0 {
 		return nil, nil, nil
 	}

@@ -143,7 +143,7 @@ func TestTrustDir(t *testing.T) {
 	// A sandbox's bundle: its image's, then the extra certificates.
 	rootfs := t.TempDir()
 	write(t, filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt"), "IMAGE BUNDLE")
-	sb := &Sandbox{ID: "abc"}
+	sb := &record{ID: "abc"}
 	if err := os.MkdirAll(e.sandboxDir(sb.ID), 0o700); err != nil {
 		t.Fatal(err)
 	}

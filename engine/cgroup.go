@@ -13,7 +13,7 @@ import (
 // record through assembly (sbx owns it; runsc joins it: see
 // assembly.CreateCgroup) and puts its removal on undo. Create, resume and
 // fork all start a sandbox this way. A rootless sandbox has none.
-func (e *Engine) createCgroup(ctx context.Context, sb *Sandbox, res *specs.LinuxResources, undo *cleanup) error {
+func (e *Engine) createCgroup(ctx context.Context, sb *record, res *specs.LinuxResources, undo *cleanup) error {
 	if e.rootless {
 		return nil
 	}

@@ -108,11 +108,12 @@ func (c *cleanup) clean() {
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
 // error it leaves nothing behind: no record, lease, cgroup or process.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	return e.create(ctx, req, nil)
+	sb, err := e.create(ctx, req, nil)
+	return sb.view(), err
 }
 
 // create is Create; with cmd, cmd is the sandbox's init (Run).
-func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*Sandbox, error) {
+func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*record, error) {
 	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
@@ -160,12 +161,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if err != nil {
 		return nil, err
 	}
-	sb := &Sandbox{
+	sb := &record{
 		ID: id, Name: req.Name, Image: img.Name, ImageDigest: img.Digest,
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
 		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
-		Secrets: secretNames(pr.Secrets),
+		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
 	}
 	setPersistFields(sb, req)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
@@ -173,6 +174,9 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	var undo cleanup
 	defer undo.clean()
 	if err := e.reserve(sb, &undo); err != nil {
+		return nil, err
+	}
+	if err := e.makeWorkspaces(ctx, id, req.Mounts, volMounts, &undo); err != nil {
 		return nil, err
 	}
 
@@ -355,14 +359,14 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 // reserve creates sb's directory and record, checking that its name is
 // free. The record is there from the start so that a crashed create shows
 // in List and rm can clean it up.
-func (e *Engine) reserve(sb *Sandbox, undo *cleanup) error {
+func (e *Engine) reserve(sb *record, undo *cleanup) error {
 	unlock, err := e.lockNames()
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	if sb.Name != "" {
-		all, err := e.List(context.Background())
+		all, err := e.list(context.Background())
 		if err != nil {
 			return err
 		}
@@ -390,7 +394,7 @@ func (e *Engine) cgroupsPath(id string) string {
 // destroyRuntime removes everything runsc holds for sb: its processes,
 // its runsc state and its cgroup. It is safe on a half-created sandbox and
 // on one that is already gone.
-func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 	stopWatchdog(sb)
 	r := e.runscFor(sb)
 	var errs []error
@@ -408,6 +412,10 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *Sandbox) error {
 		}
 	}
 	if err := e.teardownNetwork(ctx, sb); err != nil {
+		errs = append(errs, err)
+	}
+	// After the gofer is gone: the :overlay workspaces' host mounts.
+	if err := e.unmountWorkspaces(sb.ID); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -210,7 +210,7 @@ func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxes
 
 // runscFor is the runsc wrapper for sandbox sb: the same global flags for
 // every call on it.
-func (e *Engine) runscFor(sb *Sandbox) *runsc.Runsc {
+func (e *Engine) runscFor(sb *record) *runsc.Runsc {
 	return assembly.Runsc(assembly.RunscConfig{
 		Path:          e.opts.RunscPath,
 		Root:          filepath.Join(e.opts.Root, "runsc"),

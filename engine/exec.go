@@ -56,10 +56,12 @@ type ExecRequest struct {
 	// Signals, if set, delivers each signal received to the command.
 	Signals <-chan os.Signal
 
-	// TTY runs the command on a pty: Stdin is what is typed, Stdout gets
-	// the terminal's output (Stderr only sbx's own errors). Size is its
-	// size at start (zero: the pty's default), Resize its changes. A ^C
-	// in Stdin interrupts the command as a terminal would.
+	// TTY runs the command on a pty of the sandbox's own devpts (its
+	// /dev/pts/N), as the leader of a session with it as controlling
+	// terminal: Stdin is what is typed, Stdout gets the terminal's output
+	// (Stderr only sbx's own errors). Size is its size at start (zero:
+	// the pty's default), Resize its changes. A ^C, ^\ or ^Z in Stdin
+	// reaches the foreground job as on any terminal.
 	TTY    bool
 	Size   WinSize
 	Resize <-chan WinSize
@@ -95,7 +97,7 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 
 // prepareExec checks req and renders it as the OCI process to run in the
 // running sandbox ref.
-func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (*Sandbox, specs.Process, error) {
+func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (*record, specs.Process, error) {
 	if len(req.Args) == 0 {
 		return nil, specs.Process{}, fmt.Errorf("exec: no command given: %w", errdefs.ErrInvalidArgument)
 	}
@@ -107,7 +109,7 @@ func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
 		return nil, specs.Process{}, fmt.Errorf("--workdir %q: must be an absolute path: %w", req.Workdir, errdefs.ErrInvalidArgument)
 	}
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, specs.Process{}, err
 	}
@@ -121,6 +123,11 @@ func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (
 	if err != nil {
 		return nil, specs.Process{}, err
 	}
+	if req.TTY {
+		// Before the secrets' wrapper, which drops to the user: the
+		// agent then opens the terminal as the user, who owns it.
+		proc = ptyProcess(proc, req.Size)
+	}
 	if len(sb.Secrets) > 0 {
 		proc = withSecrets(proc)
 	}
@@ -130,7 +137,7 @@ func (e *Engine) prepareExec(ctx context.Context, ref string, req ExecRequest) (
 // stoppedUnder reports a command whose sandbox stopped while it ran: 137,
 // with the reason (out of memory) when there is one. The sandbox's
 // process may take a moment to go after the command's end is seen.
-func (e *Engine) stoppedUnder(sb *Sandbox, cmd string) (int, error) {
+func (e *Engine) stoppedUnder(sb *record, cmd string) (int, error) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		now, err := e.load(sb.ID)
 		if err != nil || now.State != StateRunning {
@@ -146,7 +153,7 @@ func (e *Engine) stoppedUnder(sb *Sandbox, cmd string) (int, error) {
 
 // whyNotStarted asks the sandbox's agent, with the same environment,
 // directory and user, why proc's command could not start.
-func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Process) int {
+func (e *Engine) whyNotStarted(ctx context.Context, sb *record, proc specs.Process) int {
 	probe := proc
 	probe.Args = []string{agent.MountPath, "lookpath", proc.Args[0]}
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, probe, runsc.ExecOpts{})
@@ -165,7 +172,7 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *Sandbox, proc specs.Proc
 }
 
 // process renders req as the OCI process to exec in sb.
-func (e *Engine) process(sb *Sandbox, req ExecRequest) (specs.Process, error) {
+func (e *Engine) process(sb *record, req ExecRequest) (specs.Process, error) {
 	env := agent.MergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
 	cwd := firstNonEmpty(req.Workdir, sb.Workdir, sb.ImageWorkdir, "/")
 	// Without --user, the image's USER, as docker runs it.
@@ -200,7 +207,7 @@ func firstNonEmpty(s ...string) string {
 
 // resolveUser turns "uid[:gid]" or "name[:group]" into IDs, looking names
 // up in the image's /etc/passwd and /etc/group.
-func (e *Engine) resolveUser(sb *Sandbox, u string) (specs.User, error) {
+func (e *Engine) resolveUser(sb *record, u string) (specs.User, error) {
 	if u == "" {
 		return specs.User{}, nil
 	}
@@ -238,7 +245,7 @@ type passwd struct {
 
 // passwdEntry finds a user by name (or, with name empty, by uid) in the
 // sandbox's base image.
-func (e *Engine) passwdEntry(sb *Sandbox, name string, uid uint32) *passwd {
+func (e *Engine) passwdEntry(sb *record, name string, uid uint32) *passwd {
 	var found *passwd
 	e.scanRootfsFile(sb, "etc/passwd", func(f []string) bool {
 		if len(f) < 6 {
@@ -258,14 +265,14 @@ func (e *Engine) passwdEntry(sb *Sandbox, name string, uid uint32) *passwd {
 	return found
 }
 
-func (e *Engine) homeOf(sb *Sandbox, uid uint32) string {
+func (e *Engine) homeOf(sb *record, uid uint32) string {
 	if p := e.passwdEntry(sb, "", uid); p != nil {
 		return p.home
 	}
 	return ""
 }
 
-func (e *Engine) groupID(sb *Sandbox, name string) (uint32, bool) {
+func (e *Engine) groupID(sb *record, name string) (uint32, bool) {
 	var gid uint32
 	ok := false
 	e.scanRootfsFile(sb, "etc/group", func(f []string) bool {
@@ -289,7 +296,7 @@ const maxRootfsFile = 4 << 20
 // the sandbox: it is read only if it is a regular file (a FIFO would block,
 // a device node would be a host device), never opened in a way that
 // blocks, and read up to maxRootfsFile bytes.
-func (e *Engine) scanRootfsFile(sb *Sandbox, rel string, fn func([]string) bool) {
+func (e *Engine) scanRootfsFile(sb *record, rel string, fn func([]string) bool) {
 	if sb.Rootfs == "" {
 		return
 	}

@@ -20,7 +20,7 @@ func TestScanRootfsFileSpecial(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(root, "etc/passwd"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := &Sandbox{Rootfs: root}
+	sb := &record{Rootfs: root}
 	done := make(chan bool)
 	go func() {
 		called := false

@@ -54,8 +54,8 @@ func checkSandboxPath(p string) error {
 }
 
 // running resolves ref to a running sandbox.
-func (e *Engine) running(ctx context.Context, ref string) (*Sandbox, error) {
-	sb, err := e.Get(ctx, ref)
+func (e *Engine) running(ctx context.Context, ref string) (*record, error) {
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ type agentError struct {
 func (a *agentError) Error() string { return a.msg }
 func (a *agentError) Unwrap() error { return a.kind }
 
-func agentStatusError(sb *Sandbox, code int, stderr string) error {
+func agentStatusError(sb *record, code int, stderr string) error {
 	kinds := map[int]error{
 		agent.StatusNotExist: errdefs.ErrNotFound, agent.StatusExist: errdefs.ErrAlreadyExists,
 		agent.StatusNotDir: errdefs.ErrInvalidArgument, agent.StatusIsDir: errdefs.ErrInvalidArgument,
@@ -108,7 +108,7 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 
 // agentProcess starts the sandbox agent with args in sb, as root. Its
 // stderr goes to errBuf.
-func (e *Engine) agentProcess(ctx context.Context, sb *Sandbox, args []string, stdin io.Reader, stdout io.Writer, errBuf *capBuffer) (*runsc.ExecProcess, error) {
+func (e *Engine) agentProcess(ctx context.Context, sb *record, args []string, stdin io.Reader, stdout io.Writer, errBuf *capBuffer) (*runsc.ExecProcess, error) {
 	// As root whatever the image's user (the agent acts for the host),
 	// unless ctx says whom the operation acts as (ActingAs).
 	proc, err := e.process(sb, ExecRequest{Args: append([]string{agent.MountPath}, args...), User: agentUser(ctx)})
@@ -119,7 +119,7 @@ func (e *Engine) agentProcess(ctx context.Context, sb *Sandbox, args []string, s
 }
 
 // agentWait waits for an agent process and turns its status into an error.
-func agentWait(ctx context.Context, sb *Sandbox, p *runsc.ExecProcess, errBuf *capBuffer) error {
+func agentWait(ctx context.Context, sb *record, p *runsc.ExecProcess, errBuf *capBuffer) error {
 	code, err := p.Wait()
 	switch {
 	case p.TimedOut():

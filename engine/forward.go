@@ -112,7 +112,7 @@ loop:
 
 type forwarder struct {
 	e   *Engine
-	sb  *Sandbox
+	sb  *record
 	ctx context.Context
 
 	mu   sync.Mutex // guards sess and stop
@@ -210,7 +210,7 @@ func (f *forwarder) startLocked() error {
 // user ("" for root) under one runsc exec, and returns a yamux session
 // over its stdin and stdout. It lasts until stop, ctx's end or the
 // agent's exit.
-func (e *Engine) agentSession(ctx context.Context, sb *Sandbox, mode, user string, cfg *yamux.Config) (*yamux.Session, func(), error) {
+func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string, cfg *yamux.Config) (*yamux.Session, func(), error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(ctx)
@@ -260,7 +260,7 @@ type ForwarderRef struct {
 // with for a sandbox's published ports: it must serve the listeners it
 // inherits as fds 3, 4, ... (in the order of the mappings) with Forward,
 // as `sbx port-forward --inherited` does.
-func (e *Engine) ForwarderArgs(sb *Sandbox, ms []PortMapping) []string {
+func (e *Engine) ForwarderArgs(sb *record, ms []PortMapping) []string {
 	args := []string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath, "port-forward", "--inherited", sb.ID}
 	for _, m := range ms {
 		args = append(args, m.HostAddr()+":"+strconv.Itoa(int(m.Port)))
@@ -270,7 +270,7 @@ func (e *Engine) ForwarderArgs(sb *Sandbox, ms []PortMapping) []string {
 
 // startForwarder starts sb's detached forwarder on ls. It survives the
 // caller and ends with the sandbox (stop, rm) or when the sandbox stops.
-func (e *Engine) startForwarder(sb *Sandbox, ls []PortListener) error {
+func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 	exe := e.opts.SbxPath
 	if exe == "" {
 		var err error
@@ -320,7 +320,7 @@ func (e *Engine) startForwarder(sb *Sandbox, ls []PortListener) error {
 }
 
 // stopForwarder ends sb's detached forwarder, if it runs.
-func stopForwarder(sb *Sandbox) {
+func stopForwarder(sb *record) {
 	fw := sb.Forwarder
 	if fw == nil || !sameProcess(fw.Pid, fw.Start) {
 		return

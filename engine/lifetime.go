@@ -46,7 +46,7 @@ func (e *Engine) checkLifetime(timeout time.Duration, onTimeout string) error {
 // WatchdogCommand + the sandbox ID, which calls RunWatchdog), in a session
 // of its own so that no terminal signal reaches it. destroyRuntime kills
 // it: stop, rm and pause end it, resume starts a new one.
-func (e *Engine) startWatchdog(sb *Sandbox) error {
+func (e *Engine) startWatchdog(sb *record) error {
 	if sb.Timeout == "" {
 		return nil
 	}
@@ -74,7 +74,7 @@ func (e *Engine) startWatchdog(sb *Sandbox) error {
 }
 
 // stopWatchdog kills sb's watchdog unless it is the calling process.
-func stopWatchdog(sb *Sandbox) {
+func stopWatchdog(sb *record) {
 	pid := sb.WatchdogPid
 	if pid == 0 || pid == os.Getpid() {
 		return
@@ -121,7 +121,7 @@ func (e *Engine) RunWatchdog(ctx context.Context, id string) error {
 	}
 }
 
-func (e *Engine) expire(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) expire(ctx context.Context, sb *record) error {
 	log.G(ctx).WithField("sandbox", sb.ID).WithField("action", sb.OnTimeout).Info("lifetime ended")
 	switch sb.OnTimeout {
 	case OnTimeoutStop:
@@ -166,5 +166,5 @@ func (e *Engine) SetTimeout(ctx context.Context, ref string, d time.Duration, on
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return sb.view(), nil
 }

@@ -36,7 +36,7 @@ const logPollInterval = 100 * time.Millisecond
 // prefixed by a UTC timestamp and the source (init or a PID inside the
 // sandbox). The log survives pause and resume.
 func (e *Engine) Logs(ctx context.Context, ref string, req LogsRequest) error {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (e *Engine) Logs(ctx context.Context, ref string, req LogsRequest) error {
 // spawn starts proc's command as a child of the sandbox's init, so that it
 // survives pause and resume, and writes its PID (inside the sandbox) to
 // out. Its output goes to the sandbox's log.
-func (e *Engine) spawn(ctx context.Context, sb *Sandbox, proc specs.Process, out io.Writer) (int, error) {
+func (e *Engine) spawn(ctx context.Context, sb *record, proc specs.Process, out io.Writer) (int, error) {
 	args := proc.Args
 	proc.Args = append([]string{agent.MountPath, "spawn", "--"}, args...)
 	var stdout, stderr bytes.Buffer

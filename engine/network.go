@@ -17,7 +17,7 @@ const ResolverCommand = "__dns-resolver"
 // the assembly: the namespace and link, the firewall, and the DNS resolver
 // the sandbox's /etc/resolv.conf names. It returns the namespace path and
 // the mounts the spec needs; for network none, nothing.
-func (e *Engine) setupNetwork(ctx context.Context, sb *Sandbox, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
+func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
 	if sb.Network == policy.NetNone {
 		return "", nil, nil
 	}
@@ -27,7 +27,7 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *Sandbox, allow []policy.A
 // linkNetwork makes sb's namespace, link, firewall (its mode, none
 // included: an updated sandbox keeps its link) and resolver. The resolver
 // is a detached sbx process: the engine has no daemon to serve it.
-func (e *Engine) linkNetwork(ctx context.Context, sb *Sandbox, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
+func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
 	undo.add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
 	n, err := assembly.SetupNetwork(ctx, assembly.NetworkSpec{
 		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Resume: sb.Paused,
@@ -46,7 +46,7 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *Sandbox, allow []policy.Al
 
 // updateNetwork replaces a linked sandbox's firewall and what its resolver
 // admits.
-func (e *Engine) updateNetwork(ctx context.Context, sb *Sandbox, mode string, allow []policy.AllowRule) error {
+func (e *Engine) updateNetwork(ctx context.Context, sb *record, mode string, allow []policy.AllowRule) error {
 	return assembly.UpdateNetwork(ctx, assembly.NetworkSpec{
 		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: mode, Allow: allow, DNS: sb.DNS,
 	})
@@ -54,7 +54,7 @@ func (e *Engine) updateNetwork(ctx context.Context, sb *Sandbox, mode string, al
 
 // teardownNetwork stops the resolver and removes the host set-up; a paused
 // sandbox keeps its address for its resume. It is idempotent.
-func (e *Engine) teardownNetwork(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) teardownNetwork(ctx context.Context, sb *record) error {
 	if !sb.Linked {
 		return nil
 	}
@@ -65,7 +65,7 @@ func (e *Engine) teardownNetwork(ctx context.Context, sb *Sandbox) error {
 
 // releaseNetwork removes all of a sandbox's host network, the address
 // lease a paused sandbox kept for its resume included. It is idempotent.
-func (e *Engine) releaseNetwork(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) releaseNetwork(ctx context.Context, sb *record) error {
 	if !sb.Linked {
 		return nil
 	}
@@ -76,7 +76,7 @@ func (e *Engine) releaseNetwork(ctx context.Context, sb *Sandbox) error {
 
 // resumeNetwork rebuilds the host side of a paused sandbox's network on
 // the address it had, before its checkpoint is restored.
-func (e *Engine) resumeNetwork(ctx context.Context, sb *Sandbox, undo *cleanup) error {
+func (e *Engine) resumeNetwork(ctx context.Context, sb *record, undo *cleanup) error {
 	if !sb.Linked {
 		return nil
 	}

@@ -63,7 +63,7 @@ type SnapshotRequest struct {
 // interrupted snapshot leaves no image (see overlay's persistence
 // contract).
 func (e *Engine) Snapshot(ctx context.Context, ref string, req SnapshotRequest) (overlay.Image, error) {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return overlay.Image{}, err
 	}
@@ -90,7 +90,7 @@ func (e *Engine) Snapshot(ctx context.Context, ref string, req SnapshotRequest) 
 
 // sandboxImage is the image sb was created from, as long as its name
 // still points at it.
-func (e *Engine) sandboxImage(ctx context.Context, sb *Sandbox) (overlay.Image, error) {
+func (e *Engine) sandboxImage(ctx context.Context, sb *record) (overlay.Image, error) {
 	img, err := e.images.Get(ctx, sb.Image)
 	if err != nil {
 		return overlay.Image{}, fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.ShortID(), err)
@@ -101,7 +101,7 @@ func (e *Engine) sandboxImage(ctx context.Context, sb *Sandbox) (overlay.Image, 
 	return img, nil
 }
 
-func (e *Engine) snapshotLocked(ctx context.Context, sb *Sandbox, name, history string) (overlay.Image, error) {
+func (e *Engine) snapshotLocked(ctx context.Context, sb *record, name, history string) (overlay.Image, error) {
 	parent, err := e.sandboxImage(ctx, sb)
 	if err != nil {
 		return overlay.Image{}, err
@@ -156,13 +156,13 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	sb.Pid, sb.PidStart, sb.Deadline = 0, 0, nil
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
 	sb.State = StatePaused
-	return sb, e.save(sb)
+	return sb.view(), e.save(sb)
 }
 
 // checkpointable refuses a sandbox whose memory cannot be checkpointed:
 // one made for a single command, whose init (the command) holds the
 // host's pipes.
-func checkpointable(sb *Sandbox) error {
+func checkpointable(sb *record) error {
 	if sb.OneShot {
 		return fmt.Errorf("sandbox %s runs one command (run --rm) and cannot be paused or forked: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 	}
@@ -170,8 +170,8 @@ func checkpointable(sb *Sandbox) error {
 }
 
 // lockRunning resolves ref, takes its lock and checks that it runs.
-func (e *Engine) lockRunning(ctx context.Context, ref string) (*Sandbox, func(), error) {
-	sb, err := e.Get(ctx, ref)
+func (e *Engine) lockRunning(ctx context.Context, ref string) (*record, func(), error) {
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,7 +192,7 @@ func (e *Engine) lockRunning(ctx context.Context, ref string) (*Sandbox, func(),
 
 // checkpoint stores a checkpoint of running sandbox sb, leaving it
 // running.
-func (e *Engine) checkpoint(ctx context.Context, sb *Sandbox) (overlay.Checkpoint, error) {
+func (e *Engine) checkpoint(ctx context.Context, sb *record) (overlay.Checkpoint, error) {
 	ci, err := e.images.NewCheckpoint(ctx)
 	if err != nil {
 		return overlay.Checkpoint{}, err
@@ -208,7 +208,7 @@ func (e *Engine) checkpoint(ctx context.Context, sb *Sandbox) (overlay.Checkpoin
 // every file of it. Every process continues where it was. A corrupt
 // checkpoint is refused (the sandbox stays paused); so is a failed restore.
 func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +222,9 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	}
 	if sb.State != StatePaused {
 		return nil, fmt.Errorf("sandbox %s is %s, not paused: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
+	}
+	if err := e.checkVolumesPresent(sb.ID); err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
 	ck, err := e.images.OpenCheckpoint(ctx, sb.Checkpoint)
 	if err != nil {
@@ -252,7 +255,7 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 		log.G(ctx).WithError(err).Warn("remove used checkpoint")
 	}
 	sb.State = StateRunning
-	return sb, nil
+	return sb.view(), nil
 }
 
 // restore starts sb from checkpoint ck with its own bundle, log, overlay
@@ -261,7 +264,7 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 // runsc runs, as at create: runsc joins it and never deletes it, so an OOM
 // after the restore is counted as after a create (docs/decisions/0004). On
 // error nothing of the runtime is left.
-func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint) error {
+func (e *Engine) restore(ctx context.Context, sb *record, ck overlay.Checkpoint) error {
 	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(sb.ID), "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -278,6 +281,11 @@ func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint
 			log.G(ctx).WithError(err).Warn("clean up a failed restore")
 		}
 	})
+	// The :overlay workspaces' host mounts, which the stop of a pause
+	// took down (destroyRuntime, in undo, takes them down again).
+	if err := e.mountWorkspaces(sb.ID); err != nil {
+		return err
+	}
 	r := e.runscFor(sb)
 	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
 	if err := r.Restore(ctx, sb.ID, filepath.Join(e.sandboxDir(sb.ID), "bundle"), ck.Dir, runsc.RestoreOpts{
@@ -293,7 +301,7 @@ func (e *Engine) restore(ctx context.Context, sb *Sandbox, ck overlay.Checkpoint
 }
 
 // recordProcess reads the running sandbox's host process into sb.
-func (e *Engine) recordProcess(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) recordProcess(ctx context.Context, sb *record) error {
 	st, err := e.runscFor(sb).State(ctx, sb.ID)
 	if err != nil {
 		return err
@@ -312,7 +320,7 @@ func (e *Engine) recordProcess(ctx context.Context, sb *Sandbox) error {
 
 // dropCheckpoint forgets and deletes a paused sandbox's checkpoint (on stop
 // and rm).
-func (e *Engine) dropCheckpoint(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) dropCheckpoint(ctx context.Context, sb *record) error {
 	if sb.Checkpoint == "" {
 		sb.Paused = false
 		return nil
@@ -381,18 +389,19 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 			}
 			return nil, fmt.Errorf("fork %s: %w", parent.ShortID(), err)
 		}
-		out = append(out, child)
+		out = append(out, child.view())
 	}
+
 	return out, nil
 }
 
 // forkOne restores checkpoint ck of parent as a new sandbox.
-func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image, ck overlay.Checkpoint) (*Sandbox, error) {
+func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image, ck overlay.Checkpoint) (*record, error) {
 	id, err := newID()
 	if err != nil {
 		return nil, err
 	}
-	sb := &Sandbox{
+	sb := &record{
 		ID: id, Image: parent.Image, ImageDigest: parent.ImageDigest, Created: time.Now().UTC(),
 		CPUs: parent.CPUs, Memory: parent.Memory, Pids: parent.Pids, Disk: parent.Disk,
 		// A fork gets an empty network namespace, whatever its parent had.
@@ -400,7 +409,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image
 		Labels: parent.Labels, Rootless: parent.Rootless, CreatorPid: os.Getpid(),
 		ImageEnv: parent.ImageEnv, ImageWorkdir: parent.ImageWorkdir, ImageUser: parent.ImageUser,
 		// The secrets are in the checkpointed memory, /run/secrets too.
-		Secrets: parent.Secrets, CACerts: parent.CACerts,
+		Secrets: parent.Secrets, CACerts: parent.CACerts, Mounts: parent.Mounts,
 	}
 	sb.ForkedFrom = parent.ID
 	sb.Timeout, sb.OnTimeout = parent.Timeout, parent.OnTimeout
@@ -420,6 +429,9 @@ func (e *Engine) forkOne(ctx context.Context, parent *Sandbox, img overlay.Image
 		return nil, err
 	}
 	if err := e.adoptMounts(spec, parent.ID, id); err != nil {
+		return nil, err
+	}
+	if err := e.forkWorkspaces(ctx, spec, parent.ID, id); err != nil {
 		return nil, err
 	}
 	spec.Hostname = sb.ShortID()

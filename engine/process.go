@@ -20,12 +20,13 @@ import (
 // use.
 type Command struct {
 	e    *Engine
-	sb   *Sandbox
+	sb   *record
 	proc specs.Process
 	req  ExecRequest
 	ep   *runsc.ExecProcess // nil for a supervised command
 	sv   *supervisedCmd     // set for a supervised command
-	tty  bool               // the command runs on a pty that runsc exec leads
+	tty  bool               // the command runs on a terminal
+	pty  *ptyRelay          // its terminal's input, for a command of Start
 
 	// resize carries Resize's sizes to the pty; nil when the command has
 	// no terminal or the caller gave ExecRequest.Resize.
@@ -55,9 +56,6 @@ func (e *Engine) Start(ctx context.Context, ref string, req ExecRequest) (*Comma
 	if err != nil {
 		return nil, err
 	}
-	if req.TTY {
-		ttyProcess(&proc)
-	}
 	p := &Command{e: e, sb: sb, proc: proc, req: req, tty: req.TTY, done: make(chan struct{})}
 	resize := req.Resize
 	if req.TTY && resize == nil {
@@ -68,12 +66,17 @@ func (e *Engine) Start(ctx context.Context, ref string, req ExecRequest) (*Comma
 	if req.Timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 	}
-	p.ep, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{
-		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr,
-		Size: req.Size, Resize: resize,
-	})
+	opts := runsc.ExecOpts{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr}
+	if req.TTY {
+		p.pty = newPtyRelay(req.Stdin, resize)
+		opts = p.pty.execOpts(req)
+	}
+	p.ep, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, opts)
 	if err != nil {
 		cancel()
+		if p.pty != nil {
+			p.pty.close()
+		}
 		return nil, err
 	}
 	stopSignals := forwardSignals(p, req.Signals)
@@ -82,6 +85,9 @@ func (e *Engine) Start(ctx context.Context, ref string, req ExecRequest) (*Comma
 		defer cancel()
 		code, err := p.ep.Wait()
 		stopSignals()
+		if p.pty != nil {
+			p.pty.close()
+		}
 		p.code, p.err = p.result(ctx, code, err)
 	}()
 	p.pid.Store(int64(p.awaitPid()))
@@ -144,18 +150,17 @@ func (p *Command) Signal(sig os.Signal) error {
 		return fmt.Errorf("%s has exited: %w", p.req.Args[0], errdefs.ErrNotFound)
 	default:
 	}
+	if p.pty != nil {
+		// The agent that holds the terminal delivers it to the
+		// command's process group.
+		return p.pty.signal(sig)
+	}
 	if p.sv != nil {
 		s, ok := sig.(syscall.Signal)
 		if !ok {
 			return fmt.Errorf("signal %v: not a signal of this system: %w", sig, errdefs.ErrInvalidArgument)
 		}
 		return p.sv.s.signal(int(p.pid.Load()), s)
-	}
-	if pid := int(p.pid.Load()); p.tty && pid != 0 && (sig == syscall.SIGKILL || sig == syscall.SIGSTOP) {
-		// runsc exec relays the signals it receives, but cannot be
-		// sent these: they would stop runsc exec itself and leave the
-		// command running.
-		return p.e.runscFor(p.sb).Kill(context.Background(), p.sb.ID, sig.(syscall.Signal), runsc.KillOpts{Pid: pid})
 	}
 	return p.ep.Signal(sig)
 }

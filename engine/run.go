@@ -44,7 +44,7 @@ func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) 
 		return nil, -1, err
 	}
 	code, err := f.wait(e, sb)
-	return sb, code, err
+	return sb.view(), code, err
 }
 
 // setupCached reports whether req has no setup commands to run: none, or
@@ -79,7 +79,7 @@ type initCommand struct {
 }
 
 // prepare renders the command as an exec's process and makes its pipes.
-func (f *initCommand) prepare(e *Engine, sb *Sandbox) (err error) {
+func (f *initCommand) prepare(e *Engine, sb *record) (err error) {
 	if f.proc, err = e.process(sb, f.req); err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (f *initCommand) close() {
 
 // wait returns the command's status once runsc has ended and the command's
 // output has been read.
-func (f *initCommand) wait(e *Engine, sb *Sandbox) (int, error) {
+func (f *initCommand) wait(e *Engine, sb *record) (int, error) {
 	done := make(chan struct{})
 	defer close(done)
 	if f.req.Signals != nil {

@@ -35,8 +35,10 @@ const (
 	StatePaused = "paused"
 )
 
-// Sandbox is the record of one sandbox. Its State is computed when read.
-type Sandbox struct {
+// record is a sandbox's record on disk (sandbox.json): everything the
+// engine keeps about it, host PIDs and paths included. Its State is
+// computed when read. Callers outside the engine see its view, Sandbox.
+type record struct {
 	ID          string        `json:"id"`
 	Name        string        `json:"name,omitempty"`
 	Image       string        `json:"image"`
@@ -54,11 +56,19 @@ type Sandbox struct {
 	// network mode other than none; an update to none firewalls it shut).
 	Linked bool `json:"linked,omitempty"`
 	// IP is the sandbox's address on its link.
-	IP       string            `json:"ip,omitempty"`
+	IP string `json:"ip,omitempty"`
+	// Mounts are the host directories and volumes mounted into the
+	// sandbox, as the create asked for them.
+	Mounts   []Mount           `json:"mounts,omitempty"`
 	Env      []string          `json:"env,omitempty"`
 	Workdir  string            `json:"workdir"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Rootless bool              `json:"rootless"`
+	// Unenforced names the limits of a rootless sandbox that nothing
+	// enforces; Cgroup is its cgroup in the user's delegated subtree
+	// (relative to the cgroup2 mount), if it has one.
+	Unenforced []string `json:"unenforced,omitempty"`
+	Cgroup     string   `json:"cgroup,omitempty"`
 	// Rootfs is the image's shared read-only root filesystem.
 	Rootfs string `json:"rootfs,omitempty"`
 	// ImageEnv and ImageWorkdir are the image's, for every exec.
@@ -102,7 +112,7 @@ type Sandbox struct {
 }
 
 // ShortID is the 12-character form of the ID.
-func (s *Sandbox) ShortID() string { return shortID(s.ID) }
+func (s *record) ShortID() string { return shortID(s.ID) }
 
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 
@@ -155,8 +165,8 @@ func (e *Engine) lockSandbox(id string) (func(), error) {
 
 // getLocked resolves ref, locks the sandbox and re-reads its record under
 // the lock. The caller must call unlock.
-func (e *Engine) getLocked(ctx context.Context, ref string) (sb *Sandbox, unlock func(), err error) {
-	if sb, err = e.Get(ctx, ref); err != nil {
+func (e *Engine) getLocked(ctx context.Context, ref string) (sb *record, unlock func(), err error) {
+	if sb, err = e.get(ctx, ref); err != nil {
 		return nil, nil, err
 	}
 	if unlock, err = e.lockSandbox(sb.ID); err != nil {
@@ -179,7 +189,7 @@ func (e *Engine) recordPath(id string) string {
 }
 
 // save writes sb's record atomically, readable by its owner only.
-func (e *Engine) save(sb *Sandbox) error {
+func (e *Engine) save(sb *record) error {
 	b, err := json.MarshalIndent(sb, "", "  ")
 	if err != nil {
 		return err
@@ -192,7 +202,7 @@ func (e *Engine) save(sb *Sandbox) error {
 }
 
 // load reads sandbox id's record and computes its state.
-func (e *Engine) load(id string) (*Sandbox, error) {
+func (e *Engine) load(id string) (*record, error) {
 	b, err := os.ReadFile(e.recordPath(id))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -200,7 +210,7 @@ func (e *Engine) load(id string) (*Sandbox, error) {
 		}
 		return nil, err
 	}
-	var sb Sandbox
+	var sb record
 	if err := json.Unmarshal(b, &sb); err != nil {
 		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", id, err)
 	}
@@ -211,7 +221,7 @@ func (e *Engine) load(id string) (*Sandbox, error) {
 
 // state computes a sandbox's state from its record and the host: a
 // sandbox runs while its gVisor process does.
-func (e *Engine) state(sb *Sandbox) string {
+func (e *Engine) state(sb *record) string {
 	switch {
 	case sb.Paused:
 		return StatePaused
@@ -275,11 +285,30 @@ func bootID() string {
 
 // List returns every sandbox, oldest first.
 func (e *Engine) List(ctx context.Context) ([]*Sandbox, error) {
+	recs, err := e.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Sandbox, len(recs))
+	for i, r := range recs {
+		out[i] = r.view()
+	}
+	return out, nil
+}
+
+// Get resolves ref (an ID, a unique ID prefix, or a name) to a sandbox.
+func (e *Engine) Get(ctx context.Context, ref string) (*Sandbox, error) {
+	sb, err := e.get(ctx, ref)
+	return sb.view(), err
+}
+
+// list returns every sandbox's record, oldest first.
+func (e *Engine) list(ctx context.Context) ([]*record, error) {
 	ents, err := os.ReadDir(e.sandboxesDir())
 	if err != nil {
 		return nil, err
 	}
-	var out []*Sandbox
+	var out []*record
 	for _, ent := range ents {
 		if !ent.IsDir() {
 			continue
@@ -297,8 +326,9 @@ func (e *Engine) List(ctx context.Context) ([]*Sandbox, error) {
 	return out, nil
 }
 
-// Get resolves ref (an ID, a unique ID prefix, or a name) to a sandbox.
-func (e *Engine) Get(ctx context.Context, ref string) (*Sandbox, error) {
+// get resolves ref (an ID, a unique ID prefix, or a name) to a
+// sandbox's record.
+func (e *Engine) get(ctx context.Context, ref string) (*record, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("empty sandbox ID: %w", errdefs.ErrInvalidArgument)
 	}
@@ -308,11 +338,11 @@ func (e *Engine) Get(ctx context.Context, ref string) (*Sandbox, error) {
 	if sb, err := e.load(ref); err == nil {
 		return sb, nil
 	}
-	all, err := e.List(ctx)
+	all, err := e.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var matches []*Sandbox
+	var matches []*record
 	for _, sb := range all {
 		if sb.Name == ref {
 			return sb, nil

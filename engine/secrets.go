@@ -85,7 +85,7 @@ func secretNames(secrets []policy.Secret) []string {
 
 // writeSecrets hands the secrets to the sandbox's agent through a pipe.
 // Its error never holds a value: the agent prints none.
-func (e *Engine) writeSecrets(ctx context.Context, sb *Sandbox, secrets []policy.Secret) error {
+func (e *Engine) writeSecrets(ctx context.Context, sb *record, secrets []policy.Secret) error {
 	files := make([]agent.SecretFile, 0, len(secrets))
 	for _, s := range secrets {
 		files = append(files, agent.SecretFile{Name: s.Name, Value: s.Value})

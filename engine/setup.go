@@ -148,7 +148,7 @@ func (e *Engine) setupImageFor(ctx context.Context, img overlay.Image, req Creat
 // runSetup runs each setup command in sb with `sh -c` and caches the
 // result as image key. A failing command fails the create, with the end of
 // its output in the error.
-func (e *Engine) runSetup(ctx context.Context, sb *Sandbox, cmds []string, key string) error {
+func (e *Engine) runSetup(ctx context.Context, sb *record, cmds []string, key string) error {
 	for i, c := range cmds {
 		var out tailBuffer
 		code, err := e.Exec(ctx, sb.ID, ExecRequest{Args: []string{"sh", "-c", c}, Stdout: &out, Stderr: &out})
@@ -191,7 +191,7 @@ var _ io.Writer = (*tailBuffer)(nil)
 // blob and unpacked filesystem no image or sandbox references, and
 // interrupted snapshots and checkpoints. It returns the bytes freed.
 func (e *Engine) PruneImages(ctx context.Context) (int64, error) {
-	all, err := e.List(ctx)
+	all, err := e.list(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -214,7 +214,7 @@ func (e *Engine) PruneImages(ctx context.Context) (int64, error) {
 }
 
 // setPersistFields records a create's setup and lifetime in sb.
-func setPersistFields(sb *Sandbox, req CreateRequest) {
+func setPersistFields(sb *record, req CreateRequest) {
 	sb.Setup = req.Setup
 	if req.Timeout > 0 {
 		sb.Timeout = req.Timeout.String()
@@ -227,7 +227,7 @@ func setPersistFields(sb *Sandbox, req CreateRequest) {
 
 // finishCreate runs or records the setup of a started sandbox and starts
 // its lifetime watchdog; the undo of the create covers both.
-func (e *Engine) finishCreate(ctx context.Context, sb *Sandbox, req CreateRequest, key string, hit bool) error {
+func (e *Engine) finishCreate(ctx context.Context, sb *record, req CreateRequest, key string, hit bool) error {
 	switch {
 	case key == "":
 	case hit:

@@ -32,7 +32,7 @@ const sshHostKeyFile = "ssh_host_ed25519_key"
 // SSHHostKey returns sandbox ref's SSH host public key, making the key
 // pair if it has none.
 func (e *Engine) SSHHostKey(ctx context.Context, ref string) (ssh.PublicKey, error) {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (e *Engine) SSHHostKey(ctx context.Context, ref string) (ssh.PublicKey, err
 
 // sshHostKey loads sb's host key, or makes and stores it. Concurrent
 // first uses agree on one key: it is written aside and linked in place.
-func (e *Engine) sshHostKey(sb *Sandbox) (ssh.Signer, []byte, error) {
+func (e *Engine) sshHostKey(sb *record) (ssh.Signer, []byte, error) {
 	path := filepath.Join(e.sandboxDir(sb.ID), sshHostKeyFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -150,7 +150,7 @@ type writerOnly struct{ io.Writer }
 // key under the names hosts, in the sandbox's state directory, and
 // returns its path.
 func (e *Engine) SSHKnownHosts(ctx context.Context, ref string, hosts []string) (string, error) {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return "", err
 	}

@@ -71,7 +71,7 @@ const StatsSample = 250 * time.Millisecond
 // counters, its overlay file and its process count. It needs a running
 // sandbox started as root (a rootless sandbox has no cgroup).
 func (e *Engine) Stats(ctx context.Context, ref string) (*Stats, error) {
-	sb, err := e.Get(ctx, ref)
+	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func overlayUsage(pid int, dir string) uint64 {
 // checkOOM sets sb.OOMKilled when the sandbox ended on its own and its
 // cgroup counted an OOM kill. A sandbox's only OOM victim can be gVisor's
 // sentry, which holds all of its memory: one kill ends the sandbox.
-func (e *Engine) checkOOM(sb *Sandbox) {
+func (e *Engine) checkOOM(sb *record) {
 	if sb.OOMKilled || sb.Rootless || sb.State != StateStopped || sb.Stopped {
 		return
 	}
@@ -148,6 +148,6 @@ var ErrOOMKilled = fmt.Errorf("out of memory")
 // OOM-killed under it: 128+SIGKILL, as for a process the OOM killer ends.
 const ExitOOMKilled = 137
 
-func oomError(sb *Sandbox) error {
+func oomError(sb *record) error {
 	return fmt.Errorf("sandbox %s was killed: %w: it reached its memory limit (%s) and all its processes are gone", sb.ShortID(), ErrOOMKilled, policy.FormatSize(sb.Memory))
 }

@@ -32,10 +32,10 @@ func (e *Engine) Stop(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.stopLocked(ctx, sb); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return sb.view(), nil
 }
 
-func (e *Engine) stopLocked(ctx context.Context, sb *Sandbox) error {
+func (e *Engine) stopLocked(ctx context.Context, sb *record) error {
 	if sb.State == StateRunning {
 		r := e.runscFor(sb)
 		if err := r.Kill(ctx, sb.ID, syscall.SIGTERM, runsc.KillOpts{}); err == nil {

@@ -26,8 +26,10 @@ import (
 // and a later session lists them and attaches to them again. The init
 // keeps the exit status of the last agent.MaxFinished that ended.
 //
-// A supervised command has no terminal; run one with a terminal through
-// Start.
+// A supervised command with ExecRequest.TTY runs on a terminal of the
+// sandbox's own devpts, through the agent's pty mode (see tty.go): its
+// input, size changes and signals travel as ptywire frames in its input,
+// and its terminal, like the command, survives pause and resume.
 
 // ErrDetached is returned by Wait for a supervised command whose
 // supervisor session ended before it did: the command may still run,
@@ -39,7 +41,7 @@ var ErrDetached = errors.New("detached from the command")
 // the next request after it ended. It is safe for concurrent use.
 type Supervisor struct {
 	e      *Engine
-	sb     *Sandbox
+	sb     *record
 	ctx    context.Context
 	cancel context.CancelFunc
 	// sessionUser, if set, runs the session as that user instead of
@@ -69,9 +71,13 @@ type SupervisedProcess struct {
 // AttachRequest says where an attached command's input comes from and
 // where its output goes. Input is passed on only to a command that
 // was started with input; the end of Stdin closes the command's input.
+// TTY says that the command was started with a terminal: Stdin is then
+// what is typed (its end does not end the terminal's input), Stdout the
+// terminal's output, and Command.Resize sets its size.
 type AttachRequest struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	TTY            bool
 }
 
 // Supervisor returns a supervisor of sandbox ref, which must be running.
@@ -218,14 +224,12 @@ func replyError(r agent.SuperviseReply) error {
 // it runs or once it is known that it could not start: Wait then says
 // why, with the statuses Exec reports. The user, environment and
 // working directory are resolved as for Exec; req.Timeout is enforced
-// in the sandbox, attached or not. req.TTY and req.Detach are refused.
+// in the sandbox, attached or not. req.Detach is refused.
 //
 // ctx bounds the start only: the command runs until it ends or is
 // killed, whatever becomes of ctx or of the supervisor.
 func (s *Supervisor) Start(ctx context.Context, req ExecRequest, meta []byte) (*Command, error) {
 	switch {
-	case req.TTY:
-		return nil, fmt.Errorf("start: a supervised command has no terminal (use Engine.Start): %w", errdefs.ErrInvalidArgument)
 	case req.Detach:
 		return nil, fmt.Errorf("start: a supervised command is already in the background: %w", errdefs.ErrInvalidArgument)
 	case len(meta) > agent.MaxMeta:
@@ -238,7 +242,7 @@ func (s *Supervisor) Start(ctx context.Context, req ExecRequest, meta []byte) (*
 	areq := agent.SuperviseRequest{
 		Op: agent.OpStart, Args: proc.Args, Env: proc.Env, Dir: proc.Cwd,
 		UID: proc.User.UID, GID: proc.User.GID,
-		Stdin: req.Stdin != nil, Timeout: req.Timeout, Meta: meta,
+		Stdin: req.Stdin != nil || req.TTY, Timeout: req.Timeout, Meta: meta,
 	}
 	if proc.Args[0] != req.Args[0] {
 		// A wrapper (the secrets' agent) runs the command: tell 126
@@ -261,8 +265,9 @@ func (s *Supervisor) Start(ctx context.Context, req ExecRequest, meta []byte) (*
 	}
 	p.pid.Store(int64(r.Pid))
 	p.sv = &supervisedCmd{s: s, w: &streamWriter{st: st}}
+	stdin := p.superviseTTY(req.TTY, req.Stdin, req.Resize)
 	stopSignals := forwardSignals(p, req.Signals)
-	go p.relay(req.Stdin, req.Stdout, req.Stderr, true, stopSignals)
+	go p.relay(stdin, req.Stdout, req.Stderr, true, stopSignals)
 	return p, nil
 }
 
@@ -289,7 +294,8 @@ func (s *Supervisor) Attach(ctx context.Context, pid int, req AttachRequest) (*C
 	p := &Command{e: s.e, sb: s.sb, req: ExecRequest{Args: args, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr}, done: make(chan struct{})}
 	p.pid.Store(int64(r.Pid))
 	p.sv = &supervisedCmd{s: s, w: &streamWriter{st: st}}
-	go p.relay(req.Stdin, req.Stdout, req.Stderr, r.Stdin, func() {})
+	stdin := p.superviseTTY(req.TTY, req.Stdin, nil)
+	go p.relay(stdin, req.Stdout, req.Stderr, r.Stdin, func() {})
 	return p, nil
 }
 
@@ -340,9 +346,30 @@ type supervisedCmd struct {
 	w *streamWriter
 }
 
+// superviseTTY sets up the terminal of a supervised command with tty:
+// what it returns is its input, stdin and the sizes from resize (or from
+// Resize, if nil) framed for the agent. Without tty it returns stdin.
+func (p *Command) superviseTTY(tty bool, stdin io.Reader, resize <-chan WinSize) io.Reader {
+	if !tty {
+		return stdin
+	}
+	p.tty = true
+	if resize == nil {
+		p.resize = make(chan WinSize)
+		resize = p.resize
+	}
+	p.pty = newPtyRelay(stdin, resize)
+	return p.pty.r
+}
+
 // relay passes stdin to the command and its output to stdout and
 // stderr until it ends or the stream does, then makes its status final.
 func (p *Command) relay(stdin io.Reader, stdout, stderr io.Writer, hasStdin bool, stopSignals func()) {
+	if p.pty != nil {
+		// After the stream's end: the end of the frames must not reach
+		// a command that goes on detached.
+		defer p.pty.close()
+	}
 	defer close(p.done)
 	defer stopSignals()
 	w := p.sv.w

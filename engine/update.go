@@ -86,5 +86,5 @@ func (e *Engine) Update(ctx context.Context, ref string, req UpdateRequest) (*Sa
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return sb.view(), nil
 }

@@ -27,11 +27,18 @@ import (
 // Writes to a mount, from the host or from other sandboxes, are seen by
 // every sandbox that mounts it (docs/decisions/0013-volumes.md). Mounts
 // are not part of snapshots: pause/resume and fork keep them as they are.
+//
+// Overlay (a host Source only, as root) makes the mount a workspace: the
+// sandbox sees the host directory but its writes go to a layer of its
+// own, which Diff shows and ApplyDiff copies to the host directory when
+// asked (docs/decisions/0016-overlay-workspaces.md). A fork gets a copy
+// of its parent's layer.
 type Mount struct {
 	Source   string `json:"source,omitempty"`
 	Volume   string `json:"volume,omitempty"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	Overlay  bool   `json:"overlay,omitempty"`
 }
 
 // Volume is a named volume: a directory under the state root that
@@ -265,6 +272,12 @@ func (e *Engine) resolveMounts(ms []Mount) ([]specs.Mount, error) {
 		switch {
 		case m.Source != "" && m.Volume != "":
 			return nil, fmt.Errorf("mount at %s: both a host directory and a volume: %w", m.Target, errdefs.ErrInvalidArgument)
+		case m.Overlay && m.Source == "":
+			return nil, fmt.Errorf("mount at %s: an overlay workspace needs a host directory: %w", m.Target, errdefs.ErrInvalidArgument)
+		case m.Overlay && m.ReadOnly:
+			return nil, fmt.Errorf("mount at %s: an overlay workspace cannot be read-only: %w", m.Target, errdefs.ErrInvalidArgument)
+		case m.Overlay && e.rootless:
+			return nil, fmt.Errorf("-v %s:%s:overlay: overlay workspaces need root (sbx mounts an overlayfs on the host); use :ro or :rw rootless: %w", m.Source, m.Target, errdefs.ErrNotImplemented)
 		case m.Volume != "":
 			if err := policy.CheckVolumeName(m.Volume); err != nil {
 				return nil, err
@@ -274,7 +287,8 @@ func (e *Engine) resolveMounts(ms []Mount) ([]specs.Mount, error) {
 			}
 			src = e.volumeData(m.Volume)
 		case m.Source != "":
-			if src, err = resolveHostSource(m.Source, root, m.ReadOnly, e.rootless); err != nil {
+			// An overlay never writes its host directory: reading is enough.
+			if src, err = resolveHostSource(m.Source, root, m.ReadOnly || m.Overlay, e.rootless); err != nil {
 				return nil, err
 			}
 		default:
@@ -330,4 +344,26 @@ func resolveHostSource(p, root string, ro, rootless bool) (string, error) {
 		}
 	}
 	return res, nil
+}
+
+// checkVolumesPresent refuses, naming it, a named volume that sandbox id's
+// bundle mounts and that was removed (`volume rm -f`): runsc would fail
+// to restore or start the sandbox with a low-level error.
+func (e *Engine) checkVolumesPresent(id string) error {
+	spec, err := readSpec(filepath.Join(e.sandboxDir(id), "bundle"))
+	if err != nil {
+		return err
+	}
+	prefix := e.volumesDir() + "/"
+	for _, m := range spec.Mounts {
+		rest, ok := strings.CutPrefix(m.Source, prefix)
+		if m.Type != "bind" || !ok {
+			continue
+		}
+		if _, err := os.Stat(m.Source); errors.Is(err, os.ErrNotExist) {
+			name, _, _ := strings.Cut(rest, "/")
+			return fmt.Errorf("volume %q (mounted at %s) was removed; create it again (`sbx volume create %s`) to resume with an empty volume: %w", name, m.Destination, name, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return nil
 }

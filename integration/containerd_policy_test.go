@@ -1,98 +1,13 @@
 package integration
 
 import (
-	"encoding/json"
-	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// probeContainerConfig is a crictl container config running cmd with the
-// probe program (integration/probe) mounted at /probe.
-func (c *ctrd) probeContainerConfig(name, probe string, cmd ...string) string {
-	q := make([]string, len(cmd))
-	for i, a := range cmd {
-		q[i] = strconv.Quote(a)
-	}
-	return c.writeJSON("ctr-"+name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},"command":[%s],"log_path":%q,
-"mounts":[{"container_path":"/probe","host_path":%q,"readonly":true}]}`,
-		name, criBusyboxImage, strings.Join(q, ","), name+".log", probe))
-}
-
 // unescape undoes the quoting of quotes in crictl's error messages.
 func unescape(s string) string { return strings.ReplaceAll(s, `\`, "") }
-
-func probeReport(t *testing.T, where, out string) map[string]string {
-	t.Helper()
-	var got map[string]string
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("%s: probe output %q: %v", where, out, err)
-	}
-	return got
-}
-
-// A pod gets the sandbox a CLI sandbox gets: the same seccomp profile
-// (every operation the probe tries ends the same way in both, denied
-// calls with EPERM) and the same process limit, which holds.
-func TestContainerdPodMatchesCLISandbox(t *testing.T) {
-	e := newEnv(t)
-	probe := buildProbe(t)
-	id := e.create("--image", "busybox", "--pids", "32")
-	e.copyIn(id, probe, "/probe")
-	cli := probeReport(t, "CLI sandbox", e.ok("exec", id, "--", "/probe"))
-	// The shell forks short sleepers until it cannot, with builtins
-	// only: past the limit nothing else could run.
-	// A subshell does it, so that the command itself ends well and
-	// crictl shows its output.
-	forks := `ulimit -u; (i=0; while [ $i -lt 60 ]; do sleep 3 & i=$((i+1)); echo started $i; done); exit 0`
-	cliForks := e.run(nil, "exec", id, "--", "sh", "-c", forks)
-	e.ok("rm", "-f", id)
-
-	c := newContainerd(t)
-	c.setupCRI()
-	podCfg := c.podConfig("probed", map[string]string{"dev.sbx.pids": "32"}, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
-	ctr := c.crictlOK("create", pod, c.probeContainerConfig("probe", probe, "sleep", "1000"), podCfg)
-	c.crictlOK("start", ctr)
-	r := c.crictl("exec", "-s", ctr, "/probe")
-	if r.code != 0 {
-		t.Fatalf("probe in the pod: %s", r)
-	}
-	pod1 := probeReport(t, "pod", r.stdout)
-	for _, op := range slices.Sorted(maps.Keys(cli)) {
-		if pod1[op] != cli[op] {
-			t.Errorf("%s: %q in the pod, %q in a CLI sandbox", op, pod1[op], cli[op])
-		}
-	}
-	if cli["unshare_net"] != "EPERM" || cli["bpf"] != "EPERM" {
-		t.Fatalf("the CLI sandbox's profile is not in force: %v", cli)
-	}
-
-	// The process limit: forks past it fail inside, and the sandbox
-	// lives on, in the pod as in the CLI sandbox.
-	podForks := c.crictl("exec", "-s", ctr, "sh", "-c", forks)
-	for where, f := range map[string]result{"CLI sandbox": cliForks, "pod": podForks} {
-		// crictl exec may pass the command's stderr on as stdout.
-		out := f.stdout + f.stderr
-		lines := strings.Split(out, "\n")
-		n := -1
-		for _, l := range lines {
-			fmt.Sscanf(l, "started %d", &n)
-		}
-		if lines[0] != "32" || n < 8 || n >= 32 || !strings.Contains(out, "can't fork") {
-			t.Errorf("%s: 60 forks under a limit of 32: want ulimit -u 32 and a fork failing before 32, got %s", where, f)
-		}
-	}
-	waitFor(t, func() bool {
-		r := c.crictl("exec", "-s", ctr, "echo", "alive")
-		return r.code == 0 && strings.Contains(r.stdout, "alive")
-	})
-	c.crictlOK("rmp", "-f", pod)
-	c.assertClean(pod, ctr)
-}
 
 // The operator's config is a ceiling: a pod asking for more than it on
 // any annotation is refused with a message naming the annotation and the

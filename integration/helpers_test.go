@@ -182,7 +182,7 @@ func (e *env) inspect(id string) sandboxRecord {
 // inspectInto decodes `sbx inspect id` into v, the fields a test reads.
 func (e *env) inspectInto(id string, v any) {
 	e.t.Helper()
-	if err := json.Unmarshal([]byte(e.ok("inspect", id)), v); err != nil {
+	if err := json.Unmarshal([]byte(e.ok("inspect", "--format", "debug", id)), v); err != nil {
 		e.t.Fatalf("inspect %s: %v", id, err)
 	}
 }

@@ -32,7 +32,7 @@ type portsRecord struct {
 func (e *env) ports(id string) portsRecord {
 	e.t.Helper()
 	var r portsRecord
-	if err := json.Unmarshal([]byte(e.ok("inspect", id)), &r); err != nil {
+	if err := json.Unmarshal([]byte(e.ok("inspect", "--format", "debug", id)), &r); err != nil {
 		e.t.Fatal(err)
 	}
 	return r

@@ -14,8 +14,9 @@ func TestRootlessInteractive(t *testing.T) {
 	e := newRootlessEnv(t).withDefaultRoot()
 	id := e.create("-p", "0:8080")
 
-	tm := e.startTerm(20, 70, "exec", "-it", id, "--", "sh", "-c", `stty size; id -u; read x; exit $x`)
+	tm := e.startTerm(20, 70, "exec", "-it", id, "--", "sh", "-c", `stty size; tty; id -u; read x; exit $x`)
 	tm.expect("20 70")
+	tm.expect("/dev/pts/")
 	tm.send("4\r")
 	if code := tm.wait(); code != 4 {
 		t.Fatalf("rootless exec -it exited %d, want 4", code)

@@ -205,3 +205,89 @@ func TestExecAndRunWithTTY(t *testing.T) {
 	r := e.run(strings.NewReader(""), "exec", "-it", id, "--", "true")
 	assertOneLineError(t, r, "terminal")
 }
+
+// The terminal is one of the sandbox's own: `tty` names a /dev/pts
+// device, job control works (^Z stops the foreground job, bg and fg move
+// it), ^C and ^\ reach the foreground job only and the shell lives on,
+// and a command killed by a signal reports 128+N.
+func TestSandboxTerminal(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	tm := e.startTerm(24, 80, "shell", id)
+
+	// (Markers are split with "" so that the echo of what is typed
+	// does not match them.)
+	tm.send(`case $(tty) in /dev/pts/[0-9]*) echo on-""pts;; *) echo not-""pts;; esac` + "\r")
+	tm.expect("on-pts")
+
+	tm.send("sleep 100\r")
+	waitFor(t, func() bool { return strings.Contains(e.ok("exec", id, "--", "ps", "-o", "stat,args"), "sleep 100") })
+	tm.send("\x1a")
+	tm.expect("Stopped")
+	waitFor(t, func() bool { return psState(e, id, "sleep 100") == "T" })
+	tm.send("jobs\r")
+	tm.expect("Stopped")
+	tm.send("bg\r")
+	waitFor(t, func() bool { return psState(e, id, "sleep 100") == "S" })
+	tm.send("jobs\r")
+	tm.expect("Running")
+	tm.send("fg\r")
+	tm.expect("sleep 100")
+	time.Sleep(300 * time.Millisecond) // until the shell has given it the terminal
+	tm.send("\x03")
+	tm.send("echo status=$?\r")
+	tm.expect("status=130")
+	if psState(e, id, "sleep 100") != "" {
+		t.Fatal("^C after fg did not end sleep 100")
+	}
+
+	tm.send("sleep 200\r")
+	waitFor(t, func() bool { return psState(e, id, "sleep 200") != "" })
+	tm.send("\x1c")
+	tm.send("echo status=$?\r")
+	tm.expect("status=131")
+	tm.send(`echo al""ive-$$` + "\r")
+	tm.expect("alive-")
+
+	tm.send("exit 3\r")
+	if code := tm.wait(); code != 3 {
+		t.Fatalf("sbx shell exited %d, want 3", code)
+	}
+	tm.assertCooked()
+
+	// A command that a signal ends: 128+N.
+	tm = e.startTerm(24, 80, "exec", "-it", id, "--", "sh", "-c", "kill -TERM $$")
+	if code := tm.wait(); code != 143 {
+		t.Fatalf("exec -it of a command killed by SIGTERM exited %d, want 143", code)
+	}
+	tm.assertCooked()
+}
+
+// psState is the state letter (R, S, T...) of the process of the
+// sandbox whose arguments are args, or "" if there is none.
+func psState(e *env, id, args string) string {
+	for _, l := range strings.Split(e.ok("exec", id, "--", "ps", "-o", "stat,args"), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.Join(f[1:], " ") == args {
+			return f[0][:1]
+		}
+	}
+	return ""
+}
+
+// On the default image: Python finds its terminal's name, and the
+// terminal belongs to the user the command runs as. (gVisor's /proc does
+// not give a process's terminal: `ps` shows none.)
+func TestSandboxTerminalBase(t *testing.T) {
+	e := newEnv(t)
+	e.root = baseArchive(t)
+	id := e.create("--image", "base", "--net", "none")
+	t.Cleanup(func() { e.run(nil, "rm", "-f", id) })
+	tm := e.startTerm(24, 80, "exec", "-it", id, "--", "sh", "-c",
+		`python3 -c 'import os; print("name=" + os.ttyname(0))'; stat -c 'owner=%U' "$(tty)"`)
+	tm.expect("name=/dev/pts/")
+	tm.expect("owner=user")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("exec -it exited %d; terminal:\n%s", code, tm.out.String())
+	}
+	tm.assertCooked()
+}

@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,6 +47,26 @@ func TestVolumeSharedBetweenSandboxes(t *testing.T) {
 	// An overwrite, not only a new file, must show: the cache revalidates.
 	e.ok("exec", a, "--", "sh", "-c", "echo again > /data/b")
 	e.waitForOutput(b, "again", "cat", "/mnt/vol/b")
+
+	// What a user sees of a sandbox names its mounts, and no host
+	// process or path.
+	var view struct {
+		Mounts []struct {
+			Volume, Target string
+			ReadOnly       bool
+		}
+		Pid    int    `json:"pid"`
+		Rootfs string `json:"rootfs"`
+	}
+	if err := json.Unmarshal([]byte(e.ok("inspect", a)), &view); err != nil {
+		t.Fatal(err)
+	}
+	if len(view.Mounts) != 1 || view.Mounts[0].Volume != "shared" || view.Mounts[0].Target != "/data" || view.Mounts[0].ReadOnly {
+		t.Fatalf("inspect: mounts %+v, want shared at /data", view.Mounts)
+	}
+	if view.Pid != 0 || view.Rootfs != "" {
+		t.Fatalf("inspect shows host details: pid %d, rootfs %q", view.Pid, view.Rootfs)
+	}
 
 	var v volumeRecord
 	if err := json.Unmarshal([]byte(e.ok("volume", "inspect", "shared")), &v); err != nil {
@@ -203,4 +227,206 @@ func TestVolumePauseResumeAndFork(t *testing.T) {
 	if len(v.UsedBy) != 2 {
 		t.Fatalf("volume inspect after fork: want 2 users, got %v", v.UsedBy)
 	}
+}
+
+// treeHash describes every entry below dir (type, mode, content or link
+// target), without following symlinks.
+func treeHash(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(&b, "%s %v", rel, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " -> %s", l)
+		case fi.Mode().IsRegular():
+			c, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", sha256.Sum256(c))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestVolumeOverlayWorkspaceDiffAndApply(t *testing.T) {
+	e := newEnv(t)
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	target := filepath.Join(outside, "target")
+	writeFiles(t, outside, map[string]string{"secret": "host-only-secret\n", "target": "untouched\n"})
+	host := t.TempDir()
+	writeFiles(t, host, map[string]string{
+		"a.txt": "hello\n", "del.txt": "gone\n", "sub/b.txt": "one\ntwo\nthree\n",
+		"sub/bin": "\x00\x01old", "deldir/x": "x\n", "same.txt": "same\n",
+	})
+	// The user's own symlink out of the directory: apply must replace
+	// it, never write through it.
+	if err := os.Symlink(target, filepath.Join(host, "link")); err != nil {
+		t.Fatal(err)
+	}
+	before := treeHash(t, host)
+
+	id := e.create("-v", host+":/work:overlay")
+	e.ok("exec", id, "--", "sh", "-c", `set -e
+		echo changed >> /work/a.txt
+		echo new > /work/new.txt
+		mkdir /work/nd && echo f > /work/nd/f
+		rm /work/del.txt
+		rm -r /work/deldir
+		sed -i s/two/TWO/ /work/sub/b.txt
+		printf '\000\002new' > /work/sub/bin
+		chmod 755 /work/same.txt
+		touch /work/sub
+		rm /work/link && echo pwn > /work/link
+		ln -s `+secret+` /work/leak`)
+	if got := treeHash(t, host); got != before {
+		t.Fatalf("the sandbox's writes reached the host directory:\nbefore:\n%s\nafter:\n%s", before, got)
+	}
+	want := strings.Join([]string{
+		"M /work/a.txt",
+		"D /work/del.txt",
+		"D /work/deldir/",
+		"D /work/deldir/x",
+		"A /work/leak -> " + secret,
+		"M /work/link (mode 777 -> 644)",
+		"A /work/nd/",
+		"A /work/nd/f",
+		"A /work/new.txt",
+		"M /work/same.txt (mode 644 -> 755)",
+		"M /work/sub/b.txt",
+		"M /work/sub/bin",
+	}, "\n") + "\n"
+	if got := e.ok("diff", "--name-status", id); got != want {
+		t.Fatalf("sbx diff --name-status:\n%s\nwant:\n%s", got, want)
+	}
+	patch := e.ok("diff", id)
+	for _, w := range []string{
+		"--- a/work/sub/b.txt\n+++ b/work/sub/b.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n",
+		"--- /dev/null\n+++ b/work/new.txt\n@@ -0,0 +1 @@\n+new\n",
+		"Binary files a/work/sub/bin and b/work/sub/bin differ\n",
+		"old mode 100644\nnew mode 100755\n",
+	} {
+		if !strings.Contains(patch, w) {
+			t.Fatalf("sbx diff lacks %q:\n%s", w, patch)
+		}
+	}
+	if strings.Contains(patch, "host-only-secret") {
+		t.Fatalf("sbx diff followed a planted symlink out of the workspace:\n%s", patch)
+	}
+	if got := e.ok("diff", "--name-status", id, "/work/sub"); got != "M /work/sub/b.txt\nM /work/sub/bin\n" {
+		t.Fatalf("sbx diff ID /work/sub:\n%s", got)
+	}
+
+	// A fork gets a copy of the layer: what it writes, its parent never
+	// sees, nor the host.
+	fork := strings.Fields(e.ok("fork", id))[0]
+	e.ok("exec", fork, "--", "sh", "-c", "echo fork > /work/fork-only && echo forked >> /work/a.txt")
+	if got := e.ok("diff", "--name-status", id); got != want {
+		t.Fatalf("the fork's writes reached its parent's workspace:\n%s", got)
+	}
+	if got := e.ok("diff", "--name-status", fork, "/work/fork-only"); got != "A /work/fork-only\n" {
+		t.Fatalf("fork's diff: %q", got)
+	}
+	if got := strings.TrimSpace(e.ok("exec", id, "--", "cat", "/work/a.txt")); got != "hello\nchanged" {
+		t.Fatalf("parent's a.txt after the fork wrote its own: %q", got)
+	}
+	// Pause/resume keeps the workspace; a stopped sandbox still diffs.
+	e.ok("pause", id)
+	if got := e.ok("diff", "--name-status", id); got != want {
+		t.Fatalf("sbx diff of a paused sandbox:\n%s", got)
+	}
+	e.ok("resume", id)
+	e.waitForOutput(id, "new", "cat", "/work/new.txt")
+	e.ok("stop", fork)
+	if got := e.ok("diff", "--name-status", fork, "/work/fork-only"); got != "A /work/fork-only\n" {
+		t.Fatalf("sbx diff of a stopped fork: %q", got)
+	}
+	if got := treeHash(t, host); got != before {
+		t.Fatalf("host directory changed before apply:\n%s", got)
+	}
+
+	e.ok("diff", "--apply", id)
+	if got := e.ok("diff", id); got != "" {
+		t.Fatalf("after --apply the sandbox still differs from the host:\n%s", got)
+	}
+	// The host now matches the sandbox's view, file by file.
+	view := e.ok("exec", id, "--", "sh", "-c", "cd /work && find . | sort && md5sum a.txt new.txt nd/f sub/b.txt sub/bin link same.txt && readlink leak && stat -c %a same.txt")
+	hostView := ""
+	if b, err := exec.Command("sh", "-c", "cd "+host+" && find . | sort && md5sum a.txt new.txt nd/f sub/b.txt sub/bin link same.txt && readlink leak && stat -c %a same.txt").Output(); err != nil {
+		t.Fatal(err)
+	} else {
+		hostView = string(b)
+	}
+	if view != hostView {
+		t.Fatalf("after --apply:\nsandbox:\n%s\nhost:\n%s", view, hostView)
+	}
+	if fi, err := os.Lstat(filepath.Join(host, "leak")); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("a planted symlink was not applied as a symlink: %v %v", fi, err)
+	}
+	if got, _ := os.ReadFile(target); string(got) != "untouched\n" {
+		t.Fatalf("apply wrote through the host's symlink out of the directory: target = %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(host, "link")); string(got) != "pwn\n" {
+		t.Fatalf("host link after apply: %q", got)
+	}
+	e.ok("rm", "-f", id, fork)
+	e.assertClean(id)
+	if out, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(out), e.root) {
+		t.Fatalf("workspace mounts left after rm:\n%s", out)
+	}
+}
+
+func TestVolumeOverlayRefused(t *testing.T) {
+	e := newEnv(t)
+	e.ok("volume", "create", "vol")
+	for _, c := range []struct{ v, want string }{
+		{"vol:/x:overlay", "needs a host directory"},
+		{"/no/such/dir:/x:overlay", "does not exist"},
+	} {
+		assertOneLineError(t, e.run(nil, "create", "--image", "busybox", "-v", c.v), c.want)
+	}
+	id := e.create()
+	assertOneLineError(t, e.run(nil, "diff", id), "no overlay workspace")
+}
+
+func TestVolumeOverlayRootlessRefused(t *testing.T) {
+	e := newRootlessEnv(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(nil, "create", "--image", "busybox", "-v", dir+":/work:overlay")
+	assertOneLineError(t, r, "overlay workspaces need root")
 }

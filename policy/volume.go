@@ -9,13 +9,16 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// VolumeSpec is one -v SRC:PATH[:ro|:rw] as written: Source is a host
-// path, or Volume the name of a named volume; exactly one is set.
+// VolumeSpec is one -v SRC:PATH[:ro|:rw|:overlay] as written: Source is
+// a host path, or Volume the name of a named volume; exactly one is set.
+// Overlay (host directories only) gives the sandbox a copy-on-write view
+// of Source: its writes go to a layer of its own.
 type VolumeSpec struct {
 	Source   string
 	Volume   string
 	Target   string
 	ReadOnly bool
+	Overlay  bool
 }
 
 var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
@@ -35,12 +38,12 @@ func IsVolumeName(src string) bool {
 	return src != "" && !strings.ContainsRune(src, '/') && src[0] != '.' && src[0] != '~'
 }
 
-// ParseVolume parses -v SRC:PATH[:ro|:rw]. A relative host path is
+// ParseVolume parses -v SRC:PATH[:ro|:rw|:overlay]. A relative host path is
 // returned as written; the caller makes it absolute or refuses it.
 func ParseVolume(s string) (VolumeSpec, error) {
 	parts := strings.Split(s, ":")
 	bad := func(why string) (VolumeSpec, error) {
-		return VolumeSpec{}, fmt.Errorf("-v %q: %s (want SRC:PATH[:ro|:rw], SRC a host directory or a volume name): %w", s, why, errdefs.ErrInvalidArgument)
+		return VolumeSpec{}, fmt.Errorf("-v %q: %s (want SRC:PATH[:ro|:rw|:overlay], SRC a host directory or a volume name): %w", s, why, errdefs.ErrInvalidArgument)
 	}
 	if len(parts) < 2 || len(parts) > 3 {
 		return bad("wrong number of ':'-separated fields")
@@ -52,7 +55,7 @@ func ParseVolume(s string) (VolumeSpec, error) {
 			v.ReadOnly = true
 		case "rw":
 		case "overlay":
-			return bad("mode overlay is not supported yet")
+			v.Overlay = true
 		default:
 			return bad(fmt.Sprintf("unknown mode %q", parts[2]))
 		}
@@ -64,6 +67,9 @@ func ParseVolume(s string) (VolumeSpec, error) {
 	case IsVolumeName(src):
 		if err := CheckVolumeName(src); err != nil {
 			return VolumeSpec{}, err
+		}
+		if v.Overlay {
+			return bad("mode overlay needs a host directory, not a named volume")
 		}
 		v.Volume = src
 	default:

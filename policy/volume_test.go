@@ -15,6 +15,7 @@ func TestParseVolume(t *testing.T) {
 		{"/home/me/p:/work", VolumeSpec{Source: "/home/me/p", Target: "/work"}},
 		{"/home/me/p:/work:ro", VolumeSpec{Source: "/home/me/p", Target: "/work", ReadOnly: true}},
 		{"/home/me/p:/work:rw", VolumeSpec{Source: "/home/me/p", Target: "/work"}},
+		{"/home/me/p:/work:overlay", VolumeSpec{Source: "/home/me/p", Target: "/work", Overlay: true}},
 		{"./p:/work", VolumeSpec{Source: "./p", Target: "/work"}},
 		{"cache:/root/.cache", VolumeSpec{Volume: "cache", Target: "/root/.cache"}},
 	} {
@@ -25,7 +26,7 @@ func TestParseVolume(t *testing.T) {
 	}
 	for _, in := range []string{
 		"", "/a", "/a:/b:ro:x", ":/b", "/a:b", "/a:/", "/a:/proc", "/a:/sys/x", "/a:/dev",
-		"/a:/b/../c", "/a:/b:overlay", "/a:/b:rx", "bad name:/b", "-x:/b",
+		"/a:/b/../c", "cache:/b:overlay", "/a:/b:rx", "bad name:/b", "-x:/b",
 	} {
 		if _, err := ParseVolume(in); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ParseVolume(%q): want an invalid-argument error, got %v", in, err)

@@ -22,7 +22,9 @@ type WinSize struct {
 // raises (^C's SIGINT, SIGWINCH on resize) to the terminal's foreground
 // process group inside. (runsc's --console-socket is only served by
 // `runsc exec --detach`, whose process's exit status sbx could not
-// collect; see docs/decisions/0007-exec-pty.md.)
+// collect; see docs/decisions/0007-exec-pty.md.) sbx's own terminals
+// come from the sandbox's devpts instead (0015-sandbox-terminals.md):
+// a pod's image has no agent to open one.
 type terminal struct {
 	master *os.File // for resizing
 	io     *os.File // the master, non-blocking, for reads and writes

@@ -35,13 +35,12 @@ import (
 // goes on for the others. Memory is thus bounded by the number of streams,
 // whatever the command writes.
 //
-// Commands without a terminal are supervised (engine.Supervisor): children
-// of the sandbox's init, started over one agent session per sandbox. They
-// survive pause and resume, and a server that restarts finds them again:
-// a List, or a request for a PID or tag the table does not know, asks the
-// sandbox's supervisor and attaches to the commands this service started.
-// Commands on a terminal run through engine.Start, whose processes a
-// restore kills: they do not survive a pause.
+// Commands are supervised (engine.Supervisor): children of the sandbox's
+// init, started over one agent session per sandbox, those on a terminal
+// with a pty of the sandbox's own. They survive pause and resume, and a
+// server that restarts finds them again: a List, or a request for a PID
+// or tag the table does not know, asks the sandbox's supervisor and
+// attaches to the commands this service started.
 
 const (
 	// subscriberBuffer is how many events a stream may be behind.
@@ -160,8 +159,9 @@ func (s *processService) table(id string) *procTable {
 }
 
 // forget drops the processes of sandbox id: the server removes or pauses
-// the sandbox. Those on a terminal are killed; supervised ones go on in
-// the sandbox (a pause keeps them), and a later request for the sandbox
+// the sandbox. Supervised ones go on in the sandbox (a pause keeps
+// them; others, started without a supervisor, are killed), and a later
+// request for the sandbox
 // attaches to them through a new supervisor session. Streams following
 // them end with Unavailable.
 func (s *processService) forget(sandboxID string) {
@@ -316,10 +316,10 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 
 	t := s.table(id)
 	var cmd command
-	if s.supervise != nil && !p.tty {
+	if s.supervise != nil {
 		var sv supervisor
 		if sv, err = t.supervisor(s, id); err == nil {
-			cmd, err = sv.Start(ctx, xreq, metaOf(p.tag, cfg, stdinR != nil))
+			cmd, err = sv.Start(ctx, xreq, metaOf(p.tag, cfg, stdinR != nil, p.tty))
 		}
 	} else {
 		cmd, err = s.start(t.ctx, id, xreq)

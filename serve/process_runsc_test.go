@@ -241,9 +241,9 @@ func TestProcessServiceRunsc(t *testing.T) {
 		}
 	})
 
-	t.Run("forget kills commands on a terminal", func(t *testing.T) {
+	t.Run("forget detaches commands on a terminal too", func(t *testing.T) {
 		req := connect.NewRequest(&processpb.StartRequest{
-			Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "sleep 600"}},
+			Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "tty; sleep 600"}},
 			Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: 80, Rows: 24}},
 		})
 		req.Header().Set("Authorization", asUser("root").Get("Authorization"))
@@ -252,10 +252,32 @@ func TestProcessServiceRunsc(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := follow(st)
-		ev.startPid(t)
+		pid := ev.startPid(t)
+		if out := ev.next(t).GetData().GetPty(); !strings.HasPrefix(string(out), "/dev/pts/") {
+			t.Fatalf("tty on the terminal printed %q", out)
+		}
 		s.forget(id)
-		if _, _, _, end := ev.collect(t); end.GetExited() {
-			t.Fatalf("end after forget: %v", end)
+		for range ev.ch {
+		}
+		if connect.CodeOf(ev.err) != connect.CodeUnavailable {
+			t.Fatalf("stream after forget: %v, want unavailable", ev.err)
+		}
+		// A later request finds it through a new session, as a terminal.
+		sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}}
+		if _, err := c.Update(ctx, connect.NewRequest(&processpb.UpdateRequest{Process: sel, Pty: &processpb.PTY{Size: &processpb.PTY_Size{Cols: 100, Rows: 30}}})); err != nil {
+			t.Fatalf("resize after forget: %v", err)
+		}
+		cs, err := c.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev = follow(cs)
+		ev.startPid(t)
+		if _, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGKILL})); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, end := ev.collect(t); end.GetStatus() != "signal: killed" {
+			t.Fatalf("end after SIGKILL: %v", end)
 		}
 	})
 

@@ -58,11 +58,13 @@ type procMeta struct {
 	Tag    *string         `json:"tag,omitempty"`
 	Config json.RawMessage `json:"config"`
 	Stdin  bool            `json:"stdin,omitempty"`
+	// Pty says that the command runs on a terminal.
+	Pty bool `json:"pty,omitempty"`
 }
 
 // metaOf encodes a supervised command's metadata: its config without
 // the environment, or without its arguments too, if it would not fit.
-func metaOf(tag *string, cfg *processpb.ProcessConfig, stdin bool) []byte {
+func metaOf(tag *string, cfg *processpb.ProcessConfig, stdin, pty bool) []byte {
 	for _, c := range []*processpb.ProcessConfig{
 		cfg,
 		{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cfg.Cwd},
@@ -72,12 +74,12 @@ func metaOf(tag *string, cfg *processpb.ProcessConfig, stdin bool) []byte {
 		if err != nil {
 			continue
 		}
-		b, err := json.Marshal(procMeta{Tag: tag, Config: raw, Stdin: stdin})
+		b, err := json.Marshal(procMeta{Tag: tag, Config: raw, Stdin: stdin, Pty: pty})
 		if err == nil && len(b) <= maxMeta {
 			return b
 		}
 	}
-	b, _ := json.Marshal(procMeta{Tag: tag, Config: json.RawMessage("{}"), Stdin: stdin})
+	b, _ := json.Marshal(procMeta{Tag: tag, Config: json.RawMessage("{}"), Stdin: stdin, Pty: pty})
 	return b
 }
 
@@ -132,7 +134,7 @@ func (s *processService) adopt(ctx context.Context, id string, sel *processpb.Pr
 		if err := protojson.Unmarshal(m.Config, cfg); err != nil {
 			continue
 		}
-		p := &proc{pid: pid, tag: m.Tag, config: cfg, hub: newHub(s.grace)}
+		p := &proc{pid: pid, tag: m.Tag, config: cfg, tty: m.Pty, hub: newHub(s.grace)}
 		var stdinR *os.File
 		if m.Stdin {
 			if stdinR, p.stdin, err = os.Pipe(); err != nil {
@@ -140,6 +142,9 @@ func (s *processService) adopt(ctx context.Context, id string, sel *processpb.Pr
 			}
 		}
 		areq := engine.AttachRequest{Stdout: hubWriter{p.hub, outStdout}, Stderr: hubWriter{p.hub, outStderr}}
+		if p.tty {
+			areq = engine.AttachRequest{Stdout: hubWriter{p.hub, outPty}, Stderr: hubWriter{p.hub, outPty}, TTY: true}
+		}
 		if stdinR != nil {
 			areq.Stdin = stdinR
 		}

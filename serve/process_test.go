@@ -935,9 +935,9 @@ func TestProcessAdoptsSupervised(t *testing.T) {
 	s, f := newFakeService()
 	tag := "server"
 	sv := &fakeSupervisor{f: f, procs: []engine.SupervisedProcess{
-		{Pid: 40, Running: true, Meta: metaOf(&tag, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "serve"}}, false)},
+		{Pid: 40, Running: true, Meta: metaOf(&tag, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "serve"}}, false, false)},
 		{Pid: 41, Running: true, Meta: []byte("not ours")},
-		{Pid: 42, Running: false, ExitCode: 3, Meta: metaOf(nil, &processpb.ProcessConfig{Cmd: "true"}, false)},
+		{Pid: 42, Running: false, ExitCode: 3, Meta: metaOf(nil, &processpb.ProcessConfig{Cmd: "true"}, false, false)},
 	}}
 	s.supervise = func(ctx context.Context, id string) (supervisor, error) { return sv, nil }
 	c := serveProcesses(t, s, "sb1")

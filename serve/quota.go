@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"os"
 
 	"sbx.dev/sbx/engine"
 	"sbx.dev/sbx/policy"
@@ -53,7 +52,7 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		switch {
 		// This server's creates in flight are in reserved already.
 		case sb.State == engine.StateRunning,
-			sb.State == engine.StateCreating && sb.CreatorPid != os.Getpid():
+			sb.State == engine.StateCreating && !sb.CreatingHere():
 			used.Sandboxes++
 			used.CPUs += sb.CPUs
 			used.Memory += sb.Memory

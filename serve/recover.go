@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"syscall"
 	"time"
 
 	"sbx.dev/sbx/engine"
@@ -67,13 +66,7 @@ func (s *Server) deadSandboxes(ctx context.Context) (map[string]*engine.Sandbox,
 // dead reports whether sb is of no more use: stopped, or left half-made
 // by a create or fork whose process died.
 func dead(sb *engine.Sandbox) bool {
-	if sb.State == engine.StateStopped {
-		return true
-	}
-	if sb.CreatorPid != 0 && sb.State == engine.StateRunning {
-		return syscall.Kill(sb.CreatorPid, 0) == syscall.ESRCH
-	}
-	return false
+	return sb.State == engine.StateStopped || sb.Abandoned()
 }
 
 // sweep runs Recover every sweepInterval until the server closes.

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	diffcmd "sbx.dev/sbx/cmd/sbx/commands/diff"
 	"sbx.dev/sbx/cmd/sbx/commands/image"
 	mcpcmd "sbx.dev/sbx/cmd/sbx/commands/mcp"
 	"sbx.dev/sbx/cmd/sbx/commands/registry"
@@ -43,6 +44,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, registry.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
 	app.Commands = append(app.Commands, volume.Command)
+	app.Commands = append(app.Commands, diffcmd.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)
 	app.Commands = append(app.Commands, sshcmd.Commands...)

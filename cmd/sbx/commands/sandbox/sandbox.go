@@ -330,12 +330,14 @@ func writeTable(w io.Writer, all []*engine.Sandbox) error {
 
 var inspectCommand = &cli.Command{
 	Name:      "inspect",
-	Usage:     "show a sandbox's record as JSON",
+	Usage:     "show a sandbox as JSON",
 	ArgsUsage: "ID",
-	Flags:     []cli.Flag{&cli.StringFlag{Name: "format", Value: "json", Usage: "output format: json"}},
+	Flags: []cli.Flag{&cli.StringFlag{Name: "format", Value: "json",
+		Usage: "output format: json, or debug for the engine's full record (host PIDs and paths; its fields may change)"}},
 	Action: func(c *cli.Context) error {
-		if f := c.String("format"); f != "json" {
-			return clix.UsageError(fmt.Errorf("--format %q: inspect prints json", f))
+		f := c.String("format")
+		if f != "json" && f != "debug" {
+			return clix.UsageError(fmt.Errorf("--format %q: inspect prints json or debug", f))
 		}
 		a, err := clix.Args(c, 1, 1, "ID")
 		if err != nil {
@@ -343,6 +345,14 @@ var inspectCommand = &cli.Command{
 		}
 		e, err := clix.Engine(c)
 		if err != nil {
+			return err
+		}
+		if f == "debug" {
+			rec, err := e.Record(c.Context, a[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "%s\n", rec)
 			return err
 		}
 		sb, err := e.Get(c.Context, a[0])

@@ -19,7 +19,7 @@ import (
 // Flag is -v/--volume of create and run.
 var Flag = &cli.StringSliceFlag{
 	Name: "volume", Aliases: []string{"v"},
-	Usage: "mount SRC:PATH[:ro|:rw], SRC a host directory or a named volume (repeatable)",
+	Usage: "mount SRC:PATH[:ro|:rw|:overlay], SRC a host directory or a named volume; :overlay: a copy-on-write view of a host directory (sbx diff) (repeatable)",
 }
 
 // Mounts parses the -v values into the engine's mounts. A host path
@@ -40,7 +40,7 @@ func Mounts(vals []string) ([]engine.Mount, error) {
 		if src != "" && !filepath.IsAbs(src) {
 			return nil, clix.UsageError(fmt.Errorf("-v %q: host directory %q is not an absolute path", s, src))
 		}
-		out = append(out, engine.Mount{Source: src, Volume: v.Volume, Target: v.Target, ReadOnly: v.ReadOnly})
+		out = append(out, engine.Mount{Source: src, Volume: v.Volume, Target: v.Target, ReadOnly: v.ReadOnly, Overlay: v.Overlay})
 	}
 	return out, nil
 }

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// An :overlay mount is a workspace: a host overlayfs whose lower layer is
+// the host directory and whose upper and work directories are the
+// sandbox's own, under <sandbox>/workspaces/N
+// (docs/decisions/0016-overlay-workspaces.md). The merged directory is
+// what the sandbox's spec bind-mounts. The host directory is never
+// written, except by ApplyDiff.
+
+// workspace is one :overlay mount of a sandbox.
+type workspace struct {
+	// Source is the host directory (the lower layer), resolved at create.
+	Source string `json:"source"`
+	// Target is where the sandbox sees it.
+	Target  string    `json:"target"`
+	Created time.Time `json:"created"`
+
+	dir string
+}
+
+func (w *workspace) upper() string  { return filepath.Join(w.dir, "upper") }
+func (w *workspace) work() string   { return filepath.Join(w.dir, "work") }
+func (w *workspace) merged() string { return filepath.Join(w.dir, "merged") }
+
+func (e *Engine) workspacesDir(id string) string {
+	return filepath.Join(e.sandboxDir(id), "workspaces")
+}
+
+// makeWorkspaces creates and mounts a workspace for each :overlay mount
+// of ms, and points its spec mount (sm[i], rendered from ms[i]) at the
+// merged directory. The mounts are undone by destroyRuntime.
+func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm []specs.Mount, undo *cleanup) error {
+	n := 0
+	for i, m := range ms {
+		if !m.Overlay {
+			continue
+		}
+		w := &workspace{Source: sm[i].Source, Target: m.Target, Created: time.Now().UTC(),
+			dir: filepath.Join(e.workspacesDir(id), strconv.Itoa(n))}
+		n++
+		if err := os.MkdirAll(w.dir, 0o700); err != nil {
+			return err
+		}
+		for _, d := range []string{w.upper(), w.work(), w.merged()} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return err
+			}
+		}
+		// The merged root takes the upper root's owner and mode: make
+		// them the host directory's.
+		var st unix.Stat_t
+		if err := unix.Stat(w.Source, &st); err != nil {
+			return fmt.Errorf("host directory %s: %w", w.Source, err)
+		}
+		if err := os.Chown(w.upper(), int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		// Not subject to the umask.
+		if err := unix.Chmod(w.upper(), st.Mode&0o7777); err != nil {
+			return err
+		}
+		b, err := json.Marshal(w)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(w.dir, "workspace.json"), b, 0o600); err != nil {
+			return err
+		}
+		undo.add(func() { unmountWorkspace(w) })
+		if err := mountWorkspace(w); err != nil {
+			return fmt.Errorf("overlay workspace of %s at %s: %w", w.Source, w.Target, err)
+		}
+		sm[i].Source = w.merged()
+		log.G(ctx).WithField("target", w.Target).Debug("overlay workspace mounted")
+	}
+	return nil
+}
+
+// workspaces reads the workspaces of sandbox id, in mount order.
+func (e *Engine) workspaces(id string) ([]*workspace, error) {
+	var out []*workspace
+	for n := 0; ; n++ {
+		dir := filepath.Join(e.workspacesDir(id), strconv.Itoa(n))
+		b, err := os.ReadFile(filepath.Join(dir, "workspace.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		w := &workspace{dir: dir}
+		if err := json.Unmarshal(b, w); err != nil {
+			return nil, fmt.Errorf("workspace %s: %w", dir, err)
+		}
+		out = append(out, w)
+	}
+}
+
+// mountWorkspaces mounts the workspaces of sandbox id again (before a
+// restore: resume or fork). One already mounted is mounted afresh.
+func (e *Engine) mountWorkspaces(id string) error {
+	ws, err := e.workspaces(id)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		unmountWorkspace(w)
+		if err := mountWorkspace(w); err != nil {
+			return fmt.Errorf("overlay workspace of %s at %s: %w", w.Source, w.Target, err)
+		}
+	}
+	return nil
+}
+
+// unmountWorkspaces detaches the workspace mounts of sandbox id from the
+// host; a running gofer keeps its own reference until it exits.
+func (e *Engine) unmountWorkspaces(id string) error {
+	ws, err := e.workspaces(id)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, w := range ws {
+		errs = append(errs, unmountWorkspace(w))
+	}
+	return errors.Join(errs...)
+}
+
+func unmountWorkspace(w *workspace) error {
+	for {
+		err := unix.Unmount(w.merged(), unix.MNT_DETACH)
+		switch {
+		case err == nil:
+			continue // stacked mounts, e.g. after a crash between mounts
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil
+		default:
+			return fmt.Errorf("unmount workspace %s: %w", w.merged(), err)
+		}
+	}
+}
+
+// mountWorkspace mounts w's overlayfs. The layers are named by open file
+// descriptors, so that no path (with ',' or ':' in it, or a symlink
+// swapped in since create) is parsed by the kernel. redirect_dir and
+// metacopy are off: every changed file is whole in the upper directory,
+// and a renamed directory is copied, so the upper alone tells the changes.
+func mountWorkspace(w *workspace) error {
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	open := func(p string) (string, error) {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("open %s: %w", p, err)
+		}
+		fds = append(fds, fd)
+		return "/proc/self/fd/" + strconv.Itoa(fd), nil
+	}
+	lower, err := open(w.Source)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return fmt.Errorf("host directory %s is gone: %w", w.Source, errdefs.ErrNotFound)
+		}
+		return err
+	}
+	upper, err := open(w.upper())
+	if err != nil {
+		return err
+	}
+	work, err := open(w.work())
+	if err != nil {
+		return err
+	}
+	data := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + ",redirect_dir=off,metacopy=off,index=off"
+	if err := unix.Mount("overlay", w.merged(), "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount overlayfs: %w", err)
+	}
+	return nil
+}
+
+// forkWorkspaces gives fork id a copy of each workspace of parent (its
+// upper layer as it is now: whiteouts, opaque directories, owners and
+// modes kept) and points spec's mounts at the fork's merged directories.
+// Forks never share an upper layer.
+func (e *Engine) forkWorkspaces(ctx context.Context, spec *specs.Spec, parent, id string) error {
+	ws, err := e.workspaces(parent)
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	for n, pw := range ws {
+		w := &workspace{Source: pw.Source, Target: pw.Target, Created: pw.Created,
+			dir: filepath.Join(e.workspacesDir(id), strconv.Itoa(n))}
+		if err := os.MkdirAll(w.dir, 0o700); err != nil {
+			return err
+		}
+		for _, d := range []string{w.work(), w.merged()} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return err
+			}
+		}
+		cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", pw.upper(), w.upper())
+		if out, err := cp.CombinedOutput(); err != nil {
+			return fmt.Errorf("copy workspace layer of %s: %w: %s", pw.Target, err, strings.TrimSpace(string(out)))
+		}
+		b, err := json.Marshal(w)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(w.dir, "workspace.json"), b, 0o600); err != nil {
+			return err
+		}
+		for i, m := range spec.Mounts {
+			if m.Type == "bind" && m.Source == pw.merged() {
+				spec.Mounts[i].Source = w.merged()
+			}
+		}
+	}
+	return nil
+}
