@@ -51,7 +51,7 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 		pw.Close()
 		waited <- err
 	}()
-	xerr := agent.Extract(pr, dir, agent.ExtractOptions{Rename: rename, NoSetID: true})
+	xerr := agent.Extract(pr, dir, agent.ExtractOptions{Rename: rename, NoSetID: true, Check: copyOutCheck(sb, src)})
 	if xerr != nil {
 		cancel() // stop the sandbox's side
 	}

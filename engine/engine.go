@@ -147,10 +147,8 @@ func Open(o Options) (*Engine, error) {
 	if o.BaseRootfsArchive == "" {
 		o.BaseRootfsArchive = filepath.Join(exeDir(), "images", "bookworm-rootfs.tar")
 	}
-	for _, d := range []string{o.Root, filepath.Join(o.Root, "sandboxes"), filepath.Join(o.Root, "runsc")} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return nil, fmt.Errorf("state root: %w", err)
-		}
+	if err := makeStateDirs(o.Root, filepath.Join(o.Root, "sandboxes"), filepath.Join(o.Root, "runsc")); err != nil {
+		return nil, err
 	}
 	images, err := overlay.Open(filepath.Join(o.Root, "images"))
 	if err != nil {

@@ -112,8 +112,8 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *record, name, history s
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	if err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, tmp.Name()); err != nil {
-		return overlay.Image{}, fmt.Errorf("export filesystem changes: %w", err)
+	if err := e.exportUpper(ctx, sb, tmp); err != nil {
+		return overlay.Image{}, err
 	}
 	img, err := e.images.Snapshot(ctx, overlay.SnapshotOptions{
 		Name: name, Parent: parent, Upper: tmp, Exclude: snapshotExclude, History: history,

@@ -73,7 +73,12 @@ func (s *Store) checkpointPath(d digest.Digest) string {
 // NewCheckpoint starts a checkpoint ingest. The caller must Commit or
 // Abort it; collection waits for it meanwhile.
 func (s *Store) NewCheckpoint(ctx context.Context) (*CheckpointIngest, error) {
+	// Checkpoints hold the sandbox's memory, so its secrets: owner-only,
+	// whatever the umask and whatever made the directory before.
 	if err := os.MkdirAll(s.checkpointsDir(), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(s.checkpointsDir(), 0o700); err != nil {
 		return nil, err
 	}
 	gc, err := lockPath(s.gcLockPath(), unix.LOCK_SH)
@@ -122,6 +127,9 @@ func (ci *CheckpointIngest) Commit(ctx context.Context, labels map[string]string
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
+	if err := ownerOnlyFiles(ci.Dir(), files); err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
+	}
 	if len(files) == 0 {
 		return Checkpoint{}, fmt.Errorf("checkpoint: no files were written: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -168,6 +176,20 @@ func hashDir(dir string) ([]CheckpointFile, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// ownerOnlyFiles makes dir 0700 and its files 0600, whatever modes and
+// umask the writer (runsc) used.
+func ownerOnlyFiles(dir string, files []CheckpointFile) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.Chmod(filepath.Join(dir, f.Name), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func hashFile(p string) (digest.Digest, int64, error) {

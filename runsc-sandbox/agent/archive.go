@@ -142,6 +142,9 @@ type ExtractOptions struct {
 	// NoSetID clears setuid and setgid bits: a copy out of a sandbox
 	// must not carry them onto the host.
 	NoSetID bool
+	// Check, if set, sees every entry's header before anything of it is
+	// written; an error stops the extraction.
+	Check func(*tar.Header) error
 }
 
 // Extract writes the tar stream r into dir. It trusts nothing in the
@@ -168,6 +171,11 @@ func Extract(r io.Reader, dir string, o ExtractOptions) error {
 		}
 		if err != nil {
 			return err
+		}
+		if o.Check != nil {
+			if err := o.Check(hdr); err != nil {
+				return err
+			}
 		}
 		if err := x.entry(hdr, tr); err != nil {
 			return err

@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/runsc-sandbox/agent"
+)
+
+// A sandbox's writable layer holds at most --disk bytes of data, but a
+// sparse file's apparent size costs it nothing (`truncate -s 1T f`).
+// gVisor's export of the layer reads each file whole into the sentry's
+// memory and writes its apparent size; the layer would then be unpacked
+// on the host at that size. So a snapshot refuses a sandbox holding a
+// file larger than its --disk that its image does not hold at that size,
+// and counts the exported data against --disk; `sbx cp` out refuses a
+// file larger than copyOutFloor and --disk (docs/decisions/0017).
+
+// copyOutFloor is the apparent size `sbx cp` out always allows, whatever
+// --disk: the zeros of a sparse file cross the pipe at about 5 s per GiB.
+const copyOutFloor = 4 << 30
+
+// errTooLarge reports a file whose apparent size its sandbox's --disk
+// cannot hold.
+func errTooLarge(op, p string, size, limit int64) error {
+	return fmt.Errorf("%s: %s is %s (its apparent size), more than the sandbox's --disk %s can hold: a sparse file that large is not exported to the host; remove or shrink it: %w",
+		op, p, policy.FormatSize(size), policy.FormatSize(limit), errdefs.ErrFailedPrecondition)
+}
+
+// lowerSize is the size of the regular file at sandbox path p in sb's
+// image (its read-only rootfs on the host), or 0. p is resolved inside the
+// rootfs, never following a symlink out of it.
+func lowerSize(sb *record, p string) int64 {
+	if sb.Rootfs == "" {
+		return 0
+	}
+	root, err := unix.Open(sb.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0
+	}
+	return st.Size
+}
+
+// checkLargeFiles refuses a snapshot of sb when its filesystem holds a
+// regular file larger than its --disk and than its image's file at that
+// path. It runs before the export, which would otherwise allocate the
+// file's apparent size in the sentry.
+func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
+	if sb.Disk <= 0 {
+		return nil
+	}
+	var out limitedBuffer
+	out.max = 1 << 20
+	var errBuf capBuffer
+	p, err := e.agentProcess(ctx, sb, []string{"large-files", fmt.Sprint(sb.Disk)}, nil, &out, &errBuf)
+	if err != nil {
+		return err
+	}
+	if err := agentWait(ctx, sb, p, &errBuf); err != nil {
+		return fmt.Errorf("look for sparse files: %w", err)
+	}
+	files, err := agent.ParseLargeFiles(out.Bytes())
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if f.Size > lowerSize(sb, f.Path) {
+			return errTooLarge("snapshot", f.Path, f.Size, sb.Disk)
+		}
+	}
+	return nil
+}
+
+// exportUpper writes sb's upper layer (`runsc tar rootfs-upper`) to tmp
+// through a pipe, stopping the export as soon as its regular files add up
+// to more than --disk: only sparse files can, and the host's disk must not
+// receive their apparent size.
+func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) error {
+	if err := e.checkLargeFiles(ctx, sb); err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		// runsc opens the file by name: our pipe's write end, by /proc.
+		err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), pw.Fd()))
+		pw.Close()
+		if err != nil {
+			err = fmt.Errorf("export filesystem changes: %w", err)
+		}
+		done <- err
+	}()
+	rerr := copyUpper(tmp, pr, sb.Disk)
+	if rerr != nil {
+		cancel()
+		pr.Close() // the export's writes fail from here on
+	}
+	werr := <-done
+	if rerr != nil {
+		return rerr
+	}
+	return werr
+}
+
+// copyUpper copies the upper layer tar r to w, refusing it once its
+// regular files add up to more than limit bytes (limit <= 0: no limit).
+func copyUpper(w io.Writer, r io.Reader, limit int64) error {
+	tee := io.TeeReader(r, w)
+	tr := tar.NewReader(tee)
+	var total int64
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read the exported layer: %w", err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			total += hdr.Size
+			if limit > 0 && total > limit {
+				return fmt.Errorf("snapshot: the sandbox's files add up to more than its --disk %s (sparse files?); remove or shrink them: %w",
+					policy.FormatSize(limit), errdefs.ErrFailedPrecondition)
+			}
+		}
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return fmt.Errorf("read the exported layer: %w", err)
+		}
+	}
+	_, err := io.Copy(io.Discard, tee)
+	return err
+}
+
+// copyOutCheck returns the header check of a copy of src out of sb:
+// a regular file larger than copyOutFloor, --disk and its image's file is
+// refused before any of it is read.
+func copyOutCheck(sb *record, src string) func(*tar.Header) error {
+	base := path.Dir(path.Clean(src))
+	if agent.ArchiveName(src) == "." {
+		base = path.Clean(src)
+	}
+	limit := max(sb.Disk, copyOutFloor)
+	return func(h *tar.Header) error {
+		if h.Typeflag != tar.TypeReg || h.Size <= limit {
+			return nil
+		}
+		p := path.Join(base, h.Name)
+		if h.Size <= lowerSize(sb, p) {
+			return nil
+		}
+		return fmt.Errorf("copy: %s is %s (its apparent size), more than a copy out of this sandbox allows (%s: its --disk, and at least %s): a sparse file that large is not copied; remove or shrink it: %w",
+			p, policy.FormatSize(h.Size), policy.FormatSize(limit), policy.FormatSize(copyOutFloor), errdefs.ErrFailedPrecondition)
+	}
+}
+
+// limitedBuffer keeps the first max bytes written to it and fails past
+// them.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, fmt.Errorf("more than %d bytes of output: %w", b.max, errdefs.ErrOutOfRange)
+	}
+	return b.Buffer.Write(p)
+}
