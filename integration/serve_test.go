@@ -310,8 +310,8 @@ func testServeBadInput(t *testing.T, base string) {
 		want4xx(t, r, []int{400}, "timeout")
 	})
 	t.Run("an unsupported field is refused naming it", func(t *testing.T) {
-		r := s.do("POST", "/v2/sandboxes", strings.NewReader(`{"templateID":"base","volumeMounts":[{"name":"v","path":"/mnt/v"}]}`), jsonKey)
-		want4xx(t, r, []int{400, 501}, "volumeMounts")
+		r := s.do("POST", "/v2/sandboxes", strings.NewReader(`{"templateID":"base","mcp":{"server":{}}}`), jsonKey)
+		want4xx(t, r, []int{400, 501}, "mcp")
 	})
 	t.Run("a 20 MiB body is refused with 413 or 400", func(t *testing.T) {
 		huge := `{"templateID":"base","metadata":{"x":"` + strings.Repeat("a", 20<<20) + `"}}`

@@ -50,6 +50,11 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v2/sandboxes/{id}/logs", false, s.sandboxLogs)
 	handle("GET /templates", false, s.listTemplates)
 	handle("DELETE /templates/{id}", true, s.deleteTemplate)
+	handle("POST /volumes", true, s.createVolume)
+	handle("GET /volumes", false, s.listVolumes)
+	handle("GET /volumes/{volumeID}", false, s.getVolume)
+	handle("DELETE /volumes/{volumeID}", true, s.deleteVolume)
+	mux.HandleFunc("/volumecontent/", serveVolumeContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authenticate(r); err != nil {
 			writeErr(w, err)
@@ -168,7 +173,8 @@ type detailJSON struct {
 	Network     *networkJSON      `json:"network,omitempty"`
 	Lifecycle   *lifecycleJSON    `json:"lifecycle,omitempty"`
 	// AllowInternetAccess is what the sandbox's network mode amounts to.
-	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	VolumeMounts        []volumeMountJSON `json:"volumeMounts,omitempty"`
 }
 
 type lifecycleJSON struct {

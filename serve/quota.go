@@ -26,7 +26,8 @@ func usageOf(req engine.CreateRequest) tenant.Usage {
 
 // admit checks that tenant may take want on top of what its sandboxes and
 // the creates in flight hold, and reserves it until release. Running
-// sandboxes count for every quota; paused ones hold only their disk.
+// sandboxes count for every quota; paused ones hold only their disk; the
+// tenant's volumes hold the disk their files take.
 func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage) (release func(), err error) {
 	if s.cfg.Tenants == nil {
 		return func() {}, nil
@@ -60,6 +61,13 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		case sb.State == engine.StatePaused:
 			used.Disk += sb.Disk
 		}
+	}
+	if q.MaxDisk > 0 {
+		vd, err := s.volumesDisk(ctx, tenantName)
+		if err != nil {
+			return nil, err
+		}
+		used.Disk += vd
 	}
 	if err := q.Admit(used, want); err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	if req.TemplateID == "" {
 		return 0, nil, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
 	}
-	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
+	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM} {
 		if !isNull(m) {
 			return 0, nil, fmt.Errorf("%s is not supported by sbx serve: %w", name, errdefs.ErrNotImplemented)
 		}
@@ -73,9 +73,16 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	for _, k := range keys {
 		env = append(env, k+"="+req.EnvVars[k])
 	}
+	mounts, vlabel, err := s.volumeMounts(r.Context(), tenantName, req.VolumeMounts)
+	if err != nil {
+		return 0, nil, err
+	}
+	if vlabel != "" {
+		labels[labelVolumes] = vlabel
+	}
 	creq := engine.CreateRequest{
 		Image: image, Network: mode, Allow: allow, Env: env, Labels: labels,
-		Timeout: timeout, OnTimeout: onTimeout,
+		Timeout: timeout, OnTimeout: onTimeout, Mounts: mounts,
 	}
 	if timeout == 0 {
 		creq.OnTimeout = ""
@@ -140,6 +147,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 	if sb.Labels[labelAutoPause] == "true" {
 		d.Lifecycle.OnTimeout = "pause"
 	}
+	d.VolumeMounts = sandboxVolumeMounts(sb)
 	if sb.Network == "allow" {
 		d.Network = &networkJSON{AllowOut: sb.Allow, DenyOut: []string{"0.0.0.0/0"}}
 	} else if sb.Network == "none" {

@@ -117,6 +117,7 @@ type CreateRequest struct {
 	Network             *Network          `json:"network,omitempty"`
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // Network is a sandbox's egress (E2B's SandboxNetworkConfig).
@@ -137,6 +138,8 @@ type Info struct {
 	MemoryMB   int64             `json:"memoryMB"`
 	DiskSizeMB int64             `json:"diskSizeMB"`
 	Metadata   map[string]string `json:"metadata"`
+	// VolumeMounts are the volumes the sandbox was created with.
+	VolumeMounts []VolumeMount `json:"volumeMounts"`
 }
 
 // sandboxJSON is what create, connect and fork answer.
