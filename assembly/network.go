@@ -2,13 +2,10 @@ package assembly
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -208,38 +205,4 @@ func TeardownNetwork(ctx context.Context, id string, resolver *ResolverHandle, k
 		return hostnet.Suspend(ctx, id)
 	}
 	return hostnet.Teardown(ctx, id)
-}
-
-// ProcessStart is a process's start time in clock ticks since boot: with
-// its PID it names the process, so that a reused PID is never taken for
-// it.
-func ProcessStart(pid int) (uint64, error) {
-	start, _, err := procStat(pid)
-	return start, err
-}
-
-// SameProcess reports whether pid is still the live process that started
-// at start.
-func SameProcess(pid int, start uint64) bool {
-	got, state, err := procStat(pid)
-	return err == nil && got == start && state != "Z" && state != "X"
-}
-
-// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
-func procStat(pid int) (start uint64, state string, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", errors.New("bad /proc/" + strconv.Itoa(pid) + "/stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", errors.New("bad /proc/" + strconv.Itoa(pid) + "/stat")
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return start, f[0], err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -74,8 +75,12 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 		if req.Status != nil {
 			close(req.Status)
 		}
-		return overlay.Image{}, fmt.Errorf("the default image %s is not in this store and building images needs root: import one (sbx image import base FILE.tar) or use --image busybox: %w",
-			DefaultImage, errdefs.ErrNotImplemented)
+		img, err := e.fromShared(ctx, DefaultImage)
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			return img, err
+		}
+		return overlay.Image{}, fmt.Errorf("the default image %s is not in this store nor in the shared store %s, and building images needs root: ask root to run `sbx image share %s`, import one (sbx image import base FILE.tar) or use --image busybox: %w",
+			DefaultImage, e.SharedImages(), DefaultImage, errdefs.ErrNotImplemented)
 	}
 	img, err := e.builder().BuildBase(ctx, buildimg.BaseOptions{
 		WorkDir:       filepath.Join(e.opts.Root, "buildkit"),

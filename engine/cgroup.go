@@ -12,16 +12,17 @@ import (
 // createCgroup creates sandbox sb's cgroup with the host resources of its
 // record through assembly (sbx owns it; runsc joins it: see
 // assembly.CreateCgroup) and puts its removal on undo. Create, resume and
-// fork all start a sandbox this way. A rootless sandbox has none.
-func (e *Engine) createCgroup(ctx context.Context, sb *record, res *specs.LinuxResources, undo *cleanup) error {
+// fork all start a sandbox this way. A rootless sandbox has one only in
+// its user's delegated subtree (createDelegatedCgroup).
+func (e *Engine) createCgroup(ctx context.Context, sb *record, res *specs.LinuxResources, undo *assembly.Undo) error {
 	if e.rootless {
-		return nil
+		return e.createDelegatedCgroup(ctx, sb, undo)
 	}
 	rm, err := assembly.CreateCgroup(cgroupPath(sb.ID), res)
 	if err != nil {
 		return err
 	}
-	undo.add(func() {
+	undo.Add(func() {
 		if err := rm(); err != nil {
 			log.G(ctx).WithError(err).Warn("remove cgroup")
 		}

@@ -83,6 +83,9 @@ type CreateRequest struct {
 	// Mounts are host directories and named volumes mounted into the
 	// sandbox (Mount).
 	Mounts []Mount
+
+	// pool is the pool this create boots a sandbox for (FillPool).
+	pool string
 }
 
 // image is the image req names, or the default one.
@@ -91,18 +94,6 @@ func (req CreateRequest) image() string {
 		return DefaultImage
 	}
 	return req.Image
-}
-
-// cleanup runs its functions in reverse unless released: the undo stack of
-// a create that fails halfway.
-type cleanup struct{ fns []func() }
-
-func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
-func (c *cleanup) release()     { c.fns = nil }
-func (c *cleanup) clean() {
-	for i := len(c.fns) - 1; i >= 0; i-- {
-		c.fns[i]()
-	}
 }
 
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
@@ -117,6 +108,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	pr, err := e.validate(req)
 	if err != nil {
 		return nil, err
+	}
+	if cmd == nil && req.pool == "" {
+		// A warm pool's sandbox, if one matches (pool.go).
+		if sb, err := e.claim(ctx, req, pr); sb != nil || err != nil {
+			return sb, err
+		}
 	}
 	// Held until the bundle names the volumes: none is removed meanwhile.
 	unlockVolumes, err := e.lockVolumes(unix.LOCK_SH)
@@ -169,11 +166,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
 	}
 	setPersistFields(sb, req)
+	e.setRootlessLimits(sb)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
 
-	var undo cleanup
-	defer undo.clean()
-	if err := e.reserve(sb, &undo); err != nil {
+	var undo assembly.Undo
+	defer undo.Run()
+	if err := e.reserveFor(sb, req.pool, &undo); err != nil {
 		return nil, err
 	}
 	if err := e.makeWorkspaces(ctx, id, req.Mounts, volMounts, &undo); err != nil {
@@ -181,7 +179,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	}
 
 	rootfs, err := e.images.Rootfs(ctx, img, id)
-	undo.add(func() {
+	undo.Add(func() {
 		if err := e.images.Release(context.Background(), id); err != nil {
 			log.G(ctx).WithError(err).Warn("release rootfs lease")
 		}
@@ -209,7 +207,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		if err := cmd.prepare(e, sb); err != nil {
 			return nil, err
 		}
-		undo.add(cmd.close)
+		undo.Add(cmd.close)
 		init = cmd.proc
 		sb.OneShot = true
 	}
@@ -229,16 +227,20 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		}}, append(netMounts, caMounts...)...),
 		NetworkNamespace: netns,
 		UserNamespace:    e.rootless,
-		HostUID:          uint32(os.Getuid()),
-		HostGID:          uint32(os.Getgid()),
-		CgroupsPath:      e.cgroupsPath(id),
+		HostUID:          hostID(e.rootless && netns != "", os.Getuid()),
+		HostGID:          hostID(e.rootless && netns != "", os.Getgid()),
+		CgroupsPath:      e.sandboxCgroup(sb),
 		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
-	if len(pr.Secrets) > 0 {
+	if len(pr.Secrets) > 0 || req.pool != "" {
+		// A pool's sandbox may be claimed with secrets.
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
 	spec.Mounts = append(spec.Mounts, volMounts...)
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
+		return nil, err
+	}
+	if err := e.rootlessProcessLimit(spec, pr); err != nil {
 		return nil, err
 	}
 	if err := e.createCgroup(ctx, sb, spec.Linux.Resources, &undo); err != nil {
@@ -250,7 +252,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	}
 
 	r := e.runscFor(sb)
-	undo.add(func() {
+	undo.Add(func() {
 		if err := e.destroyRuntime(context.Background(), sb); err != nil {
 			log.G(ctx).WithError(err).Error("cleaning up a failed create")
 		}
@@ -270,7 +272,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
 		if sb.Pid != 0 {
-			sb.PidStart, _ = procStartTime(sb.Pid)
+			sb.PidStart, _ = assembly.ProcessStart(sb.Pid)
 			sb.BootID = bootID()
 		}
 	} else {
@@ -282,7 +284,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		if sb.Pid, err = readPidFile(pidFile); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
 		}
-		if sb.PidStart, err = procStartTime(sb.Pid); err != nil {
+		if sb.PidStart, err = assembly.ProcessStart(sb.Pid); err != nil {
 			return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 		}
 		sb.BootID = bootID()
@@ -309,7 +311,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	if err := e.finishCreate(ctx, sb, req, setupKey, setupHit); err != nil {
 		return nil, err
 	}
-	undo.release()
+	// A create whose context ended (its caller was interrupted) leaves
+	// nothing, even when no step above noticed.
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))
+	}
+	undo.Release()
 	sb.State = StateRunning
 	return sb, nil
 }
@@ -331,10 +338,19 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 	if err != nil {
 		return policy.Request{}, err
 	}
+	// A rootless request's limits are checked against what this host
+	// lets its user enforce (rootlessLimits), not refused outright.
+	explicit := req.Explicit
+	if e.rootless {
+		if _, _, err := e.rootlessLimits(explicit); err != nil {
+			return policy.Request{}, err
+		}
+		explicit = nil
+	}
 	pr, err := policy.Validate(policy.Request{
 		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
 		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
-		Rootless: e.rootless, Explicit: req.Explicit, Secrets: secrets,
+		Rootless: e.rootless, Explicit: explicit, Secrets: secrets,
 	})
 	if err != nil {
 		return pr, err
@@ -356,39 +372,41 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 	return pr, nil
 }
 
+// nameFree checks that no sandbox is named name ("" is always free). The
+// caller holds lockNames.
+func (e *Engine) nameFree(name string) error {
+	if name == "" {
+		return nil
+	}
+	all, err := e.list(context.Background())
+	if err != nil {
+		return err
+	}
+	for _, o := range all {
+		if o.Name == name {
+			return fmt.Errorf("sandbox name %q is in use by %s: %w", name, o.ShortID(), errdefs.ErrAlreadyExists)
+		}
+	}
+	return nil
+}
+
 // reserve creates sb's directory and record, checking that its name is
 // free. The record is there from the start so that a crashed create shows
 // in List and rm can clean it up.
-func (e *Engine) reserve(sb *record, undo *cleanup) error {
+func (e *Engine) reserve(sb *record, undo *assembly.Undo) error {
 	unlock, err := e.lockNames()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if sb.Name != "" {
-		all, err := e.list(context.Background())
-		if err != nil {
-			return err
-		}
-		for _, o := range all {
-			if o.Name == sb.Name {
-				return fmt.Errorf("sandbox name %q is in use by %s: %w", sb.Name, o.ShortID(), errdefs.ErrAlreadyExists)
-			}
-		}
+	if err := e.nameFree(sb.Name); err != nil {
+		return err
 	}
 	if err := os.Mkdir(e.sandboxDir(sb.ID), 0o700); err != nil {
 		return err
 	}
-	undo.add(func() { os.RemoveAll(e.sandboxDir(sb.ID)) })
+	undo.Add(func() { os.RemoveAll(e.sandboxDir(sb.ID)) })
 	return e.save(sb)
-}
-
-// cgroupsPath is the sandbox's cgroup, or none when rootless.
-func (e *Engine) cgroupsPath(id string) string {
-	if e.rootless {
-		return ""
-	}
-	return cgroupPath(id)
 }
 
 // destroyRuntime removes everything runsc holds for sb: its processes,
@@ -408,6 +426,10 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 	killOrphans(sb.ID)
 	if !e.rootless {
 		if err := assembly.RemoveCgroup(cgroupPath(sb.ID)); err != nil {
+			errs = append(errs, err)
+		}
+	} else if sb.Cgroup != "" {
+		if err := assembly.RemoveDelegated(assembly.Cgroup2Mount, sb.Cgroup); err != nil {
 			errs = append(errs, err)
 		}
 	}

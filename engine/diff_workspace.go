@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"sbx.dev/sbx/assembly"
 )
 
 // An :overlay mount is a workspace: a host overlayfs whose lower layer is
@@ -47,7 +48,7 @@ func (e *Engine) workspacesDir(id string) string {
 // makeWorkspaces creates and mounts a workspace for each :overlay mount
 // of ms, and points its spec mount (sm[i], rendered from ms[i]) at the
 // merged directory. The mounts are undone by destroyRuntime.
-func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm []specs.Mount, undo *cleanup) error {
+func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm []specs.Mount, undo *assembly.Undo) error {
 	n := 0
 	for i, m := range ms {
 		if !m.Overlay {
@@ -84,7 +85,7 @@ func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm [
 		if err := os.WriteFile(filepath.Join(w.dir, "workspace.json"), b, 0o600); err != nil {
 			return err
 		}
-		undo.add(func() { unmountWorkspace(w) })
+		undo.Add(func() { unmountWorkspace(w) })
 		if err := mountWorkspace(w); err != nil {
 			return fmt.Errorf("overlay workspace of %s at %s: %w", w.Source, w.Target, err)
 		}

@@ -72,6 +72,10 @@ type Options struct {
 	// that sandbox in a new process (the sbx CLI's hidden watchdog
 	// command). Without it, creates with a Timeout are refused.
 	WatchdogCommand []string
+	// SharedImages is the shared image store, looked in for an image this
+	// root lacks (ShareImage fills it); empty means $SBX_SHARED_IMAGES if
+	// set (set and empty: none), else DefaultSharedImages.
+	SharedImages string
 }
 
 // Engine creates and drives sandboxes under one state root.
@@ -181,6 +185,9 @@ func (e *Engine) Image(ctx context.Context, name string) (overlay.Image, error) 
 	if err == nil || !errors.Is(err, errdefs.ErrNotFound) {
 		return img, err
 	}
+	if shared, serr := e.fromShared(ctx, norm); !errors.Is(serr, errdefs.ErrNotFound) {
+		return shared, serr
+	}
 	if norm == DefaultImage {
 		return e.BuildBase(ctx, BaseRequest{})
 	}
@@ -209,15 +216,22 @@ func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxes
 // runscFor is the runsc wrapper for sandbox sb: the same global flags for
 // every call on it.
 func (e *Engine) runscFor(sb *record) *runsc.Runsc {
+	path := e.opts.RunscPath
+	if sb.Rootless && sb.Linked {
+		// As root of the user namespace that owns its network namespace.
+		if w := assembly.RootlessRunsc(e.sandboxDir(sb.ID)); w != "" {
+			path = w
+		}
+	}
 	return assembly.Runsc(assembly.RunscConfig{
-		Path:          e.opts.RunscPath,
+		Path:          path,
 		Root:          filepath.Join(e.opts.Root, "runsc"),
 		Platform:      e.opts.Platform,
 		DebugLogDir:   e.opts.DebugLog,
 		Linked:        sb.Linked,
 		OverlayDir:    e.sandboxDir(sb.ID),
 		Disk:          sb.Disk,
-		IgnoreCgroups: sb.Rootless,
+		IgnoreCgroups: sb.Rootless && sb.Cgroup == "",
 		// sudo works in the default image, as in E2B's; root there is
 		// still inside gVisor (docs/security.md).
 		AllowSUID: true,

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -19,7 +19,9 @@ import (
 	"github.com/containerd/log"
 	"github.com/hashicorp/yamux"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 	"sbx.dev/sbx/runsc-sandbox/agent"
@@ -36,34 +38,152 @@ import (
 // PortMapping publishes a sandbox port on the host.
 type PortMapping = policy.PortMapping
 
-// PortListener is a bound host listener and the sandbox port it forwards
-// to.
+// PortListener is a bound host listener, a *net.TCPListener or a
+// *net.UnixListener, and the sandbox port it forwards to.
 type PortListener struct {
-	Listener *net.TCPListener
+	Listener net.Listener
 	Port     uint16
 }
 
 // Mapping is the mapping l serves, with the host port it actually got.
 func (l PortListener) Mapping() PortMapping {
+	if a, ok := l.Listener.Addr().(*net.UnixAddr); ok {
+		return PortMapping{Socket: a.Name, Port: l.Port}
+	}
 	a := l.Listener.Addr().(*net.TCPAddr)
 	return PortMapping{HostIP: a.IP.String(), HostPort: uint16(a.Port), Port: l.Port}
 }
 
 // ListenPorts binds every mapping on the host, or none: on error the ones
-// bound are closed.
+// bound are closed. A UNIX socket is made only in a directory no one but
+// its owner (this process's user, or root) can write to, and only its
+// owner can connect to it (listenSocket).
 func ListenPorts(ms []PortMapping) ([]PortListener, error) {
 	var out []PortListener
 	for _, m := range ms {
-		l, err := net.Listen("tcp", m.HostAddr())
+		var l net.Listener
+		var err error
+		if m.Socket != "" {
+			l, err = listenSocket(m)
+		} else if l, err = net.Listen("tcp", m.HostAddr()); err != nil {
+			err = fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
+		}
 		if err != nil {
 			for _, o := range out {
 				o.Listener.Close()
 			}
-			return nil, fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
+			return nil, err
 		}
-		out = append(out, PortListener{Listener: l.(*net.TCPListener), Port: m.Port})
+		out = append(out, PortListener{Listener: l, Port: m.Port})
 	}
 	return out, nil
+}
+
+// listenSocket binds m's UNIX socket, mode 0600. Its directory must be
+// one that no other user can write to, nor any directory above it but
+// for sticky ones such as /tmp, all owned by this process's user or root:
+// no one else can then replace the socket or move it away. An existing
+// socket there that no one listens on is replaced; any other file is
+// refused. The path is bound with its directory's symlinks resolved.
+func listenSocket(m PortMapping) (*net.UnixListener, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("publish %s: %s: %w", m, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(m.Socket))
+	if err != nil {
+		return nil, bad("directory: %v", err)
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return nil, bad("%v", err)
+	}
+	path := filepath.Join(dir, filepath.Base(m.Socket))
+	if len(path) > 107 {
+		return nil, bad("path %s is too long for a UNIX socket", path)
+	}
+	switch fi, err := os.Lstat(path); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, bad("%v", err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return nil, bad("%s exists and is not a socket but %s", path, fileKind(fi.Mode()))
+	default:
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("publish %s: something listens on %s already: %w", m, path, errdefs.ErrUnavailable)
+		}
+		// Left by a forwarder that was killed.
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("publish %s: remove a stale socket: %w", m, err)
+		}
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
+	}
+	// Before this, the mode is the umask's: the forwarder serves no
+	// peer but the owner (peerIsOwner) in the meantime.
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("publish %s: %w", m, err)
+	}
+	return l, nil
+}
+
+// fileKind names the type of a file of mode m.
+func fileKind(m fs.FileMode) string {
+	switch m.Type() {
+	case 0:
+		return "a regular file"
+	case fs.ModeSymlink:
+		return "a symbolic link"
+	case fs.ModeDir:
+		return "a directory"
+	}
+	return "a special file (" + m.Type().String() + ")"
+}
+
+// checkSocketDir checks that dir, a path without symlinks, and the
+// directories above it can be changed by no user but this process's and
+// root: dir is writable by its owner only, the others too unless sticky.
+func checkSocketDir(dir string) error {
+	uid := uint32(os.Geteuid())
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return fmt.Errorf("directory %s: %w", d, err)
+		}
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("%s is not a directory", d)
+		case st.Uid != uid && st.Uid != 0:
+			return fmt.Errorf("directory %s is owned by uid %d, not by this user or root", d, st.Uid)
+		case d == dir && st.Mode&0o022 != 0:
+			return fmt.Errorf("directory %s is writable by other users (mode %04o): want one only its owner can write", d, st.Mode&0o7777)
+		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+			return fmt.Errorf("directory %s above the socket is writable by other users (mode %04o)", d, st.Mode&0o7777)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// peerIsOwner reports whether the peer of c, accepted on a UNIX socket, is
+// this process's user or root. The socket's mode already keeps others
+// out; this holds even if its mode is changed.
+func peerIsOwner(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return cred.Uid == uint32(os.Geteuid()) || cred.Uid == 0
 }
 
 // Forward serves connections accepted on ls, forwarding each to its port
@@ -124,7 +244,7 @@ func (f *forwarder) serve(l PortListener) {
 	var conns sync.WaitGroup
 	defer conns.Wait()
 	for {
-		c, err := l.Listener.AcceptTCP()
+		c, err := l.Listener.Accept()
 		if err != nil {
 			if f.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				log.G(f.ctx).WithError(err).Warn("port forward: accept")
@@ -132,6 +252,11 @@ func (f *forwarder) serve(l PortListener) {
 				continue
 			}
 			return
+		}
+		if uc, ok := c.(*net.UnixConn); ok && !peerIsOwner(uc) {
+			log.G(f.ctx).Warn("port forward: refused a connection from another user")
+			c.Close()
+			continue
 		}
 		conns.Add(1)
 		go func() {
@@ -141,7 +266,7 @@ func (f *forwarder) serve(l PortListener) {
 	}
 }
 
-func (f *forwarder) handle(c *net.TCPConn, port uint16) {
+func (f *forwarder) handle(c net.Conn, port uint16) {
 	st, err := f.open()
 	if err != nil {
 		log.G(f.ctx).WithError(err).Warn("port forward: open a stream into the sandbox")
@@ -157,7 +282,8 @@ func (f *forwarder) handle(c *net.TCPConn, port uint16) {
 	}
 	stop := context.AfterFunc(f.ctx, func() { c.Close(); st.Close() })
 	defer stop()
-	agent.Join(c, st)
+	// TCP and UNIX listeners both give connections that half close.
+	agent.Join(c.(agent.HalfCloser), st)
 }
 
 // open opens a stream on the session, starting a session (an exec of the
@@ -263,7 +389,7 @@ type ForwarderRef struct {
 func (e *Engine) ForwarderArgs(sb *record, ms []PortMapping) []string {
 	args := []string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath, "port-forward", "--inherited", sb.ID}
 	for _, m := range ms {
-		args = append(args, m.HostAddr()+":"+strconv.Itoa(int(m.Port)))
+		args = append(args, m.Spec())
 	}
 	return args
 }
@@ -287,7 +413,7 @@ func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 	}()
 	for _, l := range ls {
 		ms = append(ms, l.Mapping())
-		f, err := l.Listener.File()
+		f, err := l.Listener.(interface{ File() (*os.File, error) }).File()
 		if err != nil {
 			return err
 		}
@@ -306,11 +432,17 @@ func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start port forwarder: %w", err)
 	}
-	start, err := procStartTime(cmd.Process.Pid)
+	start, err := assembly.ProcessStart(cmd.Process.Pid)
 	if err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return err
+	}
+	for _, l := range ls {
+		if ul, ok := l.Listener.(*net.UnixListener); ok {
+			// The forwarder's now: it removes the socket when it ends.
+			ul.SetUnlinkOnClose(false)
+		}
 	}
 	sb.Ports = ms
 	sb.Forwarder = &ForwarderRef{Pid: cmd.Process.Pid, Start: start}
@@ -322,14 +454,20 @@ func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 // stopForwarder ends sb's detached forwarder, if it runs.
 func stopForwarder(sb *record) {
 	fw := sb.Forwarder
-	if fw == nil || !sameProcess(fw.Pid, fw.Start) {
+	if fw == nil || !assembly.SameProcess(fw.Pid, fw.Start) {
 		return
 	}
 	syscall.Kill(fw.Pid, syscall.SIGTERM) //nolint:errcheck // it may be gone
-	for i := 0; i < 100 && sameProcess(fw.Pid, fw.Start); i++ {
+	for i := 0; i < 100 && assembly.SameProcess(fw.Pid, fw.Start); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if sameProcess(fw.Pid, fw.Start) {
+	if assembly.SameProcess(fw.Pid, fw.Start) {
 		syscall.Kill(fw.Pid, syscall.SIGKILL) //nolint:errcheck // it may be gone
+		// It could not remove its sockets.
+		for _, m := range sb.Ports {
+			if fi, err := os.Lstat(m.Socket); m.Socket != "" && err == nil && fi.Mode().Type() == fs.ModeSocket {
+				os.Remove(m.Socket)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"sbx.dev/sbx/assembly"
 )
 
 // Actions when a sandbox's lifetime (CreateRequest.Timeout) ends.
@@ -67,7 +68,7 @@ func (e *Engine) startWatchdog(sb *record) error {
 		return fmt.Errorf("start lifetime watchdog: %w", err)
 	}
 	sb.WatchdogPid = cmd.Process.Pid
-	sb.WatchdogStart, _ = procStartTime(cmd.Process.Pid)
+	sb.WatchdogStart, _ = assembly.ProcessStart(cmd.Process.Pid)
 	// Reap it if it ends while we still run; it outlives us otherwise.
 	go cmd.Wait() //nolint:errcheck
 	return nil
@@ -79,9 +80,9 @@ func stopWatchdog(sb *record) {
 	if pid == 0 || pid == os.Getpid() {
 		return
 	}
-	if sameProcess(pid, sb.WatchdogStart) {
+	if assembly.SameProcess(pid, sb.WatchdogStart) {
 		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
-		for i := 0; i < 200 && processAlive(pid) && !isZombie(pid); i++ {
+		for i := 0; i < 200 && processAlive(pid) && !assembly.IsZombie(pid); i++ {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}

@@ -17,7 +17,7 @@ const ResolverCommand = "__dns-resolver"
 // the assembly: the namespace and link, the firewall, and the DNS resolver
 // the sandbox's /etc/resolv.conf names. It returns the namespace path and
 // the mounts the spec needs; for network none, nothing.
-func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
+func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *assembly.Undo) (string, []specs.Mount, error) {
 	if sb.Network == policy.NetNone {
 		return "", nil, nil
 	}
@@ -27,11 +27,20 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.Al
 // linkNetwork makes sb's namespace, link, firewall (its mode, none
 // included: an updated sandbox keeps its link) and resolver. The resolver
 // is a detached sbx process: the engine has no daemon to serve it.
-func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *cleanup) (string, []specs.Mount, error) {
-	undo.add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
-	n, err := assembly.SetupNetwork(ctx, assembly.NetworkSpec{
+func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *assembly.Undo) (string, []specs.Mount, error) {
+	undo.Add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
+	spec := assembly.NetworkSpec{
 		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Resume: sb.Paused,
-	}, assembly.ResolverProcess{Exe: e.opts.SbxPath, Args: []string{ResolverCommand}})
+	}
+	var n *assembly.Network
+	var err error
+	if sb.Rootless {
+		// Namespaces the user owns, with user-mode networking
+		// (docs/decisions/0022-rootless-network.md).
+		n, err = assembly.SetupRootlessNetwork(ctx, spec, e.opts.SbxPath, []string{ResolverCommand}, e.opts.RunscPath)
+	} else {
+		n, err = assembly.SetupNetwork(ctx, spec, assembly.ResolverProcess{Exe: e.opts.SbxPath, Args: []string{ResolverCommand}})
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -47,9 +56,13 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 // updateNetwork replaces a linked sandbox's firewall and what its resolver
 // admits.
 func (e *Engine) updateNetwork(ctx context.Context, sb *record, mode string, allow []policy.AllowRule) error {
-	return assembly.UpdateNetwork(ctx, assembly.NetworkSpec{
+	spec := assembly.NetworkSpec{
 		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: mode, Allow: allow, DNS: sb.DNS,
-	})
+	}
+	if sb.Rootless {
+		return assembly.UpdateRootlessNetwork(ctx, spec)
+	}
+	return assembly.UpdateNetwork(ctx, spec)
 }
 
 // teardownNetwork stops the resolver and removes the host set-up; a paused
@@ -57,6 +70,11 @@ func (e *Engine) updateNetwork(ctx context.Context, sb *record, mode string, all
 func (e *Engine) teardownNetwork(ctx context.Context, sb *record) error {
 	if !sb.Linked {
 		return nil
+	}
+	if sb.Rootless {
+		// Nothing outlives a pause: the resume makes it all again, on
+		// the same addresses.
+		return e.releaseNetwork(ctx, sb)
 	}
 	err := assembly.TeardownNetwork(ctx, sb.ID, &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart}, sb.Paused)
 	sb.ResolverPid, sb.ResolverStart = 0, 0
@@ -69,14 +87,19 @@ func (e *Engine) releaseNetwork(ctx context.Context, sb *record) error {
 	if !sb.Linked {
 		return nil
 	}
-	err := assembly.TeardownNetwork(ctx, sb.ID, &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart}, false)
+	var err error
+	if sb.Rootless {
+		err = assembly.TeardownRootlessNetwork(e.sandboxDir(sb.ID), &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart})
+	} else {
+		err = assembly.TeardownNetwork(ctx, sb.ID, &assembly.ResolverHandle{Pid: sb.ResolverPid, Start: sb.ResolverStart}, false)
+	}
 	sb.ResolverPid, sb.ResolverStart = 0, 0
 	return err
 }
 
 // resumeNetwork rebuilds the host side of a paused sandbox's network on
 // the address it had, before its checkpoint is restored.
-func (e *Engine) resumeNetwork(ctx context.Context, sb *record, undo *cleanup) error {
+func (e *Engine) resumeNetwork(ctx context.Context, sb *record, undo *assembly.Undo) error {
 	if !sb.Linked {
 		return nil
 	}
@@ -86,4 +109,14 @@ func (e *Engine) resumeNetwork(ctx context.Context, sb *record, undo *cleanup) e
 	}
 	_, _, err = e.linkNetwork(ctx, sb, allow, undo)
 	return err
+}
+
+// hostID is the ID a rootless sandbox's user namespace maps root to: the
+// user's own, or, when runsc runs as root of the user namespace that owns
+// the sandbox's network namespace (inUserNS), that namespace's root.
+func hostID(inUserNS bool, id int) uint32 {
+	if inUserNS {
+		return 0
+	}
+	return uint32(id)
 }

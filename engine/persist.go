@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/overlay"
 	"sbx.dev/sbx/policy"
 	runsc "sbx.dev/sbx/runsc-sandbox"
@@ -234,15 +234,15 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, err
 	}
-	var undo cleanup
-	defer undo.clean()
+	var undo assembly.Undo
+	defer undo.Run()
 	if err := e.resumeNetwork(ctx, sb, &undo); err != nil {
 		return nil, fmt.Errorf("resume %s: network: %w", sb.ShortID(), err)
 	}
 	if err := e.restore(ctx, sb, ck); err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
-	undo.release()
+	undo.Release()
 	old := sb.Checkpoint
 	sb.Paused, sb.Checkpoint = false, ""
 	if err := e.startWatchdog(sb); err != nil {
@@ -270,13 +270,13 @@ func (e *Engine) restore(ctx context.Context, sb *record, ck overlay.Checkpoint)
 		return err
 	}
 	defer logf.Close()
-	var undo cleanup
-	defer undo.clean()
+	var undo assembly.Undo
+	defer undo.Run()
 	res := policy.HostResources(policy.Request{CPUs: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids})
 	if err := e.createCgroup(ctx, sb, res, &undo); err != nil {
 		return err
 	}
-	undo.add(func() {
+	undo.Add(func() {
 		if err := e.destroyRuntime(context.Background(), sb); err != nil {
 			log.G(ctx).WithError(err).Warn("clean up a failed restore")
 		}
@@ -296,7 +296,7 @@ func (e *Engine) restore(ctx context.Context, sb *record, ck overlay.Checkpoint)
 	if err := e.recordProcess(ctx, sb); err != nil {
 		return err
 	}
-	undo.release()
+	undo.Release()
 	return nil
 }
 
@@ -310,7 +310,7 @@ func (e *Engine) recordProcess(ctx context.Context, sb *record) error {
 		return fmt.Errorf("sandbox %s is %s right after start", sb.ShortID(), st.Status)
 	}
 	sb.Pid = st.Pid
-	if sb.PidStart, err = procStartTime(st.Pid); err != nil {
+	if sb.PidStart, err = assembly.ProcessStart(st.Pid); err != nil {
 		return fmt.Errorf("sandbox process %d: %w", st.Pid, err)
 	}
 	sb.BootID = bootID()
@@ -413,13 +413,13 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	}
 	sb.ForkedFrom = parent.ID
 	sb.Timeout, sb.OnTimeout = parent.Timeout, parent.OnTimeout
-	var undo cleanup
-	defer undo.clean()
+	var undo assembly.Undo
+	defer undo.Run()
 	if err := e.reserve(sb, &undo); err != nil {
 		return nil, err
 	}
 	rootfs, err := e.images.Rootfs(ctx, img, id)
-	undo.add(func() { e.images.Release(context.Background(), id) }) //nolint:errcheck // best effort
+	undo.Add(func() { e.images.Release(context.Background(), id) }) //nolint:errcheck // best effort
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +436,8 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	}
 	spec.Hostname = sb.ShortID()
 	spec.Root.Path = rootfs
-	spec.Linux.CgroupsPath = e.cgroupsPath(id)
+	e.setRootlessLimits(sb)
+	spec.Linux.CgroupsPath = e.sandboxCgroup(sb)
 	spec.Annotations["dev.sbx.sandbox.id"] = id
 	for i, kv := range spec.Process.Env {
 		if len(kv) > 9 && kv[:9] == "HOSTNAME=" {
@@ -446,7 +447,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	if err := runsc.WriteBundle(filepath.Join(e.sandboxDir(id), "bundle"), spec); err != nil {
 		return nil, err
 	}
-	undo.add(func() { e.destroyRuntime(context.Background(), sb) }) //nolint:errcheck // best effort
+	undo.Add(func() { e.destroyRuntime(context.Background(), sb) }) //nolint:errcheck // best effort
 	if err := e.restore(ctx, sb, ck); err != nil {
 		return nil, err
 	}
@@ -457,18 +458,16 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
-	undo.release()
+	undo.Release()
 	sb.State = StateRunning
 	return sb, nil
 }
 
+// readSpec reads a sandbox's bundle spec, which sbx wrote: it must have
+// what resume and fork rebuild from.
 func readSpec(bundle string) (*specs.Spec, error) {
-	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	s, err := runsc.ReadBundle(bundle)
 	if err != nil {
-		return nil, err
-	}
-	var s specs.Spec
-	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, err
 	}
 	if s.Root == nil || s.Linux == nil || s.Process == nil {
@@ -477,5 +476,5 @@ func readSpec(bundle string) (*specs.Spec, error) {
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	return &s, nil
+	return s, nil
 }

@@ -27,7 +27,7 @@ import (
 // error before it exists, Run returns a nil Sandbox.
 func (e *Engine) Run(ctx context.Context, creq CreateRequest, xreq ExecRequest) (*Sandbox, int, error) {
 	if xreq.TTY || xreq.Detach || xreq.Timeout > 0 || len(creq.Secrets) > 0 || len(creq.SecretValues) > 0 || creq.Timeout > 0 ||
-		!e.setupCached(ctx, creq) {
+		!e.setupCached(ctx, creq) || e.poolServes(ctx, creq) {
 		sb, err := e.Create(ctx, creq)
 		if err != nil {
 			return nil, -1, err

@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
+	"sbx.dev/sbx/assembly"
 )
 
 // Sandbox states, as List and Get report them.
@@ -235,7 +235,7 @@ func (e *Engine) state(sb *record) string {
 	case sb.BootID != bootID():
 		return StateStopped
 	}
-	if !sameProcess(sb.Pid, sb.PidStart) {
+	if !assembly.SameProcess(sb.Pid, sb.PidStart) {
 		return StateStopped
 	}
 	return StateRunning
@@ -244,38 +244,6 @@ func (e *Engine) state(sb *record) string {
 func processAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
-}
-
-// sameProcess reports whether pid is still the live (not zombie) process
-// that started at start.
-func sameProcess(pid int, start uint64) bool {
-	got, state, err := procStat(pid)
-	return err == nil && got == start && state != "Z" && state != "X"
-}
-
-// procStartTime is the process's start time in clock ticks since boot.
-func procStartTime(pid int) (uint64, error) {
-	start, _, err := procStat(pid)
-	return start, err
-}
-
-// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
-func procStat(pid int) (start uint64, state string, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return start, f[0], err
 }
 
 func bootID() string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -120,13 +121,8 @@ func killOrphans(id string) {
 		}
 	}
 	for _, pid := range pids {
-		for i := 0; i < 200 && processAlive(pid) && !isZombie(pid); i++ {
+		for i := 0; i < 200 && processAlive(pid) && !assembly.IsZombie(pid); i++ {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-}
-
-func isZombie(pid int) bool {
-	_, state, err := procStat(pid)
-	return err == nil && state == "Z"
 }

@@ -49,6 +49,9 @@ const (
 type Store struct {
 	root    string
 	content content.Store
+	// shared: the store's OCI layout is readable by every user
+	// (OpenShared); readOnly: this process only reads it (OpenReadOnly).
+	shared, readOnly bool
 }
 
 // Image is a tagged image as the store knows it.

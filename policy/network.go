@@ -242,9 +242,6 @@ func checkNetwork(r Request) error {
 			return fmt.Errorf("--allow needs --net open or allow")
 		}
 	case NetOpen, NetAllow:
-		if r.Rootless {
-			return fmt.Errorf("--net %s needs root (rootless sandboxes have network none)", r.Network)
-		}
 	default:
 		return fmt.Errorf("--net %q: want one of %s", r.Network, strings.Join(NetworkModes, ", "))
 	}

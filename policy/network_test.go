@@ -106,7 +106,8 @@ func TestValidateNetwork(t *testing.T) {
 		{"open", Request{Network: NetOpen}, ""},
 		{"allow with rules", Request{Network: NetAllow, Allow: []AllowRule{rule}}, ""},
 		{"rules without network", Request{Allow: []AllowRule{rule}}, "--allow needs"},
-		{"rootless open", Request{Network: NetOpen, Rootless: true}, "needs root"},
+		{"rootless open", Request{Network: NetOpen, Rootless: true}, ""},
+		{"rootless allow", Request{Network: NetAllow, Allow: []AllowRule{rule}, Rootless: true}, ""},
 		{"bad dns", Request{Network: NetOpen, DNS: []string{"dns.example"}}, "--dns"},
 		{"unknown", Request{Network: "wide"}, "wide"},
 	} {

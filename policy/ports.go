@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -14,32 +15,91 @@ import (
 // user names none: the host itself only.
 const DefaultPortIP = "127.0.0.1"
 
-// PortMapping publishes a TCP port of a sandbox on the host. It is not
-// egress: the sandbox needs no network for it, only a listener on its own
-// loopback.
+// SocketPrefix starts a port mapping published on a UNIX socket rather
+// than a TCP port: unix:PATH:PORT.
+const SocketPrefix = "unix:"
+
+// maxSocketPath is the longest path a UNIX socket can be bound at
+// (sun_path, less its NUL).
+const maxSocketPath = 107
+
+// PortMapping publishes a TCP port of a sandbox on the host: on a host
+// TCP port, which every local user can connect to, or on a UNIX socket,
+// which only its owner can (docs/security.md). It is not egress: the
+// sandbox needs no network for it, only a listener on its own loopback.
 type PortMapping struct {
 	// HostIP is the host address to listen on.
-	HostIP string `json:"hostIP"`
+	HostIP string `json:"hostIP,omitempty"`
 	// HostPort is the host port; 0 lets the host choose one.
-	HostPort uint16 `json:"hostPort"`
+	HostPort uint16 `json:"hostPort,omitempty"`
 	// Port is the port inside the sandbox, on its 127.0.0.1.
 	Port uint16 `json:"port"`
+	// Socket, if set, is the absolute path of the UNIX socket to listen
+	// on instead of HostIP and HostPort.
+	Socket string `json:"socket,omitempty"`
 }
 
-// HostAddr is the host address to listen on, as net.Listen takes it.
+// Network is the network to listen on, as net.Listen takes it: tcp or
+// unix.
+func (m PortMapping) Network() string {
+	if m.Socket != "" {
+		return "unix"
+	}
+	return "tcp"
+}
+
+// HostAddr is the host address to listen on, as net.Listen takes it with
+// Network.
 func (m PortMapping) HostAddr() string {
+	if m.Socket != "" {
+		return m.Socket
+	}
 	return net.JoinHostPort(m.HostIP, strconv.Itoa(int(m.HostPort)))
 }
 
+// Spec is m as ParsePortMapping reads it.
+func (m PortMapping) Spec() string {
+	if m.Socket != "" {
+		return SocketPrefix + m.Socket + ":" + strconv.Itoa(int(m.Port))
+	}
+	return m.HostAddr() + ":" + strconv.Itoa(int(m.Port))
+}
+
 func (m PortMapping) String() string {
+	if m.Socket != "" {
+		return SocketPrefix + m.Socket + "->" + strconv.Itoa(int(m.Port))
+	}
 	return m.HostAddr() + "->" + strconv.Itoa(int(m.Port))
 }
 
-// ParsePortMapping parses [IP:]HOSTPORT:PORT; an IPv6 IP is written in
-// brackets ([::1]:8080:80).
+// ParsePortMapping parses [IP:]HOSTPORT:PORT, or unix:PATH:PORT for a
+// UNIX socket at the absolute PATH; an IPv6 IP is written in brackets
+// ([::1]:8080:80).
 func ParsePortMapping(s string) (PortMapping, error) {
 	bad := func(why string) (PortMapping, error) {
-		return PortMapping{}, fmt.Errorf("port mapping %q: %s (want [IP:]HOSTPORT:PORT): %w", s, why, errdefs.ErrInvalidArgument)
+		return PortMapping{}, fmt.Errorf("port mapping %q: %s (want [IP:]HOSTPORT:PORT or unix:PATH:PORT): %w", s, why, errdefs.ErrInvalidArgument)
+	}
+	if path, ok := strings.CutPrefix(s, SocketPrefix); ok {
+		i := strings.LastIndexByte(path, ':')
+		if i < 0 {
+			return bad("no sandbox port after the socket's path")
+		}
+		path, port := path[:i], path[i+1:]
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || p == 0 {
+			return bad("sandbox port is not a number from 1 to 65535")
+		}
+		switch {
+		case !strings.HasPrefix(path, "/"):
+			return bad("the socket's path is not absolute")
+		case filepath.Clean(path) != path || path == "/":
+			return bad("the socket's path is not a clean path to a file")
+		case len(path) > maxSocketPath:
+			return bad(fmt.Sprintf("the socket's path is longer than %d bytes", maxSocketPath))
+		case strings.ContainsRune(path, 0):
+			return bad("the socket's path holds a NUL byte")
+		}
+		return PortMapping{Socket: path, Port: uint16(p)}, nil
 	}
 	m := PortMapping{HostIP: DefaultPortIP}
 	rest := s

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -13,11 +14,11 @@ func TestParsePortMapping(t *testing.T) {
 		want PortMapping
 		err  bool
 	}{
-		{in: "8080:80", want: PortMapping{"127.0.0.1", 8080, 80}},
-		{in: "0:80", want: PortMapping{"127.0.0.1", 0, 80}},
-		{in: "0.0.0.0:8080:80", want: PortMapping{"0.0.0.0", 8080, 80}},
-		{in: "127.0.0.2:1:65535", want: PortMapping{"127.0.0.2", 1, 65535}},
-		{in: "[::1]:8080:80", want: PortMapping{"::1", 8080, 80}},
+		{in: "8080:80", want: PortMapping{HostIP: "127.0.0.1", HostPort: 8080, Port: 80}},
+		{in: "0:80", want: PortMapping{HostIP: "127.0.0.1", HostPort: 0, Port: 80}},
+		{in: "0.0.0.0:8080:80", want: PortMapping{HostIP: "0.0.0.0", HostPort: 8080, Port: 80}},
+		{in: "127.0.0.2:1:65535", want: PortMapping{HostIP: "127.0.0.2", HostPort: 1, Port: 65535}},
+		{in: "[::1]:8080:80", want: PortMapping{HostIP: "::1", HostPort: 8080, Port: 80}},
 		{in: "80", err: true},
 		{in: "", err: true},
 		{in: "8080:0", err: true},
@@ -33,6 +34,19 @@ func TestParsePortMapping(t *testing.T) {
 		{in: "[::1]:1.2.3.4:8080:80", err: true},
 		{in: "1.2.3.4:8080:80:1", err: true},
 		{in: " 8080:80", err: true},
+		{in: "unix:/run/user/1000/web.sock:80", want: PortMapping{Socket: "/run/user/1000/web.sock", Port: 80}},
+		{in: "unix:/tmp/a:b.sock:8080", want: PortMapping{Socket: "/tmp/a:b.sock", Port: 8080}},
+		{in: "unix:web.sock:80", err: true},
+		{in: "unix:./web.sock:80", err: true},
+		{in: "unix:/tmp/../etc/web.sock:80", err: true},
+		{in: "unix:/tmp/dir/:80", err: true},
+		{in: "unix:/:80", err: true},
+		{in: "unix::80", err: true},
+		{in: "unix:/tmp/web.sock", err: true},
+		{in: "unix:/tmp/web.sock:0", err: true},
+		{in: "unix:/tmp/web.sock:65536", err: true},
+		{in: "unix:/tmp/a\x00b:80", err: true},
+		{in: "unix:/" + strings.Repeat("x", 107) + ":80", err: true},
 	} {
 		got, err := ParsePortMapping(tc.in)
 		if tc.err {
@@ -48,7 +62,7 @@ func TestParsePortMapping(t *testing.T) {
 }
 
 func FuzzParsePortMapping(f *testing.F) {
-	for _, s := range []string{"8080:80", "[::1]:1:2", "1.2.3.4:5:6", ":", "[]:"} {
+	for _, s := range []string{"8080:80", "[::1]:1:2", "1.2.3.4:5:6", ":", "[]:", "unix:/s:1", "unix:/a:b:2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -56,28 +70,13 @@ func FuzzParsePortMapping(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if m.Port == 0 || m.HostIP == "" {
+		if m.Port == 0 || (m.HostIP == "") == (m.Socket == "") {
 			t.Fatalf("%q parsed to %+v", s, m)
 		}
 		// What parses must survive a round trip through its own form.
-		back, err := ParsePortMapping(formatMapping(m))
+		back, err := ParsePortMapping(m.Spec())
 		if err != nil || back != m {
-			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, m, formatMapping(m), back, err)
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, m, m.Spec(), back, err)
 		}
 	})
-}
-
-func formatMapping(m PortMapping) string {
-	return m.HostAddr() + ":" + itoa(m.Port)
-}
-
-func itoa(p uint16) string {
-	b := []byte{}
-	for {
-		b = append([]byte{byte('0' + p%10)}, b...)
-		p /= 10
-		if p == 0 {
-			return string(b)
-		}
-	}
 }

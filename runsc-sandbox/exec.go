@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -39,15 +40,11 @@ type ExecOpts struct {
 	// ConsoleSocket receives the pty master when p.Terminal is set
 	// (runsc serves it with Detach only).
 	ConsoleSocket string
-	// With p.Terminal set and no ConsoleSocket, the process runs on a pty
-	// of Size that Exec opens: Stdin is copied into it, its output (and
-	// runsc's own errors) to Stdout; Stderr is unused. Resize carries the
-	// caller's terminal size changes.
-	Size   WinSize
-	Resize <-chan WinSize
 	// Terminal, if set, is a pty replica given to runsc exec as its
-	// stdio and controlling terminal (the caller owns the master):
-	// Stdin, Stdout, Stderr, Size and Resize are then unused.
+	// stdio and controlling terminal (the caller owns the master, and
+	// runsc passes the replica in as the process's terminal): Stdin,
+	// Stdout and Stderr are then unused. A process with p.Terminal needs
+	// Terminal or ConsoleSocket.
 	Terminal *os.File
 	// IODrain bounds how long Wait keeps reading output after the process
 	// has exited, for when a background child it started still holds the
@@ -62,7 +59,6 @@ type ExecProcess struct {
 	cmd    *exec.Cmd
 	tmp    string
 	stdinW *os.File
-	term   *terminal     // the pty, when Exec serves it
 	done   chan struct{} // closed when runsc exec has exited
 
 	killMu  sync.Mutex // guards waited and timeout
@@ -95,6 +91,9 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 		case !errors.Is(err, errNoControl):
 			return nil, err
 		}
+	}
+	if p.Terminal && o.ConsoleSocket == "" && o.Terminal == nil {
+		return nil, fmt.Errorf("exec on a terminal needs a console socket or a pty replica: %w", errdefs.ErrInvalidArgument)
 	}
 	tmp, err := os.MkdirTemp("", "sbx-exec-")
 	if err != nil {
@@ -136,24 +135,8 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 		cmd.WaitDelay = time.Second
 	}
 	e := &ExecProcess{r: r, id: id, cmd: cmd, tmp: tmp, done: make(chan struct{})}
-	if p.Terminal && o.ConsoleSocket == "" && o.Terminal == nil {
-		if e.term, err = newTerminal(o.Size); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if !ok {
-				e.term.close()
-			}
-		}()
-		// All three: runsc passes its stdio in as the process's, and
-		// treats them as a terminal only if they all are one.
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = e.term.slave, e.term.slave, e.term.slave
-		// runsc exec leads the slave's session, so that the signals the
-		// terminal raises reach it, and it relays them inside.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	}
 	var stdinR *os.File
-	if o.Stdin != nil && e.term == nil {
+	if o.Stdin != nil && o.Terminal == nil {
 		if stdinR, e.stdinW, err = os.Pipe(); err != nil {
 			return nil, err
 		}
@@ -174,10 +157,6 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 			io.Copy(e.stdinW, o.Stdin)
 			e.stdinW.Close()
 		}()
-	}
-	if e.term != nil {
-		e.term.slave.Close() // runsc exec has it: the output ends with it
-		e.term.serve(o.Stdin, o.Stdout, o.Resize, e.done)
 	}
 	ok = true
 	e.watch(ctx)
@@ -282,9 +261,6 @@ func (e *ExecProcess) Wait() (int, error) {
 	e.killMu.Unlock()
 	close(e.done)
 	defer os.RemoveAll(e.tmp)
-	if e.term != nil {
-		e.term.finish(e.cmd.WaitDelay)
-	}
 	_, pidErr := e.Pid()
 	started := pidErr == nil
 	if err == nil {

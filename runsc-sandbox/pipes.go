@@ -86,6 +86,14 @@ func (p *Pipes) Start() {
 	}
 }
 
+// CloseStdin gives the process EOF on stdin, whatever the caller's reader
+// still holds.
+func (p *Pipes) CloseStdin() {
+	if p.stdinW != nil {
+		p.stdinW.Close()
+	}
+}
+
 // CloseChild closes the process's ends here, once the sandbox holds them
 // (or never will): the outputs end when the process's copies close.
 func (p *Pipes) CloseChild() {

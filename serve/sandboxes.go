@@ -95,6 +95,8 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 		return 0, nil, err
 	}
 	defer release()
+	// A create that matches a warm pool takes one of its sandboxes
+	// (docs/usage.md).
 	start := time.Now()
 	sb, err := s.eng.Create(context.WithoutCancel(r.Context()), creq)
 	if err != nil {

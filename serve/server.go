@@ -113,6 +113,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Warm pools this server claims from refill in its own goroutines,
+	// not in detached helpers.
+	engine.FillPoolsInProcess()
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/fifo"
 	runc "github.com/containerd/go-runc"
 	"github.com/containerd/log"
+	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
 // stdio is the containerd side of a process's stdio: fifo (or file) paths
@@ -49,72 +50,49 @@ func openInput(p string) (io.ReadCloser, error) {
 	return fifo.OpenFifo(context.Background(), p, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
 }
 
-// pipeIO connects a sandboxed process's stdio to containerd's fifos through
-// pipes the shim owns: runsc writes to a regular file at offsets of its
-// own, and a fifo handed over directly could not be closed by CloseIO.
+// pipeIO connects a sandboxed process's stdio to containerd's fifos
+// through pipes the shim owns (runsc.Pipes, as sbx's own execs do): runsc
+// writes to a regular file at offsets of its own, and a fifo handed over
+// directly could not be closed by CloseIO.
 type pipeIO struct {
+	pipes *runsc.Pipes
 	// The process's ends, handed to runsc and closed once it has them.
 	procIn, procOut, procErr *os.File
-
-	stdinW *os.File  // our end of the process's stdin
-	in     io.Closer // containerd's stdin fifo
-
-	wg      sync.WaitGroup // the output copies
-	closeMu sync.Mutex     // guards outputs
-	outputs []io.Closer    // our read ends and containerd's output fifos
+	// containerd's fifos.
+	fifos []io.Closer
 }
 
 func newPipeIO(ctx context.Context, s stdio) (_ *pipeIO, err error) {
 	p := &pipeIO{}
 	defer func() {
 		if err != nil {
-			p.closeProcessEnds()
 			p.Close()
 		}
 	}()
-	for _, o := range []struct {
-		path string
-		end  **os.File
-	}{{s.Stdout, &p.procOut}, {s.Stderr, &p.procErr}} {
-		if o.path == "" {
+	var in io.Reader
+	var outs [2]io.Writer
+	for i, path := range []string{s.Stdout, s.Stderr} {
+		if path == "" {
 			continue
 		}
-		w, err := openOutput(ctx, o.path)
+		w, err := openOutput(ctx, path)
 		if err != nil {
 			return nil, err
 		}
-		r, pw, err := os.Pipe()
-		if err != nil {
-			w.Close()
-			return nil, err
-		}
-		*o.end = pw
-		p.closeMu.Lock()
-		p.outputs = append(p.outputs, r, w)
-		p.closeMu.Unlock()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			io.Copy(w, r) //nolint:errcheck // ends with the process or with Close
-			w.Close()
-		}()
+		p.fifos, outs[i] = append(p.fifos, w), w
 	}
 	if s.Stdin != "" {
-		in, err := openInput(s.Stdin)
+		r, err := openInput(s.Stdin)
 		if err != nil {
 			return nil, err
 		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			in.Close()
-			return nil, err
-		}
-		p.procIn, p.stdinW, p.in = r, w, in
-		go func() {
-			io.Copy(w, in) //nolint:errcheck // ends at EOF or CloseIO
-			w.Close()
-		}()
+		p.fifos, in = append(p.fifos, r), r
 	}
+	if p.pipes, err = runsc.NewPipes(in, outs[0], outs[1]); err != nil {
+		return nil, err
+	}
+	p.procIn, p.procOut, p.procErr = p.pipes.Child[0], p.pipes.Child[1], p.pipes.Child[2]
+	p.pipes.Start()
 	return p, nil
 }
 
@@ -122,45 +100,37 @@ func newPipeIO(ctx context.Context, s stdio) (_ *pipeIO, err error) {
 // runsc has passed them into the sandbox, so that output reaches EOF when
 // the process is gone.
 func (p *pipeIO) closeProcessEnds() {
-	for _, f := range []*os.File{p.procIn, p.procOut, p.procErr} {
-		if f != nil {
-			f.Close()
-		}
+	if p.pipes != nil {
+		p.pipes.CloseChild()
 	}
 }
 
 // CloseStdin gives the process EOF on stdin.
 func (p *pipeIO) CloseStdin() {
-	if p.stdinW != nil {
-		p.stdinW.Close()
-	}
-	if p.in != nil {
-		p.in.Close()
+	if p.pipes != nil {
+		p.pipes.CloseStdin()
 	}
 }
 
-// Drain waits up to d for the output copies to reach EOF, then cuts them:
-// a sandbox may keep a dead process's output open.
+// Drain lets the output reach containerd (a sandbox may keep a dead
+// process's output open: runsc.Pipes.Finish stops once nothing comes for
+// d), then closes containerd's fifos.
 func (p *pipeIO) Drain(d time.Duration) {
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		p.Close()
-		<-done
+	if p.pipes != nil {
+		p.pipes.Finish(d)
 	}
+	p.Close()
 }
 
-// Close ends every copy.
+// Close ends every copy and closes containerd's fifos.
 func (p *pipeIO) Close() {
-	p.CloseStdin()
-	p.closeMu.Lock()
-	defer p.closeMu.Unlock()
-	for _, c := range p.outputs {
-		c.Close()
+	if p.pipes != nil {
+		p.pipes.Close()
 	}
-	p.outputs = nil
+	for _, f := range p.fifos {
+		f.Close()
+	}
+	p.fifos = nil
 }
 
 // ttyIO is a process's pty master, copied to and from containerd's fifos.

@@ -29,6 +29,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
 )
 
@@ -215,12 +216,10 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if _, ok := s.containers[r.ID]; ok {
 		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrAlreadyExists)
 	}
-	var undo []func()
+	var undo assembly.Undo
 	defer func() {
 		if retErr != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.Run()
 		}
 	}()
 
@@ -237,7 +236,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 			return nil, err
 		}
 		s.pod = p
-		undo = append(undo, func() {
+		undo.Add(func() {
 			p.teardown(context.Background()) //nolint:errcheck // best effort undo
 			s.pod = nil
 		})
@@ -265,7 +264,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		if err := mount.All(mounts, c.rootfs); err != nil {
 			return nil, fmt.Errorf("mount rootfs: %w", err)
 		}
-		undo = append(undo, func() { mount.UnmountRecursive(c.rootfs, 0) }) //nolint:errcheck // best effort undo
+		undo.Add(func() { mount.UnmountRecursive(c.rootfs, 0) }) //nolint:errcheck // best effort undo
 	}
 	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir}); err != nil {
 		return nil, err
@@ -275,13 +274,13 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	c.init = p
 	// A failed create releases the sandbox's exit handler, which finds
 	// the container unregistered and reports nothing.
-	undo = append(undo, p.markStarted)
+	undo.Add(p.markStarted)
 	if c.checkpoint == "" {
-		undo = append(undo, func() { pd.r.Delete(context.Background(), r.ID, true) }) //nolint:errcheck // best effort undo
+		undo.Add(func() { pd.r.Delete(context.Background(), r.ID, true) }) //nolint:errcheck // best effort undo
 		if err := s.runscCreate(ctx, pd, c, p); err != nil {
 			return nil, err
 		}
-		undo = append(undo, p.closeIO)
+		undo.Add(p.closeIO)
 	}
 	s.containers[r.ID] = c
 	s.send(&eventstypes.TaskCreate{

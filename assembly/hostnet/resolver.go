@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -143,10 +144,52 @@ func (r *resolver) current() *ResolverConfig {
 		if c, err := ReadResolverConfig(r.path); err == nil {
 			r.cfg, r.stamp = c, st
 		} else {
-			fmt.Fprintf(os.Stderr, "reload: %v\n", err)
+			logf("reload: %v\n", err)
 		}
 	}
 	return r.cfg
+}
+
+// logMax bounds the resolver's log (its stderr: a file beside the
+// sandbox's state, or the shim's log): how often it has something to
+// report is the sandbox's choice.
+const logMax = 1 << 20
+
+var (
+	logMu   sync.Mutex
+	logOut  io.Writer = os.Stderr
+	logLeft int64     = -1 // -1: not yet known; 0: full
+)
+
+// logf writes a line to the resolver's log while the log holds less than
+// logMax bytes (counting what an earlier resolver of the sandbox wrote),
+// and one last line saying so when it is full.
+func logf(format string, args ...any) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	if logLeft < 0 {
+		logLeft = logMax
+		if f, ok := logOut.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				logLeft = max(0, logMax-fi.Size())
+			}
+		}
+	}
+	if logLeft == 0 {
+		return
+	}
+	const full = "resolver: log full, further lines dropped\n"
+	line := fmt.Sprintf(format, args...)
+	if int64(len(line)+len(full)) > logLeft {
+		fits := int64(len(full)) <= logLeft
+		line, logLeft = full, 0
+		if !fits {
+			return
+		}
+	} else {
+		logLeft -= int64(len(line))
+	}
+	io.WriteString(logOut, line) //nolint:errcheck // best effort
 }
 
 // ServeResolver runs the resolver described by the file at cfgPath until
@@ -249,7 +292,7 @@ func (r *resolver) answer(q *dns.Msg, network string) *dns.Msg {
 		return reply(dns.RcodeServerFailure)
 	}
 	if rcode, err := r.admit(question, resp); err != nil {
-		fmt.Fprintf(os.Stderr, "admit %s: %v\n", question.Name, err)
+		logf("admit %s: %v\n", question.Name, err)
 		return reply(rcode)
 	}
 	resp.Id = q.Id
@@ -397,7 +440,7 @@ func admitAddrs(all []policy.AllowRule, resp *dns.Msg) []*dns.A {
 		}
 		addr = addr.Unmap()
 		if !addr.Is4() || policy.Denied(addr) && !policy.AllowsAddr(all, addr) {
-			fmt.Fprintf(os.Stderr, "not admitting %s for %s: a denied address\n", addr, a.Hdr.Name)
+			logf("not admitting %s for %s: a denied address\n", addr, a.Hdr.Name)
 			continue
 		}
 		out = append(out, a)
@@ -451,18 +494,18 @@ func admitNetlink(c *nftables.Conn, table string, rules, all []policy.AllowRule,
 // ServeResolver) as a detached process with its output appended to
 // logPath, and waits until it listens. It returns the process's PID.
 func StartResolver(exe string, args []string, logPath string) (int, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
 	}
-	defer logf.Close()
+	defer logFile.Close()
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer rd.Close()
 	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{wr}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -3,7 +3,9 @@ package hostnet
 import (
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,5 +275,46 @@ func TestNamesHashWholeID(t *testing.T) {
 		if len(n.HostIf) > 15 {
 			t.Fatalf("interface name %q is longer than 15 bytes", n.HostIf)
 		}
+	}
+}
+
+// The resolver's log stays under logMax however often the sandbox makes
+// it report (here, answers it will not admit), counting what the file
+// held already.
+func TestResolverLogBounded(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "resolver.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, logMax/2)); err != nil {
+		t.Fatal(err)
+	}
+	logMu.Lock()
+	logOut, logLeft = f, -1
+	logMu.Unlock()
+	t.Cleanup(func() {
+		logMu.Lock()
+		logOut, logLeft = os.Stderr, -1
+		logMu.Unlock()
+	})
+	for i := 0; i < 100000; i++ {
+		logf("not admitting 169.254.169.254 for r%d.evil.example.: a denied address\n", i)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > logMax {
+		t.Fatalf("log grew to %d bytes, bound %d", fi.Size(), logMax)
+	}
+	if fi.Size() < logMax-200 {
+		t.Fatalf("log stopped early at %d bytes", fi.Size())
+	}
+	tail := make([]byte, 64)
+	if _, err := f.ReadAt(tail, fi.Size()-64); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(tail), "log full") {
+		t.Fatalf("the log does not say it is full: %q", tail)
 	}
 }

@@ -70,10 +70,17 @@ func serveStream(st net.Conn) {
 	Join(c.(*net.TCPConn), st)
 }
 
-// Join copies between a TCP connection and a stream both ways, passing on
+// HalfCloser is a connection that can end its writing alone, as TCP and
+// UNIX stream connections can.
+type HalfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// Join copies between a connection and a stream both ways, passing on
 // each direction's end as a half close, and closes both when both
 // directions are done.
-func Join(c *net.TCPConn, st io.ReadWriteCloser) {
+func Join(c HalfCloser, st io.ReadWriteCloser) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -14,6 +14,7 @@ import (
 	diffcmd "sbx.dev/sbx/cmd/sbx/commands/diff"
 	"sbx.dev/sbx/cmd/sbx/commands/image"
 	mcpcmd "sbx.dev/sbx/cmd/sbx/commands/mcp"
+	"sbx.dev/sbx/cmd/sbx/commands/pool"
 	"sbx.dev/sbx/cmd/sbx/commands/registry"
 	"sbx.dev/sbx/cmd/sbx/commands/sandbox"
 	servecmd "sbx.dev/sbx/cmd/sbx/commands/serve"
@@ -44,6 +45,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, registry.Commands...)
 	app.Commands = append(app.Commands, tenant.Command)
 	app.Commands = append(app.Commands, volume.Command)
+	app.Commands = append(app.Commands, pool.Commands...)
 	app.Commands = append(app.Commands, diffcmd.Command)
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)

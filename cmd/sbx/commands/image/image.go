@@ -21,7 +21,7 @@ var Command = &cli.Command{
 	Usage: "manage images",
 	Subcommands: []*cli.Command{
 		buildCommand, lsCommand, rmCommand, pruneCommand, importCommand, exportCommand,
-		pullCommand, pushCommand,
+		pullCommand, pushCommand, shareCommand, unshareCommand,
 	},
 }
 

@@ -17,7 +17,7 @@ import (
 
 var publishFlag = &cli.StringSliceFlag{
 	Name: "publish", Aliases: []string{"p"},
-	Usage: "publish a sandbox port on the host: [IP:]HOSTPORT:PORT (IP defaults to " + policy.DefaultPortIP + "; works with --net none)",
+	Usage: "publish a sandbox port on the host: [IP:]HOSTPORT:PORT (IP defaults to " + policy.DefaultPortIP + ", which every local user can reach; works with --net none), or unix:PATH:PORT for a socket only its owner can use",
 }
 
 func portMappings(specs []string) ([]engine.PortMapping, error) {
@@ -35,14 +35,14 @@ func portMappings(specs []string) ([]engine.PortMapping, error) {
 var portForwardCommand = &cli.Command{
 	Name:      "port-forward",
 	Usage:     "forward host ports to a sandbox's ports until interrupted",
-	ArgsUsage: "ID [IP:]HOSTPORT:PORT...",
+	ArgsUsage: "ID [IP:]HOSTPORT:PORT|unix:PATH:PORT...",
 	Flags: []cli.Flag{
 		// The detached forwarder of create -p: the listeners are
 		// inherited as fds 3, 4, ... in the order of the mappings.
 		&cli.BoolFlag{Name: "inherited", Hidden: true},
 	},
 	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 2, -1, "ID [IP:]HOSTPORT:PORT...")
+		a, err := clix.Args(c, 2, -1, "ID [IP:]HOSTPORT:PORT|unix:PATH:PORT...")
 		if err != nil {
 			return err
 		}
@@ -61,7 +61,11 @@ var portForwardCommand = &cli.Command{
 				if err != nil {
 					return err
 				}
-				ls = append(ls, engine.PortListener{Listener: l.(*net.TCPListener), Port: m.Port})
+				if ul, ok := l.(*net.UnixListener); ok {
+					// Its socket goes when the forwarder ends.
+					ul.SetUnlinkOnClose(true)
+				}
+				ls = append(ls, engine.PortListener{Listener: l, Port: m.Port})
 			}
 		} else {
 			// Fail early on a sandbox that is not there.
@@ -73,7 +77,11 @@ var portForwardCommand = &cli.Command{
 			}
 			for _, l := range ls {
 				m := l.Mapping()
-				fmt.Fprintf(c.App.Writer, "forwarding %s -> %d\n", m.HostAddr(), m.Port)
+				host := m.HostAddr()
+				if m.Socket != "" {
+					host = policy.SocketPrefix + m.Socket
+				}
+				fmt.Fprintf(c.App.Writer, "forwarding %s -> %d\n", host, m.Port)
 			}
 		}
 		ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

@@ -109,6 +109,9 @@ var createCommand = &cli.Command{
 	ArgsUsage: " ",
 	Flags:     createFlags,
 	Action: func(c *cli.Context) error {
+		// A signal at any step aborts the create, which leaves nothing.
+		in := catchSignals(c.Context)
+		defer in.stop()
 		if _, err := clix.Args(c, 0, 0, "[flags]"); err != nil {
 			return err
 		}
@@ -121,15 +124,16 @@ var createCommand = &cli.Command{
 			return err
 		}
 		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
-			return err
+			return interruptedOr(in, err)
 		}
 		if err := clix.EnsurePulled(c, e, &req); err != nil {
-			return err
+			return interruptedOr(in, err)
 		}
-		sb, err := e.Create(c.Context, req)
+		sb, err := e.Create(in.ctx, req)
 		if err != nil {
-			return err
+			return interruptedOr(in, err)
 		}
+		warnUnenforced(c, e, sb)
 		fmt.Fprintln(c.App.Writer, sb.ID)
 		return nil
 	},
@@ -150,6 +154,10 @@ var runCommand = &cli.Command{
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "user of the command: uid[:gid] or name[:group]"},
 	}, createFlags...), execFlags...),
 	Action: func(c *cli.Context) error {
+		// A signal before the command runs aborts the run, which then
+		// leaves nothing behind; once it runs, the command gets it.
+		in := catchSignals(c.Context)
+		defer in.stop()
 		args := c.Args().Slice()
 		if len(args) == 0 {
 			return clix.UsageError(errors.New("usage: sbx run [flags] -- CMD [ARG...]"))
@@ -163,42 +171,40 @@ var runCommand = &cli.Command{
 			return err
 		}
 		if err := clix.EnsureDefaultImage(c, e, req); err != nil {
-			return err
+			return interruptedOr(in, err)
 		}
 		if err := clix.EnsurePulled(c, e, &req); err != nil {
-			return err
+			return interruptedOr(in, err)
 		}
-		// Signals that arrive while the sandbox is being made must not
-		// leave it behind: hold them until the command runs.
-		sigs := notifySignals()
-		defer signal.Stop(sigs)
 		var sb *engine.Sandbox
 		var code int
 		if c.Bool("rm") {
 			// The sandbox lives for this one command: its init can
 			// start it at boot.
-			code, err = runIn(c, args, sigs, func(xreq engine.ExecRequest) (int, error) {
+			code, err = runIn(c, args, in.fwd, func(xreq engine.ExecRequest) (int, error) {
 				var code int
 				var err error
-				sb, code, err = e.Run(c.Context, req, xreq)
+				sb, code, err = e.Run(in.ctx, req, xreq)
 				return code, err
 			})
 			if sb == nil {
-				return clix.Exit(code, err)
+				return interruptedOr(in, clix.Exit(code, err))
 			}
 		} else {
-			if sb, err = e.Create(c.Context, req); err != nil {
-				return err
+			if sb, err = e.Create(in.ctx, req); err != nil {
+				return interruptedOr(in, err)
 			}
-			code, err = execIn(c, e, sb.ID, args, sigs)
+			code, err = runIn(c, args, in.fwd, func(xreq engine.ExecRequest) (int, error) { return e.Exec(in.ctx, sb.ID, xreq) })
 		}
-		if c.Bool("rm") {
+		// Without --rm, a sandbox whose command never ran is removed
+		// too: sbx run has not named it to anyone.
+		if c.Bool("rm") || (in.cause() != nil && !in.commandRan()) {
 			// Removed already (sbx rm -f under it) is what --rm wants.
 			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil && !errdefs.IsNotFound(rmErr) {
 				return rmErr
 			}
 		}
-		return clix.Exit(code, err)
+		return interruptedOr(in, clix.Exit(code, err))
 	},
 }
 
@@ -223,10 +229,20 @@ var execCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		sigs := notifySignals()
-		defer signal.Stop(sigs)
-		return clix.Exit(execIn(c, e, id, args, sigs))
+		in := catchSignals(c.Context)
+		defer in.stop()
+		code, err := runIn(c, args, in.fwd, func(req engine.ExecRequest) (int, error) { return e.Exec(in.ctx, id, req) })
+		return interruptedOr(in, clix.Exit(code, err))
 	},
+}
+
+// interruptedOr is err, or the interrupt's status if a signal ended the
+// command's work.
+func interruptedOr(in *interrupt, err error) error {
+	if err != nil && in.cause() != nil {
+		return in.exit()
+	}
+	return err
 }
 
 func notifySignals() chan os.Signal {
@@ -235,14 +251,9 @@ func notifySignals() chan os.Signal {
 	return sigs
 }
 
-// execIn runs args in sandbox id with the exec flags of c. It returns the
+// runIn runs args through exec with the exec flags of c. It returns the
 // command's exit status, or 125 with an error of sbx's own.
-func execIn(c *cli.Context, e *engine.Engine, id string, args []string, sigs chan os.Signal) (int, error) {
-	return runIn(c, args, sigs, func(req engine.ExecRequest) (int, error) { return e.Exec(c.Context, id, req) })
-}
-
-// runIn runs args through exec with the exec flags of c.
-func runIn(c *cli.Context, args []string, sigs chan os.Signal, exec func(engine.ExecRequest) (int, error)) (int, error) {
+func runIn(c *cli.Context, args []string, sigs <-chan os.Signal, exec func(engine.ExecRequest) (int, error)) (int, error) {
 	req := engine.ExecRequest{
 		Args: args, Workdir: c.String("workdir"), User: c.String("user"),
 		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Timeout: c.Duration("timeout"),

@@ -88,9 +88,25 @@ var doctorCommand = &cli.Command{
 			v, err := e.Version(c.Context)
 			return v + " at " + e.RunscPath(), err
 		})
+		if e.Rootless() {
+			for _, it := range rootlessReport(c.Context, e) {
+				switch {
+				case it.ok:
+					fmt.Fprintf(w, "ok    %-10s %s\n", it.name, it.detail)
+				case it.fatal:
+					failed++
+					fmt.Fprintf(w, "FAIL  %-10s %s\n", it.name, it.detail)
+				default:
+					fmt.Fprintf(w, "note  %-10s %s\n", it.name, it.detail)
+				}
+				if !it.ok && it.fix != "" {
+					fmt.Fprintf(w, "      %-10s fix: %s\n", "", it.fix)
+				}
+			}
+		}
 		check("cgroups", func() (string, error) {
 			if e.Rootless() {
-				return "not used rootless (no resource limits)", nil
+				return "none of root's; see limits above", nil
 			}
 			switch cgroups.Mode() {
 			case cgroups.Unified:
@@ -121,6 +137,9 @@ var doctorCommand = &cli.Command{
 		check("base", func() (string, error) {
 			if img, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
 				return fmt.Sprintf("%s built (%s)", img.Name, policy.FormatSize(img.Size)), nil
+			}
+			if e.Rootless() {
+				return engine.DefaultImage + " not in your store: see images above", nil
 			}
 			return engine.DefaultImage + " not built yet: the first sandbox without --image builds it", nil
 		})
