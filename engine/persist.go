@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -112,15 +115,18 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *record, name, history s
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
+	start := time.Now()
 	if err := e.exportUpper(ctx, sb, tmp); err != nil {
 		return overlay.Image{}, err
 	}
+	start = phase(ctx, "snapshot: exported the upper layer", start)
 	img, err := e.images.Snapshot(ctx, overlay.SnapshotOptions{
 		Name: name, Parent: parent, Upper: tmp, Exclude: snapshotExclude, History: history,
 	})
 	if err != nil {
 		return overlay.Image{}, fmt.Errorf("snapshot: %w", err)
 	}
+	phase(ctx, "snapshot: stored the layer", start)
 	return img, nil
 }
 
@@ -150,9 +156,11 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 		e.images.RemoveCheckpoint(context.Background(), ck.Digest) //nolint:errcheck // best effort
 		return nil, err
 	}
+	start := time.Now()
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, fmt.Errorf("sandbox %s is paused, but stopping its processes failed: %w", sb.ShortID(), err)
 	}
+	phase(ctx, "pause: stopped the sandbox", start)
 	sb.Pid, sb.PidStart, sb.Deadline = 0, 0, nil
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
 	sb.State = StatePaused
@@ -198,10 +206,14 @@ func (e *Engine) checkpoint(ctx context.Context, sb *record) (overlay.Checkpoint
 		return overlay.Checkpoint{}, err
 	}
 	defer ci.Abort()
+	start := time.Now()
 	if err := e.runscFor(sb).Checkpoint(ctx, sb.ID, ci.Dir(), runsc.CheckpointOpts{LeaveRunning: true}); err != nil {
 		return overlay.Checkpoint{}, fmt.Errorf("checkpoint sandbox %s: %w", sb.ShortID(), err)
 	}
-	return ci.Commit(ctx, map[string]string{"sandbox": sb.ID})
+	start = phase(ctx, "runsc checkpoint", start)
+	ck, err := ci.Commit(ctx, map[string]string{"sandbox": sb.ID})
+	phase(ctx, "checkpoint: checksummed and stored", start)
+	return ck, err
 }
 
 // Resume restores paused sandbox ref from its checkpoint, after verifying
@@ -226,10 +238,12 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.checkVolumesPresent(sb.ID); err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
+	start := time.Now()
 	ck, err := e.images.OpenCheckpoint(ctx, sb.Checkpoint)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
+	start = phase(ctx, "resume: verified the checkpoint", start)
 	// Whatever a pause interrupted after recording its checkpoint.
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, err
@@ -239,9 +253,11 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.resumeNetwork(ctx, sb, &undo); err != nil {
 		return nil, fmt.Errorf("resume %s: network: %w", sb.ShortID(), err)
 	}
+	start = phase(ctx, "resume: old runtime cleared, network set up", start)
 	if err := e.restore(ctx, sb, ck); err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
+	start = phase(ctx, "resume: restored", start)
 	undo.Release()
 	old := sb.Checkpoint
 	sb.Paused, sb.Checkpoint = false, ""
@@ -254,6 +270,7 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.images.RemoveCheckpoint(ctx, old); err != nil {
 		log.G(ctx).WithError(err).Warn("remove used checkpoint")
 	}
+	phase(ctx, "resume: recorded, checkpoint removed", start)
 	sb.State = StateRunning
 	return sb.view(), nil
 }
@@ -288,30 +305,35 @@ func (e *Engine) restore(ctx context.Context, sb *record, ck overlay.Checkpoint)
 	}
 	r := e.runscFor(sb)
 	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
+	// The file of the process before the pause must not pass for the
+	// restored one's.
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	defer phase(ctx, "runsc restore", time.Now())
 	if err := r.Restore(ctx, sb.ID, filepath.Join(e.sandboxDir(sb.ID), "bundle"), ck.Dir, runsc.RestoreOpts{
 		Detach: true, PidFile: pidFile, Stdout: logf, Stderr: logf,
 	}); err != nil {
 		return err
 	}
-	if err := e.recordProcess(ctx, sb); err != nil {
+	if err := e.recordProcess(sb, pidFile); err != nil {
 		return err
 	}
 	undo.Release()
 	return nil
 }
 
-// recordProcess reads the running sandbox's host process into sb.
-func (e *Engine) recordProcess(ctx context.Context, sb *record) error {
-	st, err := e.runscFor(sb).State(ctx, sb.ID)
+// recordProcess reads the restored sandbox's host process, which runsc
+// wrote to pidFile, into sb. As at create, no `runsc state`: a sandbox
+// whose process is already gone fails the liveness check.
+func (e *Engine) recordProcess(sb *record, pidFile string) error {
+	pid, err := readPidFile(pidFile)
 	if err != nil {
-		return err
+		return fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
 	}
-	if st.Status != runsc.StatusRunning {
-		return fmt.Errorf("sandbox %s is %s right after start", sb.ShortID(), st.Status)
-	}
-	sb.Pid = st.Pid
-	if sb.PidStart, err = assembly.ProcessStart(st.Pid); err != nil {
-		return fmt.Errorf("sandbox process %d: %w", st.Pid, err)
+	sb.Pid = pid
+	if sb.PidStart, err = assembly.ProcessStart(pid); err != nil {
+		return fmt.Errorf("sandbox %s exited right after restore: %w", sb.ShortID(), err)
 	}
 	sb.BootID = bootID()
 	sb.Stopped = false
@@ -375,23 +397,44 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 			log.G(ctx).WithError(err).Warn("remove fork checkpoint")
 		}
 	}()
-	if ck, err = e.images.OpenCheckpoint(ctx, ck.Digest); err != nil {
-		return nil, err
+	// No second verification: the checkpoint's checksums were computed
+	// from these very files a moment ago, and nothing else writes them.
+	// The copies are independent: restore several at once. A restore
+	// waits on process starts and page loads as much as it computes.
+	children := make([]*record, n)
+	errs := make([]error, n)
+	slots := make(chan struct{}, min(n, max(4, 2*runtime.NumCPU())))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			children[i], errs[i] = e.forkOne(ctx, parent, img, ck)
+		})
 	}
-	var out []*Sandbox
-	for i := 0; i < n; i++ {
-		child, err := e.forkOne(ctx, parent, img, ck)
+	wg.Wait()
+	var ferr error
+	for _, err := range errs {
 		if err != nil {
-			for _, c := range out {
-				if rerr := e.Remove(context.Background(), c.ID, true); rerr != nil {
-					log.G(ctx).WithError(rerr).Warn("remove fork after a failed fork")
-				}
-			}
-			return nil, fmt.Errorf("fork %s: %w", parent.ShortID(), err)
+			ferr = err // the first; the others are alike
+			break
 		}
-		out = append(out, child.view())
 	}
-
+	if ferr != nil {
+		for _, c := range children {
+			if c == nil {
+				continue
+			}
+			if rerr := e.Remove(context.Background(), c.ID, true); rerr != nil {
+				log.G(ctx).WithError(rerr).Warn("remove fork after a failed fork")
+			}
+		}
+		return nil, fmt.Errorf("fork %s: %w", parent.ShortID(), ferr)
+	}
+	out := make([]*Sandbox, n)
+	for i, c := range children {
+		out[i] = c.view()
+	}
 	return out, nil
 }
 
@@ -461,6 +504,14 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	undo.Release()
 	sb.State = StateRunning
 	return sb, nil
+}
+
+// phase logs, at debug level, how long a step that began at start took,
+// and returns the time the next step begins.
+func phase(ctx context.Context, step string, start time.Time) time.Time {
+	now := time.Now()
+	log.G(ctx).WithField("ms", now.Sub(start).Milliseconds()).Debug(step)
+	return now
 }
 
 // readSpec reads a sandbox's bundle spec, which sbx wrote: it must have

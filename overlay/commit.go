@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
+	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -26,8 +27,10 @@ type CommitOptions struct {
 	// with only this layer.
 	Parent *Image
 	// Layer is an uncompressed tar stream of an OCI layer (whiteouts
-	// allowed). It is stored gzip-compressed.
+	// allowed). It is stored compressed as Compression says.
 	Layer io.Reader
+	// Compression of the stored layer; the zero value is gzip.
+	Compression Compression
 	// Config, when set, replaces the parent's runtime config
 	// (Config.Config); nil keeps the parent's, or none for a base image.
 	Config *ocispec.ImageConfig
@@ -37,6 +40,21 @@ type CommitOptions struct {
 	// time; nil leaves both unset so that equal input gives equal digests.
 	Created *time.Time
 }
+
+// Compression is how Commit compresses a layer. Both are OCI layer media
+// types that Import, containerd and registries accept; what differs is the
+// cost of writing them.
+type Compression int
+
+const (
+	// Gzip writes application/vnd.oci.image.layer.v1.tar+gzip, which every
+	// OCI tool reads, at about 30 MB/s per core.
+	Gzip Compression = iota
+	// Zstd writes application/vnd.oci.image.layer.v1.tar+zstd (image-spec
+	// 1.1; containerd 1.5+, Docker 23+, Podman) at several hundred MB/s,
+	// and stores data that does not compress as it is.
+	Zstd
+)
 
 // Commit stores opts.Layer as a new layer on top of opts.Parent and tags the
 // resulting image opts.Name, replacing any image of that name.
@@ -85,7 +103,7 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (Image, error) {
 	}
 	cfg.Created = created
 
-	layer, diffID, err := s.writeLayer(ctx, opts.Layer)
+	layer, diffID, err := s.writeLayer(ctx, opts.Layer, opts.Compression)
 	if err != nil {
 		return Image{}, fmt.Errorf("commit %s: %w", name, err)
 	}
@@ -125,9 +143,11 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (Image, error) {
 	return img, nil
 }
 
-// writeLayer gzips the uncompressed tar r into the content store and returns
-// the layer's descriptor and diff_id.
-func (s *Store) writeLayer(ctx context.Context, r io.Reader) (ocispec.Descriptor, digest.Digest, error) {
+// writeLayer compresses the uncompressed tar r into the content store and
+// returns the layer's descriptor and diff_id. Both digests are computed
+// while the layer streams through, each on its own goroutine, so nothing is
+// read twice: the content store checks the compressed digest as it commits.
+func (s *Store) writeLayer(ctx context.Context, r io.Reader, c Compression) (ocispec.Descriptor, digest.Digest, error) {
 	ref := "sbx-" + randomHex()
 	w, err := content.OpenWriter(ctx, s.content, content.WithRef(ref))
 	if err != nil {
@@ -141,18 +161,19 @@ func (s *Store) writeLayer(ctx context.Context, r io.Reader) (ocispec.Descriptor
 		}
 	}()
 
-	diff := digest.Canonical.Digester()
 	cw := &countingWriter{w: w}
-	// The zero gzip header (no name, no mtime) and a fixed level make the
-	// compressed bytes a function of the input only.
-	gz, err := gzip.NewWriterLevel(cw, gzip.DefaultCompression)
+	zw, mediaType, err := newCompressor(cw, c)
 	if err != nil {
 		return ocispec.Descriptor{}, "", err
 	}
-	if _, err := io.Copy(gz, io.TeeReader(r, diff.Hash())); err != nil {
+	diff := newAsyncDigester()
+	_, err = io.Copy(zw, io.TeeReader(r, diff))
+	diffID := diff.Digest()
+	if err != nil {
+		zw.Close()
 		return ocispec.Descriptor{}, "", fmt.Errorf("read layer: %w", err)
 	}
-	if err := gz.Close(); err != nil {
+	if err := zw.Close(); err != nil {
 		return ocispec.Descriptor{}, "", err
 	}
 	dgst := w.Digest()
@@ -160,7 +181,27 @@ func (s *Store) writeLayer(ctx context.Context, r io.Reader) (ocispec.Descriptor
 		return ocispec.Descriptor{}, "", fmt.Errorf("store layer: %w", err)
 	}
 	committed = true
-	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: dgst, Size: cw.n}, diff.Digest(), nil
+	return ocispec.Descriptor{MediaType: mediaType, Digest: dgst, Size: cw.n}, diffID, nil
+}
+
+// newCompressor returns a compressor writing to w and the media type of
+// what it writes. Its output is a function of its input only (no names, no
+// times, a fixed level and block layout), so equal layers get equal
+// digests.
+func newCompressor(w io.Writer, c Compression) (io.WriteCloser, string, error) {
+	switch c {
+	case Gzip:
+		gz, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
+		return gz, ocispec.MediaTypeImageLayerGzip, err
+	case Zstd:
+		// The fastest level: a snapshot is mostly written and read
+		// locally, where time matters more than the last percent of size.
+		// The encoder's output depends on neither its concurrency nor
+		// the sizes of the writes.
+		zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(2))
+		return zw, ocispec.MediaTypeImageLayerZstd, err
+	}
+	return nil, "", fmt.Errorf("layer compression %d: %w", c, errdefs.ErrInvalidArgument)
 }
 
 type countingWriter struct {

@@ -4,11 +4,12 @@ package overlay
 //
 // Vocabulary
 //
-//	layer       One gzip-compressed OCI layer tar, stored as a blob named
-//	            by the digest of its compressed bytes; its diff_id is the
-//	            digest of the uncompressed tar. A layer is immutable: the
-//	            same bytes always have the same name, and a layer whose
-//	            bytes no longer match its name is never applied (ErrCorrupt).
+//	layer       One compressed OCI layer tar (gzip, or zstd for a
+//	            snapshot), stored as a blob named by the digest of its
+//	            compressed bytes; its diff_id is the digest of the
+//	            uncompressed tar. A layer is immutable: the same bytes
+//	            always have the same name, and a layer whose bytes no
+//	            longer match its name is never applied (ErrCorrupt).
 //
 //	image       An ordered list of layers plus a runtime config, written as
 //	            an OCI manifest and config and tagged with a name in
@@ -32,16 +33,22 @@ package overlay
 //	checkpoint  A sandbox's memory and filesystem state as runsc checkpoint
 //	            writes it (a directory of image files), stored under the
 //	            digest of a manifest listing every file with its size and
-//	            digest. The store holds checkpoints; it never runs or
-//	            restores one: the engine points runsc at Checkpoint.Dir.
+//	            checksum (XXH64). The store holds checkpoints; it never
+//	            runs or restores one: the engine points runsc at
+//	            Checkpoint.Dir.
 //
 // Guarantees
 //
 //   - Content addressing. Layers and checkpoints are named by the digest
 //     of what they hold and verified against it before use: a layer while it
-//     is unpacked (Rootfs), a checkpoint by OpenCheckpoint, which rehashes
-//     every file. A flipped or missing byte yields an error wrapping
-//     ErrCorrupt and nothing is unpacked or handed out.
+//     is unpacked (Rootfs), a checkpoint by OpenCheckpoint, which checks
+//     every file against the checksum its manifest records. A flipped or
+//     missing byte yields an error wrapping ErrCorrupt and nothing is
+//     unpacked or handed out. Layers are verified with SHA-256 as they may
+//     come from anywhere; checkpoints, which never leave the host that
+//     wrote them, with XXH64, which catches damage at memory speed.
+//     A layer's digests are computed while it streams into the store,
+//     never by reading it back.
 //
 //   - Atomicity. A snapshot is written as blobs and then tagged; a
 //     checkpoint is written into a hidden ingest directory and renamed to its
@@ -51,12 +58,13 @@ package overlay
 //   - Determinism. The layer of a snapshot depends only on the upper's
 //     content: entries are sorted by path, headers are written in PAX format
 //     without access or change times or user and group names, and
-//     compression is deterministic. Two sandboxes with identical changes
-//     (same paths, contents, modes, owners, xattrs and modification times)
-//     give the same layer digest; snapshotting an unchanged sandbox twice
-//     gives the same image digest. Modification times are kept, not
-//     normalised: they are part of the change (make and friends rely on
-//     them).
+//     compression is deterministic (zstd at a fixed level, whose output
+//     depends on neither its concurrency nor the write sizes). Two
+//     sandboxes with identical changes (same paths, contents, modes,
+//     owners, xattrs and modification times) give the same layer digest;
+//     snapshotting an unchanged sandbox twice gives the same image digest.
+//     Modification times are kept, not normalised: they are part of the
+//     change (make and friends rely on them).
 //
 //   - Exclusions. A snapshot never contains the paths named in
 //     SnapshotOptions.Exclude (the engine excludes /run, where secrets

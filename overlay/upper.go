@@ -44,9 +44,9 @@ type SnapshotOptions struct {
 	History string
 }
 
-// Snapshot converts opts.Upper into an OCI layer and commits it on top of
-// opts.Parent as opts.Name. See the package's persistence contract for
-// what the layer holds and what is guaranteed.
+// Snapshot converts opts.Upper into a zstd-compressed OCI layer and commits
+// it on top of opts.Parent as opts.Name. See the package's persistence
+// contract for what the layer holds and what is guaranteed.
 func (s *Store) Snapshot(ctx context.Context, opts SnapshotOptions) (Image, error) {
 	if opts.Upper == nil {
 		return Image{}, fmt.Errorf("snapshot: no upper layer: %w", errdefs.ErrInvalidArgument)
@@ -60,7 +60,7 @@ func (s *Store) Snapshot(ctx context.Context, opts SnapshotOptions) (Image, erro
 		pw.CloseWithError(writeLayerTar(pw, opts.Upper, entries))
 	}()
 	parent := opts.Parent
-	img, err := s.Commit(ctx, CommitOptions{Name: opts.Name, Parent: &parent, Layer: pr, History: opts.History})
+	img, err := s.Commit(ctx, CommitOptions{Name: opts.Name, Parent: &parent, Layer: pr, History: opts.History, Compression: Zstd})
 	pr.CloseWithError(errors.New("commit ended"))
 	return img, err
 }
