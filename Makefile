@@ -82,7 +82,7 @@ CONTAINERD_VERSION := v2.4.2
 CRITOOLS_VERSION   := v1.37.0
 CONTAINERD_TOOLS   := $(BIN)/containerd $(BIN)/ctr $(BIN)/crictl
 
-shim: $(BIN)/containerd-shim-sbx-v1 $(BIN)/images/pause.tar ## build the containerd shim and the CRI pause image
+shim: $(BIN)/containerd-shim-sbx-v1 $(BIN)/sbx-init $(BIN)/images/pause.tar ## build the containerd shim and the CRI pause image
 
 $(BIN)/containerd-shim-sbx-v1: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/containerd-shim-sbx-v1

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -56,6 +57,12 @@ type Config struct {
 	// Runsc is the runsc binary; default: runsc beside the shim binary,
 	// else the one on PATH.
 	Runsc string `toml:"runsc"`
+	// SbxInit is the sbx-init binary, mounted read-only into every
+	// container of a pod at /.sbx/sbx-init: an exec with a terminal runs
+	// through it on a pty of the sandbox's own devpts. Default: sbx-init
+	// beside the shim binary; when there is none, such an exec gets a
+	// pty of the host's instead.
+	SbxInit string `toml:"sbx_init"`
 	// RunscRoot is runsc's state directory; a directory per containerd
 	// namespace is made below it. Default /run/sbx/containerd.
 	RunscRoot string `toml:"runsc_root"`
@@ -137,6 +144,16 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 		if p, err := assembly.FindRunsc(); err == nil {
 			c.Runsc = p
 		}
+	}
+	if c.SbxInit != "" {
+		p, err := filepath.Abs(c.SbxInit)
+		if err == nil {
+			p, err = assembly.CheckAgent(p)
+		}
+		if err != nil {
+			return c, fmt.Errorf("runtime config %s: sbx_init: %w", path, err)
+		}
+		c.SbxInit = p
 	}
 	if c.RunscRoot == "" {
 		c.RunscRoot = "/run/sbx/containerd"

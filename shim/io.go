@@ -133,12 +133,15 @@ func (p *pipeIO) Close() {
 	p.fifos = nil
 }
 
-// ttyIO is a process's pty master, copied to and from containerd's fifos.
+// ttyIO is a process's terminal: a host pty master copied to and from
+// containerd's fifos, or (agent set) a pty of the sandbox's own that the
+// agent holds (agentpty.go).
 type ttyIO struct {
-	con  console.Console
-	in   io.Closer
-	wg   sync.WaitGroup
-	once sync.Once
+	con   console.Console // nil with agent
+	agent *agentRelay
+	in    io.Closer
+	wg    sync.WaitGroup
+	once  sync.Once
 
 	mu     sync.Mutex // guards closed
 	closed bool
@@ -221,6 +224,14 @@ func copyTTY(ctx context.Context, con console.Console, s stdio) (*ttyIO, error) 
 // Resize sets the pty's window size. A resize that arrives after the
 // process exited (and its pty was closed) has nothing left to resize.
 func (t *ttyIO) Resize(w, h uint32) error {
+	if t.agent != nil {
+		// Not under mu: the frame waits while the agent is not reading,
+		// and Close ends the wait.
+		if err := t.agent.resize(w, h); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+			return err
+		}
+		return nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -249,13 +260,17 @@ func (t *ttyIO) Drain(d time.Duration) {
 	t.Close()
 }
 
-// Close closes the pty master and stdin.
+// Close closes the pty master (or the agent's frames) and stdin.
 func (t *ttyIO) Close() {
 	t.once.Do(func() {
 		t.mu.Lock()
 		t.closed = true
 		t.mu.Unlock()
 		t.CloseStdin()
+		if t.agent != nil {
+			t.agent.close()
+			return
+		}
 		if err := t.con.Close(); err != nil {
 			log.L.WithError(err).Debug("close pty master")
 		}

@@ -44,6 +44,9 @@ type pod struct {
 	sandboxPid int
 	// gone is closed when the sandbox process has exited.
 	gone chan struct{}
+	// agent is the sbx-init binary mounted into each container, for
+	// terminals of the sandbox's own; "" if there is none.
+	agent string
 }
 
 // record is what the shim leaves in each container's bundle so that
@@ -90,7 +93,14 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	if err := checkHostNetwork(spec); err != nil {
 		return nil, err
 	}
-	p := &pod{id: id, policy: pp, gone: make(chan struct{})}
+	p := &pod{id: id, policy: pp, gone: make(chan struct{}), agent: cfg.SbxInit}
+	if p.agent == "" {
+		if a, err := assembly.FindAgent(); err == nil {
+			p.agent = a
+		} else {
+			log.G(ctx).WithError(err).WithField("id", id).Warn("no sbx-init for the pod: an exec with a terminal gets a host pty instead of one of the sandbox's devpts")
+		}
+	}
 	p.r = assembly.Runsc(assembly.RunscConfig{
 		Path:        cfg.Runsc,
 		Root:        filepath.Join(cfg.RunscRoot, ns),
@@ -159,6 +169,9 @@ func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
 		opts = assembly.SandboxOpts(p.policy.request())
 	}
 	opts = append(opts, assembly.PodSeccomp(own), assembly.MaskedPaths(empty))
+	if p.agent != "" {
+		opts = append(opts, assembly.AgentMount(p.agent))
+	}
 	if err := assembly.Apply(spec, opts...); err != nil {
 		return err
 	}

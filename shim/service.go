@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +32,7 @@ import (
 
 	"sbx.dev/sbx/assembly"
 	runsc "sbx.dev/sbx/runsc-sandbox"
+	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
 )
 
 var empty = &emptypb.Empty{}
@@ -575,7 +577,25 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 		return transitionError("start", st)
 	}
 	opts := runsc.ExecOpts{IODrain: ioDrain}
-	if p.stdio.Terminal {
+	switch {
+	case p.stdio.Terminal && s.agentTerminal(c):
+		// A pty of the sandbox's own devpts, held by the agent
+		// (agentpty.go).
+		tty, err := newAgentTTY(ctx, p.stdio)
+		if err != nil {
+			return err
+		}
+		ep, err := r.Exec(context.Background(), c.id, agentPtyProcess(*p.spec), tty.agent.execOpts(ioDrain))
+		if err != nil {
+			tty.Close()
+			return err
+		}
+		p.mu.Lock()
+		p.tty, p.exec = tty, ep
+		p.mu.Unlock()
+	case p.stdio.Terminal:
+		// No agent in the container: a host pty, passed in by runsc.
+		log.G(ctx).WithField("id", c.id).WithField("exec", p.execID).Info("exec on a host pty: the container has no sbx-init")
 		con, replica, err := newPty()
 		if err != nil {
 			return err
@@ -596,7 +616,7 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 		p.mu.Lock()
 		p.tty, p.exec = tty, ep
 		p.mu.Unlock()
-	} else {
+	default:
 		pio, err := newPipeIO(ctx, p.stdio)
 		if err != nil {
 			return err
@@ -777,7 +797,7 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 		if st == stateCreated {
 			return nil, errgrpc.ToGRPC(transitionError("kill", st))
 		}
-		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{Pid: p.getPid()})
+		err = s.killExec(ctx, rs, c, p, sig)
 	} else {
 		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{All: r.All})
 	}
@@ -790,6 +810,29 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 		return nil, errgrpc.ToGRPC(err)
 	}
 	return empty, nil
+}
+
+// killExec signals an exec'd process. One on the agent's terminal is the
+// agent's command: the signal goes to the command's process group, and
+// SIGKILL to the agent as well, which takes its command with it.
+func (s *service) killExec(ctx context.Context, rs *runsc.Runsc, c *container, p *process, sig syscall.Signal) error {
+	p.mu.Lock()
+	tty := p.tty
+	p.mu.Unlock()
+	if tty == nil || tty.agent == nil || sig < 1 || sig > ptywire.MaxSignal {
+		return rs.Kill(ctx, c.id, sig, runsc.KillOpts{Pid: p.getPid()})
+	}
+	if sig == syscall.SIGKILL {
+		// Not waited for: the frame waits while the agent is not
+		// reading, and the agent's end ends the wait.
+		go tty.agent.signal(sig) //nolint:errcheck // the agent's kill below stands
+		return rs.Kill(ctx, c.id, sig, runsc.KillOpts{Pid: p.getPid()})
+	}
+	err := tty.agent.signal(sig)
+	if errors.Is(err, io.ErrClosedPipe) {
+		return fmt.Errorf("exec %s: %w", p.execID, runsc.ErrProcessGone)
+	}
+	return err
 }
 
 // Wait waits for a process to exit.

@@ -1,0 +1,61 @@
+package assembly
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/runsc-sandbox/agent"
+)
+
+// AgentMount gives a container the sandbox's agent: the sbx-init binary
+// at path, bind-mounted read-only at agent.MountPath (gVisor makes the
+// mount point, a file, on the container's root). A mount the spec already
+// has there is replaced.
+func AgentMount(path string) policy.SpecOpt {
+	return func(s *specs.Spec) error {
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == agent.MountPath })
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: agent.MountPath, Type: "bind", Source: path,
+			Options: []string{"rbind", "ro"},
+		})
+		return nil
+	}
+}
+
+// HasAgent reports whether s mounts the agent at agent.MountPath.
+func HasAgent(s *specs.Spec) bool {
+	return s != nil && slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
+		return m.Destination == agent.MountPath && m.Type == "bind"
+	})
+}
+
+// FindAgent locates the sbx-init binary beside the running executable
+// (sbx's bin/, or the shim's directory on a node).
+func FindAgent() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("sbx-init: locate the running executable: %w", err)
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return CheckAgent(filepath.Join(filepath.Dir(exe), "sbx-init"))
+}
+
+// CheckAgent checks that p names an executable file.
+func CheckAgent(p string) (string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("sbx-init %q: %w: %w", p, errdefs.ErrNotFound, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("sbx-init %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
+	}
+	return p, nil
+}
