@@ -2,6 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,4 +144,58 @@ func TestContainerdPodStats(t *testing.T) {
 	c.ctrOK("default", "task", "rm", "bomb")
 	c.ctrOK("default", "container", "rm", "bomb")
 	c.assertClean("bomb")
+}
+
+// Under kubelet the pod's cgroup exists before its sandbox, and runsc
+// sets limits only on cgroups it makes: the host must still hold a pod to
+// its own limits (here the dev.sbx.memory annotation, within the
+// operator's ceiling). The shim makes the sandbox a cgroup of its own
+// below the pod's, with those limits, and removes it with the pod.
+func TestContainerdPodCgroupLimits(t *testing.T) {
+	c := newContainerd(t)
+	c.setupCRI()
+	c.setShimConfig(`memory = "512m"`)
+	parent := "/sbxtest" + strconv.Itoa(os.Getpid())
+	podCg := parent + "/podlimits"
+	t.Cleanup(func() {
+		for _, d := range []string{podCg, parent} {
+			dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + d)
+			for _, dd := range append(dirs, "/sys/fs/cgroup"+d) {
+				os.Remove(dd)
+			}
+		}
+	})
+	podCfg := c.podConfig("limited", map[string]string{"dev.sbx.memory": "128m"}, fmt.Sprintf(`"cgroup_parent":%q,`, podCg))
+	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	// The memory cgroup the pod's gVisor sandbox runs in on the host,
+	// and the limit the host holds it to.
+	var cg string
+	for _, p := range processesMentioning(pod) {
+		if !strings.Contains(p, "runsc-sandbox") {
+			continue
+		}
+		pid := strings.TrimSuffix(strings.Fields(p)[1], ":")
+		b, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+		for _, l := range strings.Split(string(b), "\n") {
+			// cgroup v1's memory controller, else the unified hierarchy.
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[1] == "memory" || f[1] == "" && cg == "") {
+				cg = f[2]
+			}
+		}
+	}
+	if !strings.HasPrefix(cg, podCg+"/") {
+		t.Fatalf("the sandbox runs in cgroup %q, not below the pod's %s", cg, podCg)
+	}
+	limit, err := os.ReadFile("/sys/fs/cgroup/memory" + cg + "/memory.limit_in_bytes")
+	if err != nil {
+		limit, err = os.ReadFile("/sys/fs/cgroup" + cg + "/memory.max")
+	}
+	if err != nil || strings.TrimSpace(string(limit)) != strconv.Itoa(128<<20) {
+		t.Fatalf("the sandbox's host cgroup %s is limited to %q (%v), want 128 MiB", cg, limit, err)
+	}
+	c.crictlOK("rmp", "-f", pod)
+	c.assertClean(pod)
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + podCg + "/sbx"); len(dirs) > 0 {
+		t.Fatalf("the sandbox's cgroup outlived its pod: %v", dirs)
+	}
 }

@@ -178,15 +178,15 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-func TestSetPodCgroup(t *testing.T) {
+func TestPodCgroupParent(t *testing.T) {
 	for _, tc := range []struct{ typ, path, want string }{
 		{criTypeSandbox, "/kubepods/burstable/pod123/abc", "/kubepods/burstable/pod123"},
 		{criTypeSandbox, "/k8s.io/abc", ""},
+		{criTypeSandbox, "kubepods-pod123.slice:cri:abc", ""},
 		{criTypeContainer, "/kubepods/pod123/abc", ""},
 	} {
 		s := &specs.Spec{Annotations: map[string]string{criContainerType: tc.typ}, Linux: &specs.Linux{CgroupsPath: tc.path}}
-		setPodCgroup(s)
-		if got := s.Annotations[cgroupParentAnnotation]; got != tc.want {
+		if got := podCgroupParent(s); got != tc.want {
 			t.Errorf("%s %s: got %q, want %q", tc.typ, tc.path, got, tc.want)
 		}
 	}

@@ -60,6 +60,27 @@ type pipeIO struct {
 	procIn, procOut, procErr *os.File
 	// containerd's fifos.
 	fifos []io.Closer
+	// stdinEOF is closed when the stdin fifo has been read to its end.
+	stdinEOF chan struct{}
+}
+
+// stdinDrain bounds how long CloseIO waits for what is still in the stdin
+// fifo to reach the process.
+const stdinDrain = 2 * time.Second
+
+// eofReader closes eof when its reader ends.
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofReader) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
 }
 
 func newPipeIO(ctx context.Context, s stdio) (_ *pipeIO, err error) {
@@ -86,7 +107,8 @@ func newPipeIO(ctx context.Context, s stdio) (_ *pipeIO, err error) {
 		if err != nil {
 			return nil, err
 		}
-		p.fifos, in = append(p.fifos, r), r
+		p.stdinEOF = make(chan struct{})
+		p.fifos, in = append(p.fifos, r), &eofReader{r: r, eof: p.stdinEOF}
 	}
 	if p.pipes, err = runsc.NewPipes(in, outs[0], outs[1]); err != nil {
 		return nil, err
@@ -105,8 +127,18 @@ func (p *pipeIO) closeProcessEnds() {
 	}
 }
 
-// CloseStdin gives the process EOF on stdin.
+// CloseStdin gives the process EOF on stdin (containerd's CloseIO), once
+// what the stdin fifo still holds has reached it: containerd closes its
+// end after its last write and then calls CloseIO, so the copy usually
+// ends on its own; cutting it at once lost the tail of the input
+// (kubectl cp: "tar: short read").
 func (p *pipeIO) CloseStdin() {
+	if p.stdinEOF != nil {
+		select {
+		case <-p.stdinEOF:
+		case <-time.After(stdinDrain):
+		}
+	}
 	if p.pipes != nil {
 		p.pipes.CloseStdin()
 	}

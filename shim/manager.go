@@ -189,6 +189,11 @@ func (m *Manager) Stop(ctx context.Context, id string) (cshim.StopStatus, error)
 			if rec.StateDir != "" {
 				os.RemoveAll(rec.StateDir)
 			}
+			if rec.Cgroup != "" {
+				if err := assembly.RemoveCgroup(rec.Cgroup); err != nil {
+					log.G(ctx).WithError(err).Warn("remove the sandbox's cgroup")
+				}
+			}
 		}
 	}
 	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), 0); err != nil {

@@ -37,6 +37,9 @@ type pod struct {
 	netMounts []specs.Mount
 	// cgroupsPath is the sandbox's cgroup as the spec names it.
 	cgroupsPath string
+	// ownCgroup is the cgroup the shim made for the sandbox below the
+	// pod's, if any: the shim removes it.
+	ownCgroup string
 	// oomCgroup is the cgroup the sandbox runs in (the pod's), and
 	// oomBase its OOM kill count when the sandbox started.
 	oomCgroup  string
@@ -57,6 +60,9 @@ type record struct {
 	Runsc     runsc.Runsc `json:"runsc"`
 	Linked    bool        `json:"linked"`
 	StateDir  string      `json:"state_dir"`
+	// Cgroup is the cgroup the shim made for a pod's sandbox below the
+	// pod's (ownPodCgroup), removed with the pod.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 const recordFile = "sbx-shim.json"
@@ -176,7 +182,9 @@ func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
 		return err
 	}
 	clampOOMScoreAdj(spec)
-	setPodCgroup(spec)
+	if err := p.ownPodCgroup(spec); err != nil {
+		return err
+	}
 	if len(p.netMounts) > 0 {
 		spec.Mounts = replaceMounts(spec.Mounts, p.netMounts)
 	}
@@ -205,6 +213,11 @@ func (p *pod) teardown(ctx context.Context) error {
 	}
 	if p.stateDir != "" {
 		if err := os.RemoveAll(p.stateDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.ownCgroup != "" {
+		if err := assembly.RemoveCgroup(p.ownCgroup); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -302,25 +315,49 @@ func hasCapSysResource() bool {
 	return false
 }
 
-// cgroupParentAnnotation tells runsc to put the sandbox in this cgroup
-// rather than in the sandbox container's own.
-const cgroupParentAnnotation = "dev.gvisor.spec.cgroup-parent"
+// ownPodCgroup puts a pod's sandbox in a cgroup of sbx's own, made
+// below the pod's (the last path element starting with "pod", as kubelet
+// names it) with the limits the pod's policy rendered into the spec, in
+// place of the pause container's: kubelet's pod cgroup above it still
+// bounds the pod as Kubernetes asked, and runsc, which applies limits
+// only to cgroups it makes itself, joins a cgroup sbx made and owns, as a
+// CLI sandbox does (docs/decisions/0004). Other sandboxes keep the cgroup
+// their spec names.
+func (p *pod) ownPodCgroup(s *specs.Spec) error {
+	parent := podCgroupParent(s)
+	if parent == "" {
+		return nil
+	}
+	own := parent + "/sbx"
+	// The host limits only: the spec's device rules are for the
+	// sandbox's inside, and on the host cgroup they would deny runsc's
+	// own processes /dev/null.
+	res := &specs.LinuxResources{}
+	if r := s.Linux.Resources; r != nil {
+		res.CPU, res.Memory, res.Pids = r.CPU, r.Memory, r.Pids
+	}
+	if _, err := assembly.CreateCgroup(own, res); err != nil {
+		return err
+	}
+	// The sandbox's own cgroup, as engine's sandboxes have: runsc joins
+	// a cgroup it did not make and leaves its limits alone.
+	p.ownCgroup = own
+	s.Linux.CgroupsPath = own
+	return nil
+}
 
-// setPodCgroup puts a pod's sandbox in the pod's cgroup (the last path
-// element starting with "pod", as kubelet names it), which carries the
-// pod's limits, instead of the pause container's, which carries none.
-func setPodCgroup(s *specs.Spec) {
-	if s.Annotations[criContainerType] != criTypeSandbox || s.Linux == nil || s.Linux.CgroupsPath == "" {
-		return
+// podCgroupParent is the pod's cgroup above a pod sandbox's cgroupfs
+// path, or "" (not a pod's sandbox, or systemd's paths).
+func podCgroupParent(s *specs.Spec) string {
+	if s.Annotations[criContainerType] != criTypeSandbox || s.Linux == nil || s.Linux.CgroupsPath == "" ||
+		strings.Contains(s.Linux.CgroupsPath, ":") {
+		return ""
 	}
 	parts := strings.Split(s.Linux.CgroupsPath, "/")
 	for i := len(parts) - 1; i >= 0; i-- {
 		if strings.HasPrefix(parts[i], "pod") {
-			parent := strings.Join(parts[:i+1], "/")
-			if parent != s.Linux.CgroupsPath {
-				s.Annotations[cgroupParentAnnotation] = parent
-			}
-			return
+			return strings.Join(parts[:i+1], "/")
 		}
 	}
+	return ""
 }

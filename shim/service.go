@@ -268,7 +268,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		}
 		undo.Add(func() { mount.UnmountRecursive(c.rootfs, 0) }) //nolint:errcheck // best effort undo
 	}
-	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir}); err != nil {
+	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir, Cgroup: pd.ownCgroup}); err != nil {
 		return nil, err
 	}
 
