@@ -145,6 +145,36 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s; `make test` runs 
 clean: ## remove build outputs
 	rm -rf $(BIN)
 
+# --- Kubernetes end to end ----------------------------------------------------
+# A single-node Kubernetes built from the Go module proxy (tools/k8s pins the
+# release; etcd at the version Kubernetes pins), kept in bin/k8s. The first
+# build takes about 14 CPU-minutes. `make k8s-test` runs pods with
+# runtimeClassName sbx under a real kubelet and the shim
+# (integration/k8s), then removes everything it started on the host.
+.PHONY: k8s-tools k8s-test
+K8S_VERSION := v1.37.2
+K8S_BIN     := $(BIN)/k8s
+K8S_TOOLS   := $(addprefix $(K8S_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
+K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37 -X $(p).gitTreeState=clean)
+# The reference CNI plugins the test node's pod network uses.
+CNI_VERSION := v1.9.1
+CNI_PLUGINS := $(addprefix $(K8S_BIN)/cni/,ptp host-local loopback)
+
+k8s-tools: $(K8S_TOOLS) $(CNI_PLUGINS) ## build Kubernetes (apiserver, controller-manager, scheduler, kubelet, kubectl), etcd and CNI plugins into bin/k8s once
+
+$(CNI_PLUGINS):
+	GOBIN=$(CURDIR)/$(K8S_BIN)/cni CGO_ENABLED=0 $(GO) install github.com/containernetworking/plugins/plugins/$(if $(filter host-local,$(notdir $@)),ipam,main)/$(notdir $@)@$(CNI_VERSION)
+
+$(K8S_TOOLS) &: tools/k8s/go.mod tools/k8s/go.sum tools/k8s/etcd/main.go
+	@mkdir -p $(K8S_BIN)
+	cd tools/k8s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(K8S_LDFLAGS)" -o $(abspath $(K8S_BIN))/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl ./etcd
+	@touch $(K8S_TOOLS)
+
+k8s-test: build shim containerd-tools k8s-tools ## run the Kubernetes end-to-end tests (etcd, apiserver, kubelet, containerd with the shim; as root)
+	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 $(GO) test -count=1 -timeout 30m -v ./integration/k8s/
+
 # --- E2B SDK for the serve tests ---------------------------------------------
 # The integration tests of `sbx serve` drive it with the real E2B JavaScript
 # SDK, pinned in integration/e2b/package-lock.json; npm ci installs exactly
