@@ -378,13 +378,13 @@ func (e *Engine) nameFree(name string) error {
 	if name == "" {
 		return nil
 	}
-	all, err := e.list(context.Background())
+	all, err := e.names()
 	if err != nil {
 		return err
 	}
 	for _, o := range all {
 		if o.Name == name {
-			return fmt.Errorf("sandbox name %q is in use by %s: %w", name, o.ShortID(), errdefs.ErrAlreadyExists)
+			return fmt.Errorf("sandbox name %q is in use by %s: %w", name, shortID(o.ID), errdefs.ErrAlreadyExists)
 		}
 	}
 	return nil

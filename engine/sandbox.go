@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -246,10 +247,12 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-func bootID() string {
+// bootID is the host's boot ID, read once per process: state compares
+// every record with it, and it cannot change under a running process.
+var bootID = sync.OnceValue(func() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return strings.TrimSpace(string(b))
-}
+})
 
 // List returns every sandbox, oldest first.
 func (e *Engine) List(ctx context.Context) ([]*Sandbox, error) {
@@ -306,24 +309,59 @@ func (e *Engine) get(ctx context.Context, ref string) (*record, error) {
 	if sb, err := e.load(ref); err == nil {
 		return sb, nil
 	}
-	all, err := e.list(ctx)
+	// A name or an ID prefix: only the matching record is loaded.
+	all, err := e.names()
 	if err != nil {
 		return nil, err
 	}
-	var matches []*record
-	for _, sb := range all {
-		if sb.Name == ref {
-			return sb, nil
+	var matches []string
+	for _, n := range all {
+		if n.Name == ref {
+			return e.load(n.ID)
 		}
-		if strings.HasPrefix(sb.ID, ref) {
-			matches = append(matches, sb)
+		if strings.HasPrefix(n.ID, ref) {
+			matches = append(matches, n.ID)
 		}
 	}
 	switch len(matches) {
 	case 0:
 		return nil, fmt.Errorf("no such sandbox: %s: %w", ref, errdefs.ErrNotFound)
 	case 1:
-		return matches[0], nil
+		return e.load(matches[0])
 	}
 	return nil, fmt.Errorf("sandbox ID %q is ambiguous: it matches %d sandboxes: %w", ref, len(matches), errdefs.ErrInvalidArgument)
+}
+
+// nameEntry is what name and ID-prefix lookups read of a record.
+type nameEntry struct {
+	ID   string `json:"-"`
+	Name string `json:"name"`
+}
+
+// names reads every sandbox's name from its record, without computing
+// its state as list does: the host's /proc and cgroups are not read.
+func (e *Engine) names() ([]nameEntry, error) {
+	ents, err := os.ReadDir(e.sandboxesDir())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]nameEntry, 0, len(ents))
+	for _, ent := range ents {
+		if !ent.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(e.recordPath(ent.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // being created or removed right now
+		}
+		if err != nil {
+			return nil, err
+		}
+		n := nameEntry{ID: ent.Name()}
+		if err := json.Unmarshal(b, &n); err != nil {
+			return nil, fmt.Errorf("sandbox %s: corrupt record: %w", n.ID, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
