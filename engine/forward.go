@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -28,12 +29,19 @@ import (
 )
 
 // Port forwarding publishes a TCP port of a sandbox on the host. It is not
-// egress and needs no network in the sandbox: a connection accepted on the
+// egress and needs no network in the sandbox. A sandbox with a link made
+// by root (network open or allow, kept by an update to none) is reached
+// directly: the forwarder dials the port on the sandbox's own address,
+// a connection from the host that the sandbox's firewall lets in as it
+// lets in any the host opens, and splices the two connections. Otherwise,
+// and for every connection that the sandbox refuses on its address (a
+// server listening on its 127.0.0.1 only), a connection accepted on the
 // host becomes a stream of one yamux session carried over the stdin and
 // stdout of one `runsc exec` of the sandbox's agent ("portmux"), which
 // dials the port on the sandbox's 127.0.0.1. One exec serves every
 // connection; when it dies (the sandbox was paused and resumed, say) the
 // next connection starts another.
+// (docs/decisions/0024-direct-forwarding.md)
 
 // PortMapping publishes a sandbox port on the host.
 type PortMapping = policy.PortMapping
@@ -196,7 +204,9 @@ func (e *Engine) Forward(ctx context.Context, ref string, ls []PortListener) err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := &forwarder{e: e, sb: sb, ctx: ctx}
+	// A link is made at create and kept until the sandbox stops, which
+	// ends the forwarder.
+	f := &forwarder{e: e, sb: sb, ctx: ctx, direct: directAddr(sb)}
 	defer f.close()
 	var wg sync.WaitGroup
 	for _, l := range ls {
@@ -234,6 +244,9 @@ type forwarder struct {
 	e   *Engine
 	sb  *record
 	ctx context.Context
+	// direct is the sandbox's address on its link, "" if the host
+	// cannot reach it (no link, or a rootless one).
+	direct string
 
 	mu   sync.Mutex // guards sess and stop
 	sess *yamux.Session
@@ -266,7 +279,32 @@ func (f *forwarder) serve(l PortListener) {
 	}
 }
 
+// directAddr is the address the host reaches sb at, or "".
+func directAddr(sb *record) string {
+	if !sb.Linked || sb.Rootless || sb.IP == "" {
+		return ""
+	}
+	return sb.IP
+}
+
+// directDialTimeout bounds a dial of the sandbox's address: it answers at
+// once, with a connection or a refusal, unless something is amiss.
+const directDialTimeout = time.Second
+
 func (f *forwarder) handle(c net.Conn, port uint16) {
+	if ip := f.direct; ip != "" {
+		d := net.Dialer{Timeout: directDialTimeout}
+		sc, err := d.DialContext(f.ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
+		if err == nil {
+			stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
+			defer stop()
+			joinConns(c.(agent.HalfCloser), sc.(*net.TCPConn))
+			return
+		}
+		// Refused: nothing listens on the sandbox's address, maybe
+		// on its 127.0.0.1, which the agent reaches.
+		log.G(f.ctx).WithError(err).Debug("port forward: direct dial failed, through the agent")
+	}
 	st, err := f.open()
 	if err != nil {
 		log.G(f.ctx).WithError(err).Warn("port forward: open a stream into the sandbox")
@@ -284,6 +322,25 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 	defer stop()
 	// TCP and UNIX listeners both give connections that half close.
 	agent.Join(c.(agent.HalfCloser), st)
+}
+
+// joinConns copies between two connections both ways, passing on each
+// direction's end as a half close, and closes both when both directions
+// are done. Between two TCP connections the kernel moves the data
+// (splice(2)).
+func joinConns(a, b agent.HalfCloser) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	pass := func(dst, src agent.HalfCloser) {
+		defer wg.Done()
+		io.Copy(dst, src) //nolint:errcheck // either end may go away
+		dst.CloseWrite()
+	}
+	go pass(a, b)
+	go pass(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
 }
 
 // open opens a stream on the session, starting a session (an exec of the
@@ -338,11 +395,18 @@ func (f *forwarder) startLocked() error {
 // agent's exit.
 func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string, cfg *yamux.Config) (*yamux.Session, func(), error) {
 	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
+	// An OS pipe, not io.Pipe: the process's output is spliced into it
+	// (runsc.Pipes) without passing through this process.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc, err := outW.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 256<<10) }) //nolint:errcheck // a larger buffer is only faster
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	var errBuf capBuffer
 	var p *runsc.ExecProcess
-	var err error
 	if user == "" {
 		p, err = e.agentProcess(ctx, sb, []string{mode}, inR, outW, &errBuf)
 	} else {
@@ -353,6 +417,8 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 	}
 	if err != nil {
 		cancel()
+		outR.Close()
+		outW.Close()
 		return nil, nil, err
 	}
 	go func() {
@@ -360,7 +426,7 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 		outW.Close()
 		inR.Close()
 	}()
-	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: inW, closers: []io.Closer{inW, outR}}, cfg)
+	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: agent.CoalesceFrames(inW), closers: []io.Closer{inW, outR}}, cfg)
 	if err != nil {
 		cancel()
 		return nil, nil, err

@@ -39,7 +39,7 @@ type config struct {
 }
 
 func main() {
-	if log, runsc := os.Getenv(shimLogEnv), os.Getenv(shimRunscEnv); log != "" && runsc != "" {
+	if log, runsc, ok := shimConfig(); ok {
 		runShim(log, runsc)
 		return
 	}
@@ -48,7 +48,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "markdown file whose lifecycle section is (re)written; empty: stdout only")
 	flag.IntVar(&c.n, "n", 30, "measured runs per side for create/run benchmarks")
 	flag.IntVar(&c.execN, "exec-n", 100, "measured runs per side for exec benchmarks")
-	flag.IntVar(&c.streamN, "stream-n", 1, "measured runs per side for the streaming exec (no warm-up: it follows the exec benchmarks)")
+	flag.IntVar(&c.streamN, "stream-n", 3, "measured runs per side for the streaming exec (no warm-up: it follows the exec benchmarks)")
 	flag.IntVar(&c.memN, "mem-n", 3, "idle sandboxes measured per side")
 	flag.IntVar(&c.warmup, "warmup", 2, "untimed runs per side before each benchmark")
 	flag.Int64Var(&c.streamBytes, "stream-bytes", 1<<30, "bytes written to stdout by the streaming exec")

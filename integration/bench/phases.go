@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,11 +15,25 @@ import (
 
 // The phases of an sbx command are found by handing sbx a shim as its
 // runsc (`sbx --runsc SHIM`): this very program, which notes the time and
-// the subcommand of each call and then becomes the real runsc.
-const (
-	shimLogEnv   = "SBX_BENCH_SHIM_LOG"
-	shimRunscEnv = "SBX_BENCH_SHIM_RUNSC"
-)
+// the subcommand of each call and then becomes the real runsc. sbx passes
+// runsc none of its own environment, so the shim is a link to this
+// program in a directory of its own, beside a file naming the log and the
+// real runsc.
+const shimConf = "bench-shim.conf"
+
+// shimConfig reads the shim's configuration if this program runs as the
+// shim: the log path and the real runsc.
+func shimConfig() (log, runsc string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(os.Args[0]), shimConf))
+	if err != nil {
+		return "", "", false
+	}
+	f := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(f) != 2 {
+		return "", "", false
+	}
+	return f[0], f[1], true
+}
 
 // runShim is main when this program runs as the shim.
 func runShim(logPath, runsc string) {
@@ -72,8 +87,19 @@ func (b *bench) shim() (path string, env []string, log string, err error) {
 		return "", nil, "", err
 	}
 	log = b.tmp + "/shim.log"
-	env = append(append([]string{}, b.env...), shimLogEnv+"="+log, shimRunscEnv+"="+b.raw.runsc)
-	return path, env, log, nil
+	dir := filepath.Join(b.tmp, "shim")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, "", err
+	}
+	link := filepath.Join(dir, "runsc")
+	os.Remove(link)
+	if err := os.Symlink(path, link); err != nil {
+		return "", nil, "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, shimConf), []byte(log+"\n"+b.raw.runsc+"\n"), 0o644); err != nil {
+		return "", nil, "", err
+	}
+	return link, b.env, log, nil
 }
 
 // phaseSeries runs n interleaved pairs of sbx (one run of `sbx --runsc

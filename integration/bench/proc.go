@@ -31,6 +31,8 @@ type result struct {
 	// maxRSS is getrusage's ru_maxrss of the child, in bytes: the largest
 	// resident set of the child and of the descendants it waited for.
 	maxRSS int64
+	// cpu is the child's CPU time, user and system, from getrusage.
+	cpu time.Duration
 	// hwm is the child's own peak resident set (VmHWM), in bytes, sampled
 	// from /proc while it ran (zero unless asked for).
 	hwm int64
@@ -120,6 +122,7 @@ func timed(ctx context.Context, o runOpts, name string, args ...string) (result,
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.maxRSS = ru.Maxrss * 1024
+		r.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	if werr != nil {
 		msg, _ := os.ReadFile(errf.Name())

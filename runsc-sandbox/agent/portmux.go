@@ -22,12 +22,60 @@ func PortMuxConfig() *yamux.Config {
 	return c
 }
 
-// stdio is the agent's stdin and stdout as one stream.
-type stdio struct{}
+// stdio is the agent's stdin and stdout as one stream; out, if set,
+// stands for stdout when writing.
+type stdio struct{ out io.Writer }
 
-func (stdio) Read(p []byte) (int, error)  { return os.Stdin.Read(p) }
-func (stdio) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
-func (stdio) Close() error                { os.Stdin.Close(); return os.Stdout.Close() }
+func (stdio) Read(p []byte) (int, error) { return os.Stdin.Read(p) }
+func (s stdio) Write(p []byte) (int, error) {
+	if s.out == nil {
+		return os.Stdout.Write(p)
+	}
+	return s.out.Write(p)
+}
+func (stdio) Close() error { os.Stdin.Close(); return os.Stdout.Close() }
+
+// yamux's frame header (github.com/hashicorp/yamux, const.go): version,
+// type, flags, stream ID, length.
+const (
+	frameHeaderSize = 12
+	frameTypeData   = 0
+)
+
+// yamuxFrames writes each yamux data frame in one write. yamux writes a
+// frame's header and its body in two; each write to a host pipe is a
+// system call in gVisor, and each wakes the reader on the other side.
+// Only yamux's send loop writes to it, one frame after the other.
+type yamuxFrames struct {
+	w    io.Writer
+	hdr  []byte // a data frame's header, waiting for its body
+	buf  []byte
+	held bool
+}
+
+// CoalesceFrames returns a writer for a yamux session's connection that
+// writes each data frame's header and body to w at once.
+func CoalesceFrames(w io.Writer) io.Writer {
+	return &yamuxFrames{w: w, hdr: make([]byte, frameHeaderSize)}
+}
+
+func (f *yamuxFrames) Write(p []byte) (int, error) {
+	if f.held {
+		f.held = false
+		f.buf = append(append(f.buf[:0], f.hdr...), p...)
+		if _, err := f.w.Write(f.buf); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	if len(p) == frameHeaderSize && p[1] == frameTypeData && binary.BigEndian.Uint32(p[8:]) > 0 {
+		// A body follows at once (yamux's sendLoop).
+		copy(f.hdr, p)
+		f.held = true
+		return len(p), nil
+	}
+	return f.w.Write(p)
+}
 
 // portmuxMain is "portmux": the sandbox's end of port forwarding. It
 // serves a yamux session on stdin/stdout; every stream opens with a port
@@ -43,7 +91,7 @@ func portmuxMain(args []string) int {
 // serveSession serves a yamux session on stdin/stdout, each stream with
 // serve, until the host closes it.
 func serveSession(cfg *yamux.Config, serve func(net.Conn)) int {
-	sess, err := yamux.Server(stdio{}, cfg)
+	sess, err := yamux.Server(stdio{out: CoalesceFrames(os.Stdout)}, cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -85,17 +133,34 @@ func Join(c HalfCloser, st io.ReadWriteCloser) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		io.Copy(st, c) //nolint:errcheck // either end may go away
+		copyBuffered(st, c)
 		// yamux's Close is a half close: it sends FIN, and reading
 		// goes on until the other side's.
 		st.Close()
 	}()
 	go func() {
 		defer wg.Done()
-		io.Copy(c, st) //nolint:errcheck // either end may go away
+		copyBuffered(c, st)
 		c.CloseWrite()
 	}()
 	wg.Wait()
 	c.Close()
 	st.Close()
+}
+
+// joinBuf is the size of Join's buffers: a yamux frame carries at most
+// one read, and every frame costs the agent a write to its stdout, a
+// host pipe, which is a slow system call in gVisor; a smaller buffer
+// gives more frames.
+const joinBuf = 256 << 10
+
+var joinBufs = sync.Pool{New: func() any { return new([joinBuf]byte) }}
+
+// copyBuffered copies src to dst through a buffer of joinBuf bytes,
+// whatever ReadFrom or WriteTo either has (a TCP connection's copy with
+// a yamux stream would use 32 KiB).
+func copyBuffered(dst io.Writer, src io.Reader) {
+	buf := joinBufs.Get().(*[joinBuf]byte)
+	defer joinBufs.Put(buf)
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf[:]) //nolint:errcheck // either end may go away
 }

@@ -1,6 +1,11 @@
-// Command portforward measures sbx's port forwarding against a direct
-// loopback connection, and writes the result into its own section of
+// Command portforward measures sbx's port forwarding against connections
+// that bypass it (to a server on the host's loopback, and to the sandbox's
+// own address), and writes the result into its own section of
 // docs/benchmarks.md. Run it through `make bench` (as root).
+//
+// With -serve ADDR DIR it is instead the file server the sandboxes run:
+// a Go server that, unlike busybox httpd, starts no process per
+// connection, so that the figures are the forwarding's.
 package main
 
 import (
@@ -14,7 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +80,23 @@ func timeIt(n int, f func()) []time.Duration {
 	return ds
 }
 
+// timeEach times n rounds of a request to every url, taking the urls in
+// turn within a round, so that the machine's load falls on all alike.
+func timeEach(n int, urls []string) [][]time.Duration {
+	ds := make([][]time.Duration, len(urls))
+	for i := 0; i < n; i++ {
+		for j, u := range urls {
+			t := time.Now()
+			fetch(u)
+			ds[j] = append(ds[j], time.Since(t))
+		}
+	}
+	for _, d := range ds {
+		slices.Sort(d)
+	}
+	return ds
+}
+
 func pct(ds []time.Duration, p float64) time.Duration { return ds[int(float64(len(ds)-1)*p)] }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
@@ -84,7 +108,11 @@ func mibps(ds []time.Duration) string {
 func main() {
 	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
+	serve := flag.String("serve", "", "serve the directory given as argument on this address, and nothing else")
 	flag.Parse()
+	if *serve != "" {
+		benchexit.Fatal(http.ListenAndServe(*serve, http.FileServer(http.Dir(flag.Arg(0)))))
+	}
 	root, err := os.MkdirTemp("", "sbx-bench-pf-")
 	if err != nil {
 		benchexit.Fatal(err)
@@ -103,17 +131,48 @@ func main() {
 		os.RemoveAll(root)
 	})
 
-	id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "-p", "0:8080"))
-	defer sbx(root, "rm", "-f", id)
-	var rec struct {
-		Ports []struct{ HostPort int } `json:"ports"`
+	// This program, static, is the sandboxes' file server.
+	server := filepath.Join(root, "fileserver")
+	gb := exec.Command("go", "build", "-o", server, "sbx.dev/sbx/integration/bench/portforward")
+	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := gb.CombinedOutput(); err != nil {
+		benchexit.Fatalf("build the file server: %v: %s", err, out)
 	}
-	if err := json.Unmarshal([]byte(sbx(root, "inspect", id)), &rec); err != nil {
-		benchexit.Fatal(err)
+
+	// Ports in each sandbox: busybox httpd, the Go server on every
+	// address, the Go server on 127.0.0.1 only.
+	const httpdPort, goPort, loopPort = 8080, 8081, 8082
+	type sandbox struct {
+		id    string
+		ip    string
+		ports map[int]int // sandbox port → host port
 	}
-	sbx(root, "exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /tmp/www && echo hello > /tmp/www/index.html && head -c %d /dev/zero > /tmp/www/big", bigSize))
-	sbx(root, "exec", "-d", id, "--", "httpd", "-f", "-p", "8080", "-h", "/tmp/www")
-	fwd := fmt.Sprintf("http://127.0.0.1:%d", rec.Ports[0].HostPort)
+	start := func(net string) sandbox {
+		id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "--net", net,
+			"-p", fmt.Sprintf("127.0.0.1:0:%d", httpdPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", goPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", loopPort)))
+		var rec struct {
+			IP    string                         `json:"ip"`
+			Ports []struct{ HostPort, Port int } `json:"ports"`
+		}
+		if err := json.Unmarshal([]byte(sbx(root, "inspect", id)), &rec); err != nil {
+			benchexit.Fatal(err)
+		}
+		sb := sandbox{id: id, ip: rec.IP, ports: map[int]int{}}
+		for _, p := range rec.Ports {
+			sb.ports[p.Port] = p.HostPort
+		}
+		sbx(root, "cp", server, id+":/tmp/fileserver")
+		sbx(root, "exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /tmp/www && echo hello > /tmp/www/index.html && head -c %d /dev/zero > /tmp/www/big", bigSize))
+		sbx(root, "exec", "-d", id, "--", "httpd", "-f", "-p", strconv.Itoa(httpdPort), "-h", "/tmp/www")
+		sbx(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("0.0.0.0:%d", goPort), "/tmp/www")
+		sbx(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("127.0.0.1:%d", loopPort), "/tmp/www")
+		return sb
+	}
+	open, none := start("open"), start("none")
+	if open.ip == "" {
+		benchexit.Fatal("the open sandbox has no address")
+	}
+	host := func(sb sandbox, port int) string { return fmt.Sprintf("http://127.0.0.1:%d", sb.ports[port]) }
 
 	// The same files from a server on the host, straight over loopback.
 	dir := filepath.Join(root, "www")
@@ -125,34 +184,78 @@ func main() {
 		benchexit.Fatal(err)
 	}
 	go http.Serve(l, http.FileServer(http.Dir(dir)))
-	direct := "http://" + l.Addr().String()
 
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := client.Get(fwd + "/"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			benchexit.Fatal("httpd in the sandbox never answered")
-		}
+	// Columns: the host's loopback; the open sandbox's address, no sbx
+	// in between; -p of the open sandbox (direct), of its server on
+	// 127.0.0.1 (the agent, after a refused direct dial), of the none
+	// sandbox (the agent).
+	cols := []string{"host loopback", "sandbox address, no sbx", "`-p`, open", "`-p`, open, server on 127.0.0.1", "`-p`, none"}
+	goURLs := []string{
+		"http://" + l.Addr().String(),
+		fmt.Sprintf("http://%s:%d", open.ip, goPort),
+		host(open, goPort),
+		host(open, loopPort),
+		host(none, goPort),
 	}
-	fetch(fwd + "/big") // warm up
-
-	latDirect := timeIt(latencyRuns, func() { fetch(direct + "/") })
-	latFwd := timeIt(latencyRuns, func() { fetch(fwd + "/") })
-	bigDirect := timeIt(throughputRuns, func() { fetch(direct + "/big") })
-	bigFwd := timeIt(throughputRuns, func() { fetch(fwd + "/big") })
-	execs := timeIt(execRuns, func() { sbx(root, "exec", id, "--", "true") })
+	httpdURLs := []string{"", fmt.Sprintf("http://%s:%d", open.ip, httpdPort), host(open, httpdPort), "", host(none, httpdPort)}
+	for _, u := range append(slices.Clone(goURLs), httpdURLs...) {
+		if u == "" {
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if resp, err := client.Get(u + "/"); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				benchexit.Fatalf("%s never answered", u)
+			}
+		}
+		fetch(u + "/big") // warm up
+	}
+	paths := func(us []string, p string) []string {
+		var out []string
+		for _, u := range us {
+			if u != "" {
+				out = append(out, u+p)
+			}
+		}
+		return out
+	}
+	lat := timeEach(latencyRuns, paths(goURLs, "/"))
+	big := timeEach(throughputRuns, paths(goURLs, "/big"))
+	httpd := timeEach(latencyRuns/4, paths(httpdURLs, "/"))
+	execs := timeIt(execRuns, func() { sbx(root, "exec", none.id, "--", "true") })
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Port forwarding (`-p`, `sbx port-forward`)\n\n")
-	fmt.Fprintf(&b, "`go run ./integration/bench/portforward`, %s, %d CPUs, %s. ", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(&b, "HTTP GETs from the host, a new TCP connection each. *Direct*: a Go file server on the host's loopback. *Forwarded*: busybox `httpd` inside a sandbox with `--net none`, through `-p` (one yamux session over one exec of the agent, made on the sandbox's control socket like every plain exec and shared by every connection). The forwarded figures include gVisor's netstack and busybox httpd, not only the forwarder. The machine is shared: compare columns, not runs.\n\n")
-	fmt.Fprintf(&b, "| measure | direct | forwarded |\n| --- | --- | --- |\n")
-	fmt.Fprintf(&b, "| small GET, median of %d | %s | %s |\n", latencyRuns, ms(pct(latDirect, 0.5)), ms(pct(latFwd, 0.5)))
-	fmt.Fprintf(&b, "| small GET, p95 | %s | %s |\n", ms(pct(latDirect, 0.95)), ms(pct(latFwd, 0.95)))
-	fmt.Fprintf(&b, "| %d MiB GET, median of %d | %s | %s |\n\n", bigSize>>20, throughputRuns, mibps(bigDirect), mibps(bigFwd))
-	fmt.Fprintf(&b, "One exec per connection was the other design: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
+	fmt.Fprintf(&b, "`go run ./integration/bench/portforward -bin bin`, %s, %d CPUs, %s. ", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
+	fmt.Fprintf(&b, "HTTP GETs from the host, a new TCP connection each; every round takes the columns in turn, so the machine's load falls on all alike. "+
+		"The server is a Go file server (this program, with `-serve`), on the host for *host loopback* and in busybox sandboxes for the others; the last row is busybox `httpd`, which forks a process per connection. "+
+		"*Sandbox address, no sbx*: the open sandbox's own address dialled from the host, what the direct path adds to is this. "+
+		"*`-p`, open*: `--net open`, the forwarder dials the sandbox's address. "+
+		"*`-p`, open, server on 127.0.0.1*: a server the sandbox's address does not reach: the dial is refused, and the connection goes through the agent. "+
+		"*`-p`, none*: `--net none`, through the agent (one yamux session over one exec of the agent, made on the sandbox's control socket and shared by every connection). "+
+		"The figures inside a sandbox include gVisor's netstack. The machine is shared: compare columns, not runs.\n\n")
+	fmt.Fprintf(&b, "| measure | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
+	row := func(name string, ds [][]time.Duration, have []string, f func([]time.Duration) string) {
+		fmt.Fprintf(&b, "| %s |", name)
+		i := 0
+		for _, u := range have {
+			if u == "" {
+				fmt.Fprintf(&b, " — |")
+				continue
+			}
+			fmt.Fprintf(&b, " %s |", f(ds[i]))
+			i++
+		}
+		fmt.Fprintln(&b)
+	}
+	row(fmt.Sprintf("small GET, median of %d", latencyRuns), lat, goURLs, func(d []time.Duration) string { return ms(pct(d, 0.5)) })
+	row("small GET, p95", lat, goURLs, func(d []time.Duration) string { return ms(pct(d, 0.95)) })
+	row(fmt.Sprintf("%d MiB GET, median of %d", bigSize>>20, throughputRuns), big, goURLs, mibps)
+	row(fmt.Sprintf("small GET from busybox `httpd`, median of %d", latencyRuns/4), httpd, httpdURLs, func(d []time.Duration) string { return ms(pct(d, 0.5)) })
+	fmt.Fprintf(&b, "\nOne exec per connection was the other design for `--net none`: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
 	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
 		benchexit.Fatal(err)
 	}
