@@ -114,9 +114,17 @@ func TestSupervisorRunsc(t *testing.T) {
 		}
 	})
 
-	t.Run("terminal refused", func(t *testing.T) {
-		if _, err := sv.Start(ctx, ExecRequest{Args: []string{"sh"}, TTY: true}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Fatalf("start on a terminal: %v", err)
+	t.Run("on a terminal of the sandbox's own", func(t *testing.T) {
+		var out syncBuffer
+		p, err := sv.Start(ctx, ExecRequest{Args: []string{"sh", "-c", "tty; exit 3"}, TTY: true, Stdout: &out}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := p.Wait(); code != 3 || err != nil {
+			t.Fatalf("status %d, %v; want 3", code, err)
+		}
+		if !strings.Contains(out.String(), "/dev/pts/") {
+			t.Fatalf("tty printed %q, want a /dev/pts/N of the sandbox", out.String())
 		}
 	})
 
