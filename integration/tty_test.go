@@ -255,6 +255,18 @@ func TestSandboxTerminal(t *testing.T) {
 	}
 	tm.assertCooked()
 
+	// A full-screen program draws on the terminal (top's header, in the
+	// terminal's alternate screen), takes a key and gives the terminal
+	// back.
+	tm = e.startTerm(30, 100, "exec", "-it", id, "--", "top", "-d", "1")
+	tm.expect("oad average") // busybox says Load, procps load
+	tm.expect("\x1b[")
+	tm.send("q")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("top exited %d after q, want 0", code)
+	}
+	tm.assertCooked()
+
 	// A command that a signal ends: 128+N.
 	tm = e.startTerm(24, 80, "exec", "-it", id, "--", "sh", "-c", "kill -TERM $$")
 	if code := tm.wait(); code != 143 {
