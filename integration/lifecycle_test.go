@@ -6,12 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // The README's main job: a command runs inside gVisor and its output,
@@ -125,45 +122,23 @@ func TestExecLargeOutputConstantMemory(t *testing.T) {
 	// sbx's own peak resident memory (VmHWM), read until it exits: the
 	// rusage of wait4 would also count a runsc child, which exec may
 	// start when the control socket cannot serve it.
-	var hwm atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		status := fmt.Sprintf("/proc/%d/status", c.Process.Pid)
-		for {
-			b, err := os.ReadFile(status)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(string(b), "\n") {
-				if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-					if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64); err == nil {
-						hwm.Store(kb << 10)
-					}
-				}
-				if strings.HasPrefix(l, "State:") && strings.Contains(l, "zombie") {
-					return
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	peak := watchPeakMemory(c.Process.Pid)
 	n, err := io.Copy(io.Discard, stdout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-done
+	hwm := peak()
 	if err := c.Wait(); err != nil {
 		t.Fatalf("exec: %v", err)
 	}
 	if n != 1<<30 {
 		t.Fatalf("got %d bytes, want %d", n, 1<<30)
 	}
-	if hwm.Load() == 0 {
+	if hwm == 0 {
 		t.Fatal("could not read sbx's peak memory from /proc")
 	}
-	if hwm.Load() > 64<<20 {
-		t.Fatalf("sbx used %d MiB of memory to stream 1 GiB; want constant memory (< 64 MiB)", hwm.Load()>>20)
+	if hwm > 64<<20 {
+		t.Fatalf("sbx used %d MiB of memory to stream 1 GiB; want constant memory (< 64 MiB)", hwm>>20)
 	}
 }
 
