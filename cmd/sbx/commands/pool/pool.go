@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -17,7 +16,6 @@ import (
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/policy"
 )
 
 // Commands are `sbx pool` and the hidden filler the engine starts.
@@ -111,35 +109,7 @@ func classRequest(c *cli.Context) (engine.CreateRequest, error) {
 		Image: c.String("image"), Network: c.String("net"),
 		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"),
 	}
-	var err error
-	if s := c.String("cpus"); s != "" {
-		if req.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
-			return req, clix.UsageError(fmt.Errorf("--cpus %q: want a number of cores", s))
-		}
-		req.Explicit = append(req.Explicit, "cpus")
-	}
-	for _, f := range []struct {
-		name string
-		dst  *int64
-	}{{"memory", &req.Memory}, {"disk", &req.Disk}} {
-		if s := c.String(f.name); s != "" {
-			n, err := policy.ParseSize(s)
-			if err != nil {
-				return req, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
-			}
-			*f.dst = n
-			if f.name != "disk" {
-				req.Explicit = append(req.Explicit, f.name)
-			}
-		}
-	}
-	if s := c.String("pids"); s != "" {
-		if req.Pids, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return req, clix.UsageError(fmt.Errorf("--pids %q: want a whole number", s))
-		}
-		req.Explicit = append(req.Explicit, "pids")
-	}
-	return req, nil
+	return req, clix.Limits(c, &req)
 }
 
 var lsCommand = &cli.Command{
