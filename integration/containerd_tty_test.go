@@ -17,40 +17,7 @@ import (
 // as a person's terminal.
 func (c *ctrd) termOn(rows, cols uint16, name string, args ...string) *term {
 	c.t.Helper()
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
-		c.t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(c.bin, name), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	tm := &term{t: c.t, cmd: cmd, ptmx: ptmx, tty: tty, readDone: make(chan struct{})}
-	go func() {
-		defer close(tm.readDone)
-		buf := make([]byte, 4096)
-		for {
-			n, err := ptmx.Read(buf)
-			tm.mu.Lock()
-			tm.out.Write(buf[:n])
-			tm.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	c.t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		ptmx.Close()
-		tty.Close()
-	})
-	return tm
+	return runOnTerm(c.t, exec.Command(filepath.Join(c.bin, name), args...), rows, cols, nil)
 }
 
 // checkPodTerminal drives an interactive shell of a pod's container on

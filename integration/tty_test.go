@@ -29,20 +29,27 @@ type term struct {
 
 func (e *env) startTerm(rows, cols uint16, args ...string) *term {
 	e.t.Helper()
+	return runOnTerm(e.t, e.cmd(nil, args...), rows, cols, e.cred)
+}
+
+// runOnTerm starts c on a pty the test holds, of rows x cols, as a
+// person's terminal (c leads its session and has the pty as its
+// controlling terminal), running as cred if set.
+func runOnTerm(t *testing.T, c *exec.Cmd, rows, cols uint16, cred *syscall.Credential) *term {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	c := e.cmd(nil, args...)
 	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: e.cred}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: cred}
 	if err := c.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	tm := &term{t: e.t, cmd: c, ptmx: ptmx, tty: tty, readDone: make(chan struct{})}
+	tm := &term{t: t, cmd: c, ptmx: ptmx, tty: tty, readDone: make(chan struct{})}
 	go func() {
 		defer close(tm.readDone)
 		buf := make([]byte, 4096)
@@ -56,7 +63,7 @@ func (e *env) startTerm(rows, cols uint16, args ...string) *term {
 			}
 		}
 	}()
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		c.Process.Kill()
 		c.Wait()
 		ptmx.Close()
