@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/containerd/log"
+
+	"sbx.dev/sbx/overlay"
+	"sbx.dev/sbx/policy"
+)
+
+// Claiming a warm pool's sandbox for a create that matches its class.
+// See pool.go.
+
+// poolServes reports whether a pool has a ready sandbox for req, which
+// Create would then claim.
+func (e *Engine) poolServes(ctx context.Context, req CreateRequest) bool {
+	if !claimable(req) {
+		return false
+	}
+	defs, err := e.poolDefs()
+	if err != nil || len(defs) == 0 {
+		return false
+	}
+	pr, err := e.validate(req)
+	if err != nil {
+		return false
+	}
+	image, err := overlay.ParseName(req.image())
+	if err != nil {
+		return false
+	}
+	for _, def := range defs {
+		if def.matches(image, req, pr) && len(e.readyMembers(def)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// claimable reports whether req asks for nothing a pool's sandbox cannot
+// be given after its boot.
+func claimable(req CreateRequest) bool {
+	return len(req.Ports) == 0 && len(req.Mounts) == 0 && len(req.Setup) == 0 && len(req.CACerts) == 0 && req.Pull != PullAlways
+}
+
+// claim takes a pooled sandbox that matches req, if there is one, and
+// makes it what req asks for. It returns nil, nil when no pool can serve
+// req: the caller creates a fresh sandbox.
+func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request) (*record, error) {
+	if !claimable(req) {
+		return nil, nil
+	}
+	defs, err := e.poolDefs()
+	if err != nil || len(defs) == 0 {
+		return nil, nil
+	}
+	image, err := overlay.ParseName(req.image())
+	if err != nil {
+		return nil, nil
+	}
+	for _, def := range defs {
+		if !def.matches(image, req, pr) {
+			continue
+		}
+		img, err := e.images.Get(ctx, image)
+		if err != nil {
+			return nil, nil
+		}
+		for _, id := range e.memberIDs(def.Name) {
+			if os.Rename(e.pooledPath(id), e.claimingPath(id)) != nil {
+				continue // another claim, or the filler, took it
+			}
+			os.Remove(filepath.Join(e.membersDir(def.Name), id))
+			defer e.kickFill(def.Name, RefillDelay)
+			rec, err := e.readRecord(e.claimingPath(id))
+			if err != nil || rec.State != StateRunning || rec.ImageDigest != img.Digest {
+				e.destroyMember(ctx, id) //nolint:errcheck // not claimable: gone
+				continue
+			}
+			return e.finishClaim(ctx, def, rec, req, pr)
+		}
+	}
+	return nil, nil
+}
+
+// matches reports whether the pool's sandboxes can become what req asks
+// for: what gVisor fixes at boot must be equal (image, CPUs and memory,
+// which it sizes /proc/cpuinfo and /proc/meminfo by, pids, disk, whether
+// there is a network link, DNS upstreams).
+func (d *poolDef) matches(image string, req CreateRequest, pr policy.Request) bool {
+	return d.Image == image && d.CPUs == pr.CPUs && d.Memory == pr.Memory && d.Pids == pr.Pids &&
+		d.Disk == pr.Disk && (d.Network == policy.NetNone) == (pr.Network == policy.NetNone) &&
+		slices.Equal(d.DNS, req.DNS)
+}
+
+// finishClaim applies req to a claimed sandbox: what a fresh create would
+// have recorded, secrets written in, network policy replaced, lifetime
+// started. On failure the sandbox is removed.
+func (e *Engine) finishClaim(ctx context.Context, def *poolDef, sb *record, req CreateRequest, pr policy.Request) (_ *record, err error) {
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID).WithField("pool", def.Name))
+	saved := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !saved {
+			e.destroyMember(ctx, sb.ID) //nolint:errcheck // best effort undo
+			return
+		}
+		if rerr := e.Remove(context.Background(), sb.ID, true); rerr != nil {
+			log.G(ctx).WithError(rerr).Error("cleaning up a failed claim")
+		}
+	}()
+	base, err := e.validate(def.request())
+	if err != nil {
+		return nil, err
+	}
+	// The pool's record holds the state root's CA variables before the
+	// (empty) env of the pool's class; the request's env goes after them.
+	env := sb.Env[:max(0, len(sb.Env)-len(base.Env))]
+	sb.Name, sb.Labels, sb.Workdir = req.Name, req.Labels, req.Workdir
+	sb.Env = append(slices.Clone(env), pr.Env...)
+	sb.Created, sb.CreatorPid = time.Now().UTC(), os.Getpid()
+	sb.Secrets = secretNames(pr.Secrets)
+	setPersistFields(sb, req)
+	if err := e.saveClaimed(sb); err != nil {
+		return nil, err
+	}
+	saved = true
+	if len(pr.Secrets) > 0 {
+		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
+			return nil, err
+		}
+	}
+	if sb.Linked && (sb.Network != pr.Network || !slices.Equal(sb.Allow, req.Allow)) {
+		if err := e.updateNetwork(ctx, sb, pr.Network, pr.Allow); err != nil {
+			return nil, err
+		}
+		sb.Network, sb.Allow = pr.Network, req.Allow
+	}
+	if err := e.startWatchdog(sb); err != nil {
+		return nil, err
+	}
+	sb.CreatorPid = 0
+	if err := e.save(sb); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))
+	}
+	sb.State = StateRunning
+	return sb, nil
+}
+
+// saveClaimed makes a claimed sandbox's record sandbox.json, checking
+// that its name is free as reserve does.
+func (e *Engine) saveClaimed(sb *record) error {
+	unlock, err := e.lockNames()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := e.nameFree(sb.Name); err != nil {
+		return err
+	}
+	if err := e.save(sb); err != nil {
+		return err
+	}
+	return os.Remove(e.claimingPath(sb.ID))
+}
