@@ -55,6 +55,10 @@ type ExecRequest struct {
 	Detach bool
 	// Signals, if set, delivers each signal received to the command.
 	Signals <-chan os.Signal
+	// Started, if set, is called once the command runs and Signals is
+	// being read: a signal sent on a buffered Signals from then on reaches
+	// the command unless it has ended.
+	Started func()
 
 	// TTY runs the command on a pty of the sandbox's own devpts (its
 	// /dev/pts/N), as the leader of a session with it as controlling

@@ -79,7 +79,7 @@ func (e *Engine) Start(ctx context.Context, ref string, req ExecRequest) (*Comma
 		}
 		return nil, err
 	}
-	stopSignals := forwardSignals(p, req.Signals)
+	stopSignals := forwardSignals(p, req.Signals, req.Started)
 	go func() {
 		defer close(p.done)
 		defer cancel()
@@ -196,8 +196,13 @@ func (p *Command) Done() <-chan struct{} {
 	return p.done
 }
 
-func forwardSignals(p *Command, sigs <-chan os.Signal) (stop func()) {
+// forwardSignals delivers sigs to p until stop is called, and then calls
+// started (if set).
+func forwardSignals(p *Command, sigs <-chan os.Signal, started func()) (stop func()) {
 	if sigs == nil {
+		if started != nil {
+			started()
+		}
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -211,5 +216,8 @@ func forwardSignals(p *Command, sigs <-chan os.Signal) (stop func()) {
 			}
 		}
 	}()
+	if started != nil {
+		started()
+	}
 	return func() { close(done) }
 }

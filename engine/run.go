@@ -144,6 +144,9 @@ func (f *initCommand) wait(e *Engine, sb *record) (int, error) {
 			}
 		}()
 	}
+	if f.req.Started != nil {
+		f.req.Started()
+	}
 	code, err := f.run.Wait()
 	// The sandbox is gone, and with it anything that held the output.
 	f.pipes.Finish(time.Second)

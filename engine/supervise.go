@@ -266,7 +266,7 @@ func (s *Supervisor) Start(ctx context.Context, req ExecRequest, meta []byte) (*
 	p.pid.Store(int64(r.Pid))
 	p.sv = &supervisedCmd{s: s, w: &streamWriter{st: st}}
 	stdin := p.superviseTTY(req.TTY, req.Stdin, req.Resize)
-	stopSignals := forwardSignals(p, req.Signals)
+	stopSignals := forwardSignals(p, req.Signals, req.Started)
 	go p.relay(stdin, req.Stdout, req.Stderr, true, stopSignals)
 	return p, nil
 }

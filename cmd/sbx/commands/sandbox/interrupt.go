@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
+	"sbx.dev/sbx/engine"
 )
 
 // interrupted is why an interrupt's context ended: a signal that found no
@@ -39,10 +40,15 @@ func signalName(s syscall.Signal) string {
 type interrupt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// fwd is the command's ExecRequest.Signals.
+	// fwd is the command's ExecRequest.Signals; it holds one signal, so
+	// the first goes to the command whether or not the engine is reading
+	// at that instant.
 	fwd  chan os.Signal
 	sigs chan os.Signal
 	done chan struct{}
+	// running is set while the engine forwards fwd to a command (from its
+	// ExecRequest.Started until Exec returns).
+	running atomic.Bool
 	// forwarded is set once a signal went to the command.
 	forwarded atomic.Bool
 }
@@ -50,7 +56,7 @@ type interrupt struct {
 // catchSignals starts an interrupt under parent; stop ends it.
 func catchSignals(parent context.Context) *interrupt {
 	ctx, cancel := context.WithCancelCause(parent)
-	in := &interrupt{ctx: ctx, cancel: cancel, fwd: make(chan os.Signal), sigs: notifySignals(), done: make(chan struct{})}
+	in := &interrupt{ctx: ctx, cancel: cancel, fwd: make(chan os.Signal, 1), sigs: notifySignals(), done: make(chan struct{})}
 	go in.loop()
 	return in
 }
@@ -59,15 +65,12 @@ func (in *interrupt) loop() {
 	for {
 		select {
 		case s := <-in.sigs:
-			if !in.forwarded.Load() {
-				// The engine waits for signals for a command only
-				// while the command runs.
-				select {
-				case in.fwd <- s:
-					in.forwarded.Store(true)
-					continue
-				default:
-				}
+			if in.running.Load() && !in.forwarded.Swap(true) {
+				// The engine reads fwd while the command runs; the
+				// first signal is the only one sent, so it never
+				// blocks.
+				in.fwd <- s
+				continue
 			}
 			sig, _ := s.(syscall.Signal)
 			in.cancel(&interrupted{sig: sig})
@@ -75,6 +78,14 @@ func (in *interrupt) loop() {
 			return
 		}
 	}
+}
+
+// forward sets req up to take the first signal while its command runs;
+// the returned func is called once Exec has returned.
+func (in *interrupt) forward(req *engine.ExecRequest) (ended func()) {
+	req.Signals = in.fwd
+	req.Started = func() { in.running.Store(true) }
+	return func() { in.running.Store(false) }
 }
 
 // stop restores the default handling of the signals.

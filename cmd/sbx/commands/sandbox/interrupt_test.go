@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/engine"
 )
 
 func awaitDone(t *testing.T, in *interrupt) {
@@ -33,16 +35,18 @@ func TestInterruptBeforeCommand(t *testing.T) {
 func TestInterruptForwardsOnceThenAborts(t *testing.T) {
 	in := catchSignals(context.Background())
 	defer in.stop()
+	var req engine.ExecRequest
+	defer in.forward(&req)()
 	got := make(chan struct{})
 	go func() {
 		// As the engine does for a running command.
-		for s := range in.fwd {
+		for s := range req.Signals {
 			if s == syscall.SIGHUP {
 				close(got)
 			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	req.Started()
 	syscall.Kill(syscall.Getpid(), syscall.SIGHUP)
 	select {
 	case <-got:
@@ -57,4 +61,31 @@ func TestInterruptForwardsOnceThenAborts(t *testing.T) {
 	if c := in.cause(); c == nil || c.sig != syscall.SIGHUP {
 		t.Fatalf("cause %v", c)
 	}
+}
+
+// A signal that comes once the command runs reaches it even if the
+// engine's reader is not waiting at that instant (a loaded host).
+func TestInterruptForwardsToSlowReader(t *testing.T) {
+	in := catchSignals(context.Background())
+	defer in.stop()
+	var req engine.ExecRequest
+	ended := in.forward(&req)
+	req.Started()
+	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+	time.Sleep(100 * time.Millisecond)
+	if in.ctx.Err() != nil {
+		t.Fatalf("a signal to a running command ended sbx's context: %v", context.Cause(in.ctx))
+	}
+	select {
+	case s := <-req.Signals:
+		if s != syscall.SIGTERM {
+			t.Fatalf("got %v", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the signal never reached the command")
+	}
+	// Once Exec has returned, a signal ends the context.
+	ended()
+	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+	awaitDone(t, in)
 }

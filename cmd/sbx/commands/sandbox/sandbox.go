@@ -152,7 +152,7 @@ var runCommand = &cli.Command{
 		if c.Bool("rm") {
 			// The sandbox lives for this one command: its init can
 			// start it at boot.
-			code, err = runIn(c, args, in.fwd, func(xreq engine.ExecRequest) (int, error) {
+			code, err = runIn(c, args, in, func(xreq engine.ExecRequest) (int, error) {
 				var code int
 				var err error
 				sb, code, err = e.Run(in.ctx, req, xreq)
@@ -165,7 +165,7 @@ var runCommand = &cli.Command{
 			if sb, err = e.Create(in.ctx, req); err != nil {
 				return interruptedOr(in, err)
 			}
-			code, err = runIn(c, args, in.fwd, func(xreq engine.ExecRequest) (int, error) { return e.Exec(in.ctx, sb.ID, xreq) })
+			code, err = runIn(c, args, in, func(xreq engine.ExecRequest) (int, error) { return e.Exec(in.ctx, sb.ID, xreq) })
 		}
 		// Without --rm, a sandbox whose command never ran is removed
 		// too: sbx run has not named it to anyone.
@@ -202,7 +202,7 @@ var execCommand = &cli.Command{
 		}
 		in := catchSignals(c.Context)
 		defer in.stop()
-		code, err := runIn(c, args, in.fwd, func(req engine.ExecRequest) (int, error) { return e.Exec(in.ctx, id, req) })
+		code, err := runIn(c, args, in, func(req engine.ExecRequest) (int, error) { return e.Exec(in.ctx, id, req) })
 		return interruptedOr(in, clix.Exit(code, err))
 	},
 }
@@ -224,12 +224,13 @@ func notifySignals() chan os.Signal {
 
 // runIn runs args through exec with the exec flags of c. It returns the
 // command's exit status, or 125 with an error of sbx's own.
-func runIn(c *cli.Context, args []string, sigs <-chan os.Signal, exec func(engine.ExecRequest) (int, error)) (int, error) {
+func runIn(c *cli.Context, args []string, in *interrupt, exec func(engine.ExecRequest) (int, error)) (int, error) {
 	req := engine.ExecRequest{
 		Args: args, Workdir: c.String("workdir"), User: c.String("user"),
 		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Timeout: c.Duration("timeout"),
-		Detach: c.Bool("detach"), Signals: sigs,
+		Detach: c.Bool("detach"),
 	}
+	ended := in.forward(&req)
 	if c.Command.Name == "exec" {
 		req.Env = c.StringSlice("env")
 	} else {
@@ -254,6 +255,7 @@ func runIn(c *cli.Context, args []string, sigs <-chan os.Signal, exec func(engin
 		req.Stderr = os.Stderr
 	}
 	code, err := exec(req)
+	ended()
 	switch {
 	case errors.Is(err, engine.ErrTimeout):
 		return code, err
