@@ -33,10 +33,15 @@ const (
 	nodeName     = "127.0.0.1"
 	pauseImage   = "localhost/sbx/pause:1"
 	busyboxImage = "localhost/sbx/busybox:latest"
-	// podSubnet is the CNI network's range; the host side of each pod's
-	// veth gets podGateway.
-	podSubnet  = "10.244.77.0/24"
-	podGateway = "10.244.77.1"
+)
+
+// podSubnet is the CNI network's range; the host side of each pod's veth
+// gets podGateway. Each test process picks its own /24, so that two
+// clusters on one host never hand out the same pod address.
+var (
+	podNet     = 20 + os.Getpid()%200
+	podSubnet  = fmt.Sprintf("10.244.%d.0/24", podNet)
+	podGateway = fmt.Sprintf("10.244.%d.1", podNet)
 )
 
 // kubeletSysctls are the kernel settings the kubelet changes at start;
