@@ -336,6 +336,11 @@ func (p *pod) ownPodCgroup(s *specs.Spec) error {
 	if r := s.Linux.Resources; r != nil {
 		res.CPU, res.Memory, res.Pids = r.CPU, r.Memory, r.Pids
 	}
+	// Under a pod whose CPU limit is below the policy's, the pod's binds:
+	// a larger quota below it is refused by the kernel.
+	if q, period, err := assembly.CPUQuota(parent); err == nil {
+		assembly.ClampCPU(res, q, period)
+	}
 	if _, err := assembly.CreateCgroup(own, res); err != nil {
 		return err
 	}

@@ -113,6 +113,19 @@ func TestOOMKilled(t *testing.T) {
 	}
 }
 
+// A pod whose CPU limit is below the operator's default CPUs runs: the
+// pod's limit binds its sandbox (a sandbox cgroup asking for more than
+// the pod's is refused by the kernel).
+func TestSmallCPULimit(t *testing.T) {
+	t.Parallel()
+	createPod(t, "smallcpu", podYAML("smallcpu", nil, "  containers:\n"+
+		container("main", "echo up; exec sleep 3600", "    resources:\n      limits: {cpu: 250m, memory: 256Mi}")))
+	waitPod(t, "smallcpu", 3*time.Minute, "running", running)
+	if out := kubectl(t, "exec", "smallcpu", "--", "echo", "inside"); strings.TrimSpace(out) != "inside" {
+		t.Fatalf("kubectl exec in a pod limited to 250m CPU: %q", out)
+	}
+}
+
 // A crashing container is restarted as its restart policy says, and its
 // previous run's logs stay readable.
 func TestRestartPolicy(t *testing.T) {
