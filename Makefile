@@ -12,13 +12,18 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path '
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: $(BIN)/sbx $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build sbx, sbx-init, the pinned runsc, BuildKit and the test image
+build: $(BIN)/sbx $(BIN)/sbx-helper $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build sbx, sbx-helper, sbx-init, the pinned runsc, BuildKit and the test image
 
 deps: ## install the host packages sbx and its tests need (Debian)
 	@scripts/install-deps.sh
 
 $(BIN)/sbx: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X sbx.dev/sbx/cmd/sbx/commands/system.version=$(SBX_VERSION)" -o $@ ./cmd/sbx
+
+# sbx-helper runs a sandbox's host helpers (DNS resolver, lifetime
+# watchdog, port forwarder); sbx finds it beside itself.
+$(BIN)/sbx-helper: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-helper
 
 # sbx-init runs inside gVisor: static, no cgo.
 $(BIN)/sbx-init: $(GO_SOURCES)

@@ -462,6 +462,8 @@ func (e *Engine) ForwarderArgs(sb *record, ms []PortMapping) []string {
 
 // startForwarder starts sb's detached forwarder on ls. It survives the
 // caller and ends with the sandbox (stop, rm) or when the sandbox stops.
+// With sbx-helper beside sbx, the process is sbx-helper until the first
+// connection, when it execs the forwarder (the same PID).
 func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 	exe := e.opts.SbxPath
 	if exe == "" {
@@ -490,7 +492,14 @@ func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, e.ForwarderArgs(sb, ms)...)
+	argv := append([]string{exe}, e.ForwarderArgs(sb, ms)...)
+	if h := e.helperPath(); h != "" {
+		// It holds the listeners and becomes the forwarder at the
+		// first connection: published ports never used cost only it.
+		argv = append([]string{h, "port-forward", "-listeners", strconv.Itoa(len(files)),
+			"-sandbox", sandboxProcess(sb), "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = files
 	// Its own session: no terminal's signal reaches it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -45,8 +46,10 @@ func (e *Engine) checkLifetime(timeout time.Duration, onTimeout string) error {
 // one, and records it in sb (not saved). There is no daemon: each sandbox
 // with a lifetime has one detached watchdog process (Options.
 // WatchdogCommand + the sandbox ID, which calls RunWatchdog), in a session
-// of its own so that no terminal signal reaches it. destroyRuntime kills
-// it: stop, rm and pause end it, resume starts a new one.
+// of its own so that no terminal signal reaches it. With sbx-helper
+// beside sbx, that process is sbx-helper until the deadline, when it
+// execs the watchdog command (the same PID). destroyRuntime kills it:
+// stop, rm and pause end it, resume starts a new one.
 func (e *Engine) startWatchdog(sb *record) error {
 	if sb.Timeout == "" {
 		return nil
@@ -60,8 +63,13 @@ func (e *Engine) startWatchdog(sb *record) error {
 	if sb.OnTimeout == "" {
 		sb.OnTimeout = OnTimeoutPause
 	}
-	args := append(append([]string{}, e.opts.WatchdogCommand[1:]...), sb.ID)
-	cmd := exec.Command(e.opts.WatchdogCommand[0], args...)
+	argv := append(append([]string{}, e.opts.WatchdogCommand...), sb.ID)
+	if h := e.helperPath(); h != "" {
+		// It waits for the deadline and only then becomes the watchdog.
+		argv = append([]string{h, "lifetime-watchdog", "-deadline", deadline.Format(time.RFC3339Nano),
+			"-sandbox", sandboxProcess(sb), "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
@@ -72,6 +80,21 @@ func (e *Engine) startWatchdog(sb *record) error {
 	// Reap it if it ends while we still run; it outlives us otherwise.
 	go cmd.Wait() //nolint:errcheck
 	return nil
+}
+
+// helperPath is the small binary beside sbx that runs a sandbox's host
+// helpers (cmd/sbx-helper; docs/decisions/0026-sandbox-helpers.md), or ""
+// if there is none: sbx then runs the helpers itself, as its hidden
+// commands.
+func (e *Engine) helperPath() string { return assembly.Helper(e.opts.SbxPath) }
+
+// sandboxProcess is sb's runsc process as a helper's -sandbox flag
+// (PID:START), or "" if it is not known: a helper ends with it.
+func sandboxProcess(sb *record) string {
+	if sb.Pid == 0 || sb.PidStart == 0 {
+		return ""
+	}
+	return strconv.Itoa(sb.Pid) + ":" + strconv.FormatUint(sb.PidStart, 10)
 }
 
 // stopWatchdog kills sb's watchdog unless it is the calling process.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -490,10 +491,19 @@ func admitNetlink(c *nftables.Conn, table string, rules, all []policy.AllowRule,
 	return c.Flush()
 }
 
+// HelperName is the small binary beside sbx that serves the resolver
+// with the same arguments as sbx (cmd/sbx-helper): it links little
+// besides this package, so an idle resolver holds a small part of an
+// idle sbx's memory. (docs/decisions/0026-sandbox-helpers.md)
+const HelperName = "sbx-helper"
+
 // StartResolver starts `exe args...` (an sbx binary whose args make it call
 // ServeResolver) as a detached process with its output appended to
-// logPath, and waits until it listens. It returns the process's PID.
+// logPath, and waits until it listens. It returns the process's PID. If
+// exe is sbx and HelperName is beside it, HelperName runs the resolver
+// instead, with args.
 func StartResolver(exe string, args []string, logPath string) (int, error) {
+	exe = helperFor(exe)
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -547,4 +557,36 @@ func ReadyPipe() func(error) {
 		f.Close()
 		f = nil
 	}
+}
+
+// Helper is HelperName beside the sbx binary sbx (its symlinks
+// resolved), or "" if there is no executable file of that name there.
+func Helper(sbx string) string {
+	if r, err := filepath.EvalSymlinks(sbx); err == nil {
+		sbx = r
+	}
+	h := filepath.Join(filepath.Dir(sbx), HelperName)
+	if fi, err := os.Stat(h); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return h
+}
+
+// helperFor is Helper(exe) if exe is sbx, given by its absolute path,
+// with a helper beside it; else exe.
+func helperFor(exe string) string {
+	if !filepath.IsAbs(exe) {
+		return exe
+	}
+	resolved := exe
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		resolved = r
+	}
+	if filepath.Base(resolved) != "sbx" {
+		return exe
+	}
+	if h := Helper(resolved); h != "" {
+		return h
+	}
+	return exe
 }

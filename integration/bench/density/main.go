@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,14 +34,19 @@ import (
 // bin holds the binaries; root is sbx's state root, a directory of top.
 var bin, top, root string
 
-func sbxCmd(args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(bin, "sbx"), args...)
+func sbxCmd(args ...string) *exec.Cmd { return sbxCmdIn(bin, args...) }
+
+// sbxCmdIn runs the sbx in directory dir.
+func sbxCmdIn(dir string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(dir, "sbx"), args...)
 	c.Env = append(os.Environ(), "SBX_ROOT="+root)
 	return c
 }
 
-func sbx(args ...string) string {
-	out, err := sbxCmd(args...).Output()
+func sbx(args ...string) string { return sbxIn(bin, args...) }
+
+func sbxIn(dir string, args ...string) string {
+	out, err := sbxCmdIn(dir, args...).Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -123,6 +129,12 @@ type helpers struct {
 	Flags string               `json:"flags"`
 	Kinds map[string]helperUse `json:"kinds"`
 	Total helperUse            `json:"total"`
+	// Binary is the program the helpers ran as: sbx-helper, or sbx
+	// itself when there is no sbx-helper beside it.
+	Binary string `json:"binary,omitempty"`
+	// UsedForwarder is the port forwarder after one connection to each
+	// published port (sbx-helper then has become sbx's forwarder).
+	UsedForwarder *helperUse `json:"usedForwarder,omitempty"`
 }
 
 type helperUse struct {
@@ -137,8 +149,11 @@ type result struct {
 	Samples int     `json:"samples"`
 	Steps   []step  `json:"steps"`
 	Helpers helpers `json:"helpers"`
-	Stopped string  `json:"stopped,omitempty"` // why filling stopped short
-	Removed struct {
+	// SbxHelpers are the same helpers run by sbx itself (a copy of sbx
+	// with no sbx-helper beside it), as before sbx-helper.
+	SbxHelpers helpers `json:"sbxHelpers"`
+	Stopped    string  `json:"stopped,omitempty"` // why filling stopped short
+	Removed    struct {
 		N        int     `json:"n"`
 		MedianMs float64 `json:"medianMs"`
 		TotalS   float64 `json:"totalS"`
@@ -165,7 +180,7 @@ func main() {
 	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	chart := flag.String("chart", "", "SVG chart path prefix (default: density beside -out)")
-	stepsFlag := flag.String("steps", "1,50,100,200", "numbers of live idle sandboxes to measure at, ascending")
+	stepsFlag := flag.String("steps", "1,100,250,500", "numbers of live idle sandboxes to measure at, ascending")
 	samples := flag.Int("samples", 10, "measured passes per step (exec: 3 per pass)")
 	maxFill := flag.Duration("max-fill", 10*time.Minute, "stop filling after this long")
 	minAvail := flag.Int64("min-avail-gib", 4, "stop filling when the host's MemAvailable falls below this many GiB")
@@ -322,7 +337,10 @@ func measureAll(steps []int, samples int, maxFill time.Duration, minAvail int64)
 			break
 		}
 	}
-	res.Helpers = measureHelpers(&live, rawRoot, 10)
+	res.Helpers = measureHelpers(&live, rawRoot, 10, bin)
+	if _, err := os.Stat(filepath.Join(bin, "sbx-helper")); err == nil {
+		res.SbxHelpers = measureHelpers(&live, rawRoot, 10, sbxOnly(bin, filepath.Join(top, "sbx-only")))
+	}
 	res.Date = time.Now().UTC().Format("2006-01-02")
 	res.Samples = samples
 	cleanup()
@@ -391,18 +409,54 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 	st.ExecSamples = len(execID)
 }
 
+// sbxOnly makes dir a copy of the bin directory without sbx-helper: a
+// copy of sbx (which looks for sbx-helper beside its own file) and links
+// to the rest. sbx there runs its helpers itself.
+func sbxOnly(bin, dir string) string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		benchexit.Fatal(err)
+	}
+	ents, err := os.ReadDir(bin)
+	if err != nil {
+		benchexit.Fatal(err)
+	}
+	for _, e := range ents {
+		src, dst := filepath.Join(bin, e.Name()), filepath.Join(dir, e.Name())
+		switch e.Name() {
+		case "sbx-helper":
+		case "sbx":
+			b, err := os.ReadFile(src)
+			if err == nil {
+				err = os.WriteFile(dst, b, 0o755)
+			}
+			if err != nil {
+				benchexit.Fatal(err)
+			}
+		default:
+			if err := os.Symlink(src, dst); err != nil {
+				benchexit.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
 // measureHelpers creates k sandboxes that need each of sbx's helpers (a
 // DNS resolver for network open, a lifetime watchdog, a port forwarder)
-// and returns what those helpers hold per sandbox.
-func measureHelpers(live *[]string, rawRoot string, k int) helpers {
+// with the sbx in dir and returns what those helpers hold per sandbox,
+// and what a forwarder holds once it has served a connection.
+func measureHelpers(live *[]string, rawRoot string, k int, dir string) helpers {
 	flags := []string{"--net", "open", "--timeout", "1h", "-p", "127.0.0.1:0:80"}
 	before, err := scanHost(root, rawRoot)
 	if err != nil {
 		benchexit.Fatal(err)
 	}
+	var ids []string
 	for range k {
-		*live = append(*live, strings.TrimSpace(sbx(append([]string{"create", "--image", "busybox"}, flags...)...)))
+		ids = append(ids, strings.TrimSpace(sbxIn(dir, append([]string{"create", "--image", "busybox"}, flags...)...)))
+		*live = append(*live, ids[len(ids)-1])
 	}
+	time.Sleep(time.Second) // the helpers settle
 	after, err := scanHost(root, rawRoot)
 	if err != nil {
 		benchexit.Fatal(err)
@@ -410,10 +464,42 @@ func measureHelpers(live *[]string, rawRoot string, k int) helpers {
 	per := func(a, b usage) helperUse {
 		return helperUse{PSS: (a.pss - b.pss) / int64(k), Procs: float64(a.procs-b.procs) / float64(k), Threads: float64(a.threads-b.threads) / float64(k)}
 	}
-	h := helpers{N: k, Flags: strings.Join(flags, " "), Kinds: map[string]helperUse{}, Total: per(after.helpers, before.helpers)}
+	h := helpers{N: k, Flags: strings.Join(flags, " "), Kinds: map[string]helperUse{}, Total: per(after.helpers, before.helpers), Binary: "sbx"}
+	if _, err := os.Stat(filepath.Join(dir, "sbx-helper")); err == nil {
+		h.Binary = "sbx-helper"
+	}
 	for name, u := range after.kinds {
 		h.Kinds[name] = per(u, before.kinds[name])
 	}
+	if h.Binary == "sbx" {
+		return h
+	}
+	// One connection to each published port: nothing listens on port
+	// 80 in the sandbox, so the forwarder accepts it and closes it.
+	for _, id := range ids {
+		var insp struct {
+			Ports []struct {
+				HostPort int `json:"hostPort"`
+			} `json:"ports"`
+		}
+		if err := json.Unmarshal([]byte(sbxIn(dir, "inspect", id)), &insp); err != nil || len(insp.Ports) == 0 {
+			benchexit.Fatalf("sbx inspect %s: no published port (%v)", id, err)
+		}
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", insp.Ports[0].HostPort), 5*time.Second)
+		if err != nil {
+			benchexit.Fatalf("connect to the published port of %s: %v", id, err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // TCP supports deadlines
+		io.Copy(io.Discard, c)                              //nolint:errcheck // until the forwarder closes it
+		c.Close()
+	}
+	time.Sleep(time.Second)
+	used, err := scanHost(root, rawRoot)
+	if err != nil {
+		benchexit.Fatal(err)
+	}
+	u := per(used.kinds["port-forward"], before.kinds["port-forward"])
+	h.UsedForwarder = &u
 	return h
 }
 
@@ -429,7 +515,7 @@ func report(res result, prev *result, change string, charts []string) string {
 	}
 	var w strings.Builder
 	fmt.Fprintf(&w, "### Density: idle sandboxes on one host\n\n")
-	fmt.Fprintf(&w, "`go run ./integration/bench/density`, %s, %d CPUs, %.0f GiB, %s, %s. "+
+	fmt.Fprintf(&w, "`go run ./integration/bench/density -bin bin -out docs/benchmarks.md` (as `make bench` runs it), %s, %d CPUs, %.0f GiB, %s, %s. "+
 		"The program fills sbx's state with idle `sbx create --image busybox` sandboxes (default limits and network `none`: no sbx helper process) and, at each number *N* of live ones, measures "+
 		"host memory per sandbox (one scan of `/proc/*/smaps_rollup`: PSS and RSS of runsc's sandbox, gofer and stub processes; sbx's own helpers; the memory charged to each sandbox's cgroup; the host's MemAvailable fallen since the start, divided by N, which other load on the shared machine also moves), "+
 		"host processes and threads per sandbox, and then %d interleaved passes of: `sbx create` (to its ID; then `sbx exec ID -- echo hi` to its first output: create → first output), `sbx rm -f`, `sbx create --name`, "+
@@ -463,13 +549,45 @@ func report(res result, prev *result, change string, charts []string) string {
 			b.N, mib(b.PSS), mib(b.Cgroup), mib(b.RawPSS), mib(b.RawCgroup), mib(a.PSS), a.N, float64(b.Cgroup)*500/(1<<30), float64(totalMem())/(1<<30), b.Procs)
 	}
 	if h := res.Helpers; h.N > 0 {
-		fmt.Fprintf(&w, "\nsbx's own host helpers run only for sandboxes that need them; the default sandbox above has none. Per sandbox created with `%s` (%d of them): ", h.Flags, h.N)
-		for _, k := range helperKinds {
-			if u, ok := h.Kinds[k]; ok {
-				fmt.Fprintf(&w, "`%s` %s PSS, %.1f processes / %.1f threads; ", k, mib(u.PSS), u.Procs, u.Threads)
+		fmt.Fprintf(&w, "\nsbx's own host helpers run only for sandboxes that need them: a DNS resolver for network `open` or `allow`, a lifetime watchdog for `--timeout`, a port forwarder for `-p`; the default sandbox above has none. "+
+			"Per sandbox created with `%s` (%d of them), what each helper holds", h.Flags, h.N)
+		o := res.SbxHelpers
+		if o.N > 0 {
+			fmt.Fprintf(&w, " when %s runs it and, in the same run, when sbx itself does (a copy of sbx with no sbx-helper beside it, as sbx ran them before sbx-helper)", h.Binary)
+		}
+		fmt.Fprintf(&w, ":\n\n| helper | %s: PSS | processes / threads |", h.Binary)
+		if o.N > 0 {
+			fmt.Fprintf(&w, " %s: PSS | processes / threads |", o.Binary)
+		}
+		fmt.Fprintf(&w, "\n| --- | --- | --- |")
+		if o.N > 0 {
+			fmt.Fprintf(&w, " --- | --- |")
+		}
+		row := func(name string, u helperUse, ou helperUse, ok bool) {
+			fmt.Fprintf(&w, "\n| %s | %s | %.1f / %.1f |", name, mib(u.PSS), u.Procs, u.Threads)
+			if o.N > 0 && ok {
+				fmt.Fprintf(&w, " %s | %.1f / %.1f |", mib(ou.PSS), ou.Procs, ou.Threads)
+			} else if o.N > 0 {
+				fmt.Fprintf(&w, " | |")
 			}
 		}
-		fmt.Fprintf(&w, "all helpers: %s PSS per sandbox.\n", mib(h.Total.PSS))
+		for _, k := range helperKinds {
+			if u, ok := h.Kinds[k]; ok {
+				ou, ook := o.Kinds[k]
+				row("`"+k+"`", u, ou, ook)
+			}
+		}
+		row("all", h.Total, o.Total, true)
+		fmt.Fprintf(&w, "\n")
+		if len(res.Steps) > 0 {
+			p := res.Steps[len(res.Steps)-1].Procs
+			fmt.Fprintf(&w, "\nHost processes per sandbox: %.0f (runsc's) with none of these, as above; one more for each helper it needs: %.0f with network `open` or `allow`, %.0f with all three.\n", p, p+1, p+3)
+		}
+		if u := h.UsedForwarder; u != nil {
+			fmt.Fprintf(&w, "\nsbx-helper's watchdog and forwarder wait and then exec sbx (the same process): the watchdog at the deadline, the forwarder at the first connection to a published port. "+
+				"After one connection to each sandbox's published port, a forwarder holds %s PSS (%.1f processes / %.1f threads): a published port that is used costs what it did before; one that is not, and every watchdog until its deadline, costs only sbx-helper.\n",
+				mib(u.PSS), u.Procs, u.Threads)
+		}
 	}
 	if prev != nil {
 		if change != "" {

@@ -25,13 +25,14 @@ func (u *usage) add(o usage) {
 // hostUsage is one scan of /proc, split by whose the processes are.
 type hostUsage struct {
 	runsc   usage // sbx's sandboxes: runsc sandbox, gofer and stub processes
-	helpers usage // sbx's own per-sandbox helpers (resolver, forwarder, watchdog)
+	helpers usage // sbx's own per-sandbox helpers (resolver, forwarder, watchdog): sbx-helper, or sbx itself
 	raw     usage // the raw runsc sandboxes
 	// kinds splits helpers by their sbx subcommand.
 	kinds map[string]usage
 }
 
-// helperKinds are the subcommands sbx runs its per-sandbox helpers as.
+// helperKinds are the subcommands sbx and sbx-helper run the per-sandbox
+// helpers as.
 var helperKinds = []string{"__dns-resolver", "port-forward", "lifetime-watchdog"}
 
 // helperKind is the helper subcommand in args, or "other".
@@ -86,7 +87,7 @@ func scanHost(root, rawRoot string) (hostUsage, error) {
 		case !bytes.Contains(cl, []byte(root+"/")) && !bytes.Contains(cl, append([]byte(root), 0)):
 		case strings.HasPrefix(exe, "runsc"):
 			class[pid] = sbxRunsc
-		case exe == "sbx":
+		case exe == "sbx" || exe == "sbx-helper":
 			class[pid] = sbxHelper
 			kind[pid] = helperKind(args)
 		}

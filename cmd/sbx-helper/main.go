@@ -1,0 +1,231 @@
+// Command sbx-helper is the host process sbx keeps beside a sandbox that
+// needs one: its DNS resolver, its lifetime watchdog and its port
+// forwarder. It links only what these need (no image store, no BuildKit,
+// no gRPC), so that an idle one holds a small part of what an idle sbx
+// does; sbx finds it beside the sbx binary and falls back to its own
+// hidden commands without it (docs/decisions/0026-sandbox-helpers.md).
+//
+//	sbx-helper __dns-resolver CONFIG
+//	sbx-helper lifetime-watchdog -deadline T [-sandbox PID:START] -- SBX ARGS...
+//	sbx-helper port-forward -listeners N [-sandbox PID:START] -- SBX ARGS...
+//
+// The resolver serves in this process. The watchdog and the forwarder
+// wait here for what they exist for (the deadline; a connection on one of
+// the listeners inherited as fds 3, 4, ...) and then replace this process
+// with the sbx command after "--" (execve: the same PID and start time,
+// which the sandbox's record names, and the same listeners), which does
+// the work as before. Both end, doing nothing, once the sandbox's runsc
+// process (PID and start time) is gone.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/assembly/hostnet"
+)
+
+// gcPercent keeps an idle helper's heap close to what it uses: the
+// resolver's answers and the runtime's own allocations are small, and
+// the default (100, with a 4 MiB floor) would let each helper's heap
+// grow several times larger before its first collection.
+const gcPercent = 25
+
+func main() {
+	debug.SetGCPercent(gcPercent)
+	if len(os.Args) < 2 {
+		fail(errors.New("usage: sbx-helper __dns-resolver|lifetime-watchdog|port-forward ARGS..."))
+	}
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "__dns-resolver":
+		err = resolver(args)
+	case "lifetime-watchdog":
+		err = watchdog(args)
+	case "port-forward":
+		err = forwarder(args)
+	default:
+		err = fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "sbx-helper:", err)
+	os.Exit(1)
+}
+
+// resolver is `sbx __dns-resolver CONFIG`: the sandbox's DNS resolver,
+// reporting its start on fd 3 (hostnet.StartResolver).
+func resolver(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: sbx-helper __dns-resolver CONFIG")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return hostnet.ServeResolver(ctx, args[0], hostnet.ReadyPipe())
+}
+
+// waitFlags are the flags of the helpers that wait and then exec sbx.
+type waitFlags struct {
+	fs      *flag.FlagSet
+	sandbox string
+	then    []string
+}
+
+func newWaitFlags(name string) *waitFlags {
+	w := &waitFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	w.fs.StringVar(&w.sandbox, "sandbox", "", "PID:START of the sandbox's runsc process; the helper ends when it does")
+	return w
+}
+
+func (w *waitFlags) parse(args []string) error {
+	if err := w.fs.Parse(args); err != nil {
+		return err
+	}
+	w.then = w.fs.Args()
+	if len(w.then) == 0 || !strings.HasPrefix(w.then[0], "/") {
+		return fmt.Errorf("%s: want -- and the absolute path of sbx with its arguments", w.fs.Name())
+	}
+	return nil
+}
+
+// sandboxGone reports whether the sandbox's runsc process has ended (it
+// stopped, crashed or was paused): what the helper waits for is moot.
+func (w *waitFlags) sandboxGone() bool {
+	if w.sandbox == "" {
+		return false
+	}
+	p, s, ok := strings.Cut(w.sandbox, ":")
+	pid, err1 := strconv.Atoi(p)
+	start, err2 := strconv.ParseUint(s, 10, 64)
+	if !ok || err1 != nil || err2 != nil || pid <= 0 {
+		return false
+	}
+	got, state, err := procStat(pid)
+	return err != nil || got != start || state == "Z" || state == "X"
+}
+
+// become replaces this process with the sbx command.
+func (w *waitFlags) become() error {
+	err := syscall.Exec(w.then[0], w.then, os.Environ())
+	return fmt.Errorf("exec %s: %w", w.then[0], err)
+}
+
+// watchdog waits for the deadline and then becomes sbx's lifetime
+// watchdog, which checks the sandbox's record and pauses, stops or
+// removes it.
+func watchdog(args []string) error {
+	w := newWaitFlags("lifetime-watchdog")
+	deadline := w.fs.String("deadline", "", "the sandbox's deadline (RFC 3339)")
+	if err := w.parse(args); err != nil {
+		return err
+	}
+	d, err := time.Parse(time.RFC3339Nano, *deadline)
+	if err != nil {
+		return fmt.Errorf("-deadline: %w", err)
+	}
+	// As sbx's watchdog: no terminal's signal ends it.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+	for {
+		// The wall clock, rechecked at least each minute: a host that
+		// slept past the deadline acts on waking.
+		wait := time.Until(d.Round(0))
+		if wait <= 0 {
+			return w.become()
+		}
+		time.Sleep(min(wait, time.Minute))
+		if w.sandboxGone() {
+			return nil
+		}
+	}
+}
+
+// forwarder waits for the first connection on the listeners inherited as
+// fds 3, 4, ... and then becomes sbx's forwarder, which accepts it: a
+// sandbox whose published ports are never used keeps only this process.
+// On SIGTERM, SIGINT or SIGHUP it removes its UNIX sockets and ends, as
+// sbx's forwarder does.
+func forwarder(args []string) error {
+	w := newWaitFlags("port-forward")
+	n := w.fs.Int("listeners", 0, "how many listeners are inherited, from fd 3 on")
+	if err := w.parse(args); err != nil {
+		return err
+	}
+	if *n < 1 {
+		return errors.New("-listeners: want at least 1")
+	}
+	fds := make([]unix.PollFd, *n)
+	for i := range fds {
+		fds[i] = unix.PollFd{Fd: int32(3 + i), Events: unix.POLLIN}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		<-sig
+		unlinkSockets(fds)
+		os.Exit(0)
+	}()
+	for {
+		// Once a second, as sbx's forwarder checks its sandbox.
+		ready, err := unix.Poll(fds, 1000)
+		switch {
+		case err != nil && !errors.Is(err, unix.EINTR):
+			return fmt.Errorf("poll the listeners: %w", err)
+		case ready > 0:
+			for _, f := range fds {
+				if f.Revents&(unix.POLLNVAL|unix.POLLERR) != 0 {
+					return fmt.Errorf("listener fd %d is not usable", f.Fd)
+				}
+			}
+			signal.Reset()
+			return w.become()
+		case w.sandboxGone():
+			unlinkSockets(fds)
+			return nil
+		}
+	}
+}
+
+// unlinkSockets removes the paths of the UNIX listeners among fds.
+func unlinkSockets(fds []unix.PollFd) {
+	for _, f := range fds {
+		if sa, err := unix.Getsockname(int(f.Fd)); err == nil {
+			if u, ok := sa.(*unix.SockaddrUnix); ok && strings.HasPrefix(u.Name, "/") {
+				os.Remove(u.Name)
+			}
+		}
+	}
+}
+
+// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
+func procStat(pid int) (start uint64, state string, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0], err
+}
