@@ -76,6 +76,17 @@ func (a *agentError) Error() string { return a.msg }
 func (a *agentError) Unwrap() error { return a.kind }
 
 func agentStatusError(sb *record, code int, stderr string) error {
+	return AgentError(sb.ShortID(), code, stderr)
+}
+
+// AgentPath is where the sandbox agent is in every sandbox and pod sbx
+// runs, for placements that run it themselves (pods/exec).
+const AgentPath = agent.MountPath
+
+// AgentError is the error of an agent run in sandbox id that exited with
+// code and wrote stderr: of the errdefs kind the status stands for (not
+// found, exists, permission denied, ...), saying the agent's last line.
+func AgentError(id string, code int, stderr string) error {
 	kinds := map[int]error{
 		agent.StatusNotExist: errdefs.ErrNotFound, agent.StatusExist: errdefs.ErrAlreadyExists,
 		agent.StatusNotDir: errdefs.ErrInvalidArgument, agent.StatusIsDir: errdefs.ErrInvalidArgument,
@@ -93,7 +104,7 @@ func agentStatusError(sb *record, code int, stderr string) error {
 	if msg == "" {
 		msg = "sandbox agent exited with status " + strconv.Itoa(code)
 	}
-	return &agentError{msg: fmt.Sprintf("in sandbox %s: %s", sb.ShortID(), msg), kind: kind}
+	return &agentError{msg: fmt.Sprintf("in sandbox %s: %s", id, msg), kind: kind}
 }
 
 // capBuffer keeps the first 4 KiB written to it.

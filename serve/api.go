@@ -29,31 +29,39 @@ func (s *Server) routes() http.Handler {
 			s.serveAPI(w, r, mutating, h)
 		})
 	}
+	// local is h, a call only the engine serves: 501 on Kubernetes
+	// placement.
+	local := func(what string, h apiHandler) apiHandler {
+		if s.kube != nil {
+			return notOnKube(what)
+		}
+		return h
+	}
 	handle("POST /sandboxes", true, s.createSandbox)
 	handle("POST /v2/sandboxes", true, s.createSandbox)
 	handle("GET /sandboxes", false, s.listSandboxesV1)
 	handle("GET /v2/sandboxes", false, s.listSandboxes)
 	handle("GET /sandboxes/{id}", false, s.getSandbox)
 	handle("DELETE /sandboxes/{id}", true, s.deleteSandbox)
-	handle("POST /sandboxes/{id}/pause", true, s.pauseSandbox)
-	handle("POST /sandboxes/{id}/resume", true, s.resumeSandbox)
+	handle("POST /sandboxes/{id}/pause", true, local("pause", s.pauseSandbox))
+	handle("POST /sandboxes/{id}/resume", true, local("resume", s.resumeSandbox))
 	handle("POST /sandboxes/{id}/connect", true, s.connectSandbox)
 	handle("POST /v2/sandboxes/{id}/connect", true, s.connectSandbox)
 	handle("POST /sandboxes/{id}/timeout", true, s.setTimeout)
 	handle("POST /sandboxes/{id}/refreshes", true, s.refresh)
-	handle("POST /sandboxes/{id}/fork", true, s.forkSandbox)
-	handle("POST /sandboxes/{id}/snapshots", true, s.snapshotSandbox)
-	handle("GET /snapshots", false, s.listSnapshots)
-	handle("PUT /sandboxes/{id}/network", true, s.updateNetwork)
-	handle("GET /sandboxes/{id}/metrics", false, s.sandboxMetrics)
-	handle("GET /sandboxes/{id}/logs", false, s.sandboxLogs)
-	handle("GET /v2/sandboxes/{id}/logs", false, s.sandboxLogs)
-	handle("GET /templates", false, s.listTemplates)
-	handle("DELETE /templates/{id}", true, s.deleteTemplate)
-	handle("POST /volumes", true, s.createVolume)
-	handle("GET /volumes", false, s.listVolumes)
-	handle("GET /volumes/{volumeID}", false, s.getVolume)
-	handle("DELETE /volumes/{volumeID}", true, s.deleteVolume)
+	handle("POST /sandboxes/{id}/fork", true, local("fork", s.forkSandbox))
+	handle("POST /sandboxes/{id}/snapshots", true, local("snapshots", s.snapshotSandbox))
+	handle("GET /snapshots", false, local("snapshots", s.listSnapshots))
+	handle("PUT /sandboxes/{id}/network", true, local("changing a sandbox's network", s.updateNetwork))
+	handle("GET /sandboxes/{id}/metrics", false, local("sandbox metrics", s.sandboxMetrics))
+	handle("GET /sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
+	handle("GET /v2/sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
+	handle("GET /templates", false, local("listing templates", s.listTemplates))
+	handle("DELETE /templates/{id}", true, local("deleting templates", s.deleteTemplate))
+	handle("POST /volumes", true, local("volumes", s.createVolume))
+	handle("GET /volumes", false, local("volumes", s.listVolumes))
+	handle("GET /volumes/{volumeID}", false, local("volumes", s.getVolume))
+	handle("DELETE /volumes/{volumeID}", true, local("volumes", s.deleteVolume))
 	mux.HandleFunc("/volumecontent/", serveVolumeContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authenticate(r); err != nil {

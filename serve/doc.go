@@ -7,4 +7,8 @@
 // or touches a sandbox's files on the host. Every sandbox it creates carries
 // its tenant in a label, and every lookup checks it: another tenant's
 // sandbox answers exactly as an unknown one does.
+//
+// With Config.Kube it places sandboxes on a Kubernetes cluster instead, one
+// pod each, and reaches them through the API server (kube_place.go,
+// kube_exec.go, package serve/kube); it then uses no engine at all.
 package serve

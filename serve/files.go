@@ -117,6 +117,14 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 
 // upload writes the request's file or files.
 func (s *filesystemService) upload(w http.ResponseWriter, r *http.Request, a actor) {
+	uploadWith(w, r, func(raw string, data io.Reader) (uploadedFile, error) { return s.writeFile(r, a, raw, data) })
+}
+
+// fileWriter writes data to the file raw names in the request's sandbox.
+type fileWriter func(raw string, data io.Reader) (uploadedFile, error)
+
+// uploadWith writes the request's file or files with write.
+func uploadWith(w http.ResponseWriter, r *http.Request, write fileWriter) {
 	query := r.URL.Query().Get("path")
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil && r.Header.Get("Content-Type") != "" {
@@ -125,10 +133,10 @@ func (s *filesystemService) upload(w http.ResponseWriter, r *http.Request, a act
 	}
 	var written []uploadedFile
 	if ct == "multipart/form-data" {
-		written, err = s.uploadMultipart(r, a, query, params["boundary"])
+		written, err = uploadMultipart(r, write, query, params["boundary"])
 	} else {
 		var f uploadedFile
-		f, err = s.uploadBody(r, a, query)
+		f, err = uploadBody(r, write, query)
 		written = []uploadedFile{f}
 	}
 	if err != nil {
@@ -140,7 +148,7 @@ func (s *filesystemService) upload(w http.ResponseWriter, r *http.Request, a act
 }
 
 // uploadBody writes the request's body, the file itself, to ?path=.
-func (s *filesystemService) uploadBody(r *http.Request, a actor, query string) (uploadedFile, error) {
+func uploadBody(r *http.Request, write fileWriter, query string) (uploadedFile, error) {
 	if query == "" {
 		return uploadedFile{}, fmt.Errorf("path is required to upload a file as %s: %w", r.Header.Get("Content-Type"), errdefs.ErrInvalidArgument)
 	}
@@ -157,11 +165,11 @@ func (s *filesystemService) uploadBody(r *http.Request, a actor, query string) (
 	default:
 		return uploadedFile{}, fmt.Errorf("content encoding %q: only gzip is supported: %w", enc, errdefs.ErrInvalidArgument)
 	}
-	return s.writeFile(r, a, query, body)
+	return write(query, body)
 }
 
 // uploadMultipart writes each part named "file".
-func (s *filesystemService) uploadMultipart(r *http.Request, a actor, query, boundary string) ([]uploadedFile, error) {
+func uploadMultipart(r *http.Request, write fileWriter, query, boundary string) ([]uploadedFile, error) {
 	if boundary == "" {
 		return nil, fmt.Errorf("multipart/form-data without a boundary: %w", errdefs.ErrInvalidArgument)
 	}
@@ -187,7 +195,7 @@ func (s *filesystemService) uploadMultipart(r *http.Request, a actor, query, bou
 			part.Close()
 			return nil, fmt.Errorf("a file part has no file name and no path was given: %w", errdefs.ErrInvalidArgument)
 		}
-		f, err := s.writeFile(r, a, dest, part)
+		f, err := write(dest, part)
 		part.Close()
 		if err != nil {
 			return nil, err

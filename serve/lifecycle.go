@@ -59,7 +59,7 @@ func (s *Server) resumeSandbox(r *http.Request, tenantName string) (int, any, er
 	if sb, err = s.resume(r.Context(), sb, tenantName); err != nil {
 		return 0, nil, err
 	}
-	if sb, err = s.eng.SetTimeout(context.WithoutCancel(r.Context()), sb.ID, timeout, ""); err != nil {
+	if sb, err = s.extend(context.WithoutCancel(r.Context()), sb.ID, timeout); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusCreated, s.sandboxJSON(sb), nil
@@ -99,7 +99,7 @@ func (s *Server) connectSandbox(r *http.Request, tenantName string) (int, any, e
 		}
 		// Connecting never shortens a sandbox's life.
 		if sb.Deadline == nil || time.Until(*sb.Deadline) < timeout {
-			if sb, err = s.eng.SetTimeout(context.WithoutCancel(r.Context()), sb.ID, timeout, ""); err != nil {
+			if sb, err = s.extend(context.WithoutCancel(r.Context()), sb.ID, timeout); err != nil {
 				return 0, nil, err
 			}
 		}
@@ -125,7 +125,7 @@ func (s *Server) setTimeout(r *http.Request, tenantName string) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := s.eng.SetTimeout(context.WithoutCancel(r.Context()), sb.ID, timeout, ""); err != nil {
+	if _, err := s.extend(context.WithoutCancel(r.Context()), sb.ID, timeout); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
@@ -155,7 +155,7 @@ func (s *Server) refresh(r *http.Request, tenantName string) (int, any, error) {
 	if sb.Deadline != nil {
 		left = max(0, time.Until(*sb.Deadline))
 	}
-	if _, err := s.eng.SetTimeout(context.WithoutCancel(r.Context()), sb.ID, max(left, d), ""); err != nil {
+	if _, err := s.extend(context.WithoutCancel(r.Context()), sb.ID, max(left, d)); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
@@ -226,4 +226,13 @@ func (s *Server) adoptFork(ctx context.Context, kid *engine.Sandbox, timeout tim
 		onTimeout = engine.OnTimeoutPause
 	}
 	return s.eng.SetTimeout(context.WithoutCancel(ctx), kid.ID, timeout, onTimeout)
+}
+
+// extend sets sandbox id's life to d from now (0: no deadline), keeping
+// what happens at its end.
+func (s *Server) extend(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
+	if s.kube != nil {
+		return s.kube.setTimeout(ctx, id, d)
+	}
+	return s.eng.SetTimeout(ctx, id, d, "")
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"sbx.dev/sbx/engine"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own.
@@ -78,7 +80,13 @@ func (c sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 
 // countSandboxes counts the server's sandboxes by tenant and state.
 func (s *Server) countSandboxes(ctx context.Context) (map[[2]string]int, error) {
-	all, err := s.eng.List(ctx)
+	var all []*engine.Sandbox
+	var err error
+	if s.kube != nil {
+		all, err = s.kube.list(ctx, "")
+	} else {
+		all, err = s.eng.List(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 			used.Disk += sb.Disk
 		}
 	}
-	if q.MaxDisk > 0 {
+	if q.MaxDisk > 0 && s.kube == nil {
 		vd, err := s.volumesDisk(ctx, tenantName)
 		if err != nil {
 			return nil, err

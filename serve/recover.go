@@ -20,6 +20,9 @@ const sweepInterval = 30 * time.Second
 // sandbox that a pause (of the server's or of its lifetime watchdog) is
 // checkpointing looks stopped for a moment.
 func (s *Server) Recover(ctx context.Context, recheck time.Duration) (removed int, err error) {
+	if s.kube != nil {
+		return s.kubeRecover(ctx)
+	}
 	seen, err := s.deadSandboxes(ctx)
 	if err != nil || len(seen) == 0 {
 		return 0, err
@@ -71,7 +74,11 @@ func dead(sb *engine.Sandbox) bool {
 
 // sweep runs Recover every sweepInterval until the server closes.
 func (s *Server) sweep() {
-	t := time.NewTicker(sweepInterval)
+	every := sweepInterval
+	if s.kube != nil {
+		every = kubeSweepInterval
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -17,6 +17,9 @@ import (
 )
 
 func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, error) {
+	if s.kube != nil {
+		return s.kubeCreate(r, tenantName)
+	}
 	var req newSandboxJSON
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
@@ -167,6 +170,11 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 
 // tenantSandboxes are tenant's sandboxes, oldest first.
 func (s *Server) tenantSandboxes(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
+	if s.kube != nil {
+		// The API server selects by tenant: nothing of another
+		// tenant's pods comes back.
+		return s.kube.list(ctx, tenantName)
+	}
 	all, err := s.eng.List(ctx)
 	if err != nil {
 		return nil, err
@@ -338,7 +346,12 @@ func (s *Server) deleteSandbox(r *http.Request, tenantName string) (int, any, er
 		return 0, nil, err
 	}
 	s.forget(sb.ID)
-	if err := s.eng.Remove(context.WithoutCancel(r.Context()), sb.ID, true); err != nil {
+	if s.kube != nil {
+		err = s.kube.remove(context.WithoutCancel(r.Context()), sb.ID)
+	} else {
+		err = s.eng.Remove(context.WithoutCancel(r.Context()), sb.ID, true)
+	}
+	if err != nil {
 		return 0, nil, err
 	}
 	s.log.Info("removed", "sandbox", sb.ID, "tenant", tenantName)

@@ -49,8 +49,11 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// Engine runs the sandboxes.
+	// Engine runs the sandboxes on this host; nil with Kube.
 	Engine *engine.Engine
+	// Kube, if set, places every sandbox on a Kubernetes cluster as a
+	// pod instead (see kube_place.go): no engine is used.
+	Kube *KubeConfig
 	// Tenants authenticates API keys; nil serves one tenant,
 	// DefaultTenant, without keys (a server on loopback).
 	Tenants *tenant.Store
@@ -58,7 +61,8 @@ type Config struct {
 	// PORT-SANDBOXID.Domain.
 	Domain string
 	// StateDir holds the server's own state: the key its access tokens
-	// are derived with. Empty: serve/ under the engine's root.
+	// are derived with. Empty: serve/ under the engine's root (required
+	// with Kube).
 	StateDir string
 	// AuditLog is the file mutating calls are recorded in; empty: none.
 	AuditLog string
@@ -77,6 +81,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	eng     *engine.Engine
+	kube    *kubePlacement
 	tokens  tokenKey
 	log     *slog.Logger
 	audit   *auditLog
@@ -107,15 +112,24 @@ type Server struct {
 
 // New makes a server. Close releases it.
 func New(cfg Config) (*Server, error) {
-	if cfg.Engine == nil {
+	switch {
+	case cfg.Kube != nil:
+		if err := checkKube(cfg.Kube); err != nil {
+			return nil, err
+		}
+		if cfg.StateDir == "" {
+			return nil, fmt.Errorf("serve: a server on Kubernetes needs a state directory for its token key: %w", errdefs.ErrInvalidArgument)
+		}
+	case cfg.Engine == nil:
 		return nil, fmt.Errorf("serve: no engine: %w", errdefs.ErrInvalidArgument)
+	default:
+		// Warm pools this server claims from refill in its own
+		// goroutines, not in detached helpers.
+		engine.FillPoolsInProcess()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// Warm pools this server claims from refill in its own goroutines,
-	// not in detached helpers.
-	engine.FillPoolsInProcess()
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
@@ -150,14 +164,23 @@ func New(cfg Config) (*Server, error) {
 		stop:     cancel, stopCtx: ctx,
 	}
 	s.metrics.sandboxes = s.countSandboxes
-	s.procs = newProcessService(cfg.Engine)
-	s.fs = newFilesystemService(cfg.Engine)
 	envd := http.NewServeMux()
+	if cfg.Kube != nil {
+		s.kube = &kubePlacement{cfg: cfg.Kube, c: cfg.Kube.Client}
+		s.procs = newKubeProcessService(s.kube)
+		envd.HandleFunc("/files", s.kubeFiles)
+		envd.HandleFunc("/"+filesystempbconnect.FilesystemName+"/", func(w http.ResponseWriter, r *http.Request) {
+			writeSandboxError(w, r, fmt.Errorf("the filesystem service (%s) is not supported when sbx serve places sandboxes on Kubernetes: use /files: %w", r.URL.Path, errdefs.ErrNotImplemented))
+		})
+	} else {
+		s.procs = newProcessService(cfg.Engine)
+		s.fs = newFilesystemService(cfg.Engine)
+		envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs, connect.WithReadMaxBytes(1<<20)))
+		envd.HandleFunc("/files", s.fs.serveFiles)
+	}
 	// Bounded messages: a command's input comes in chunks, a file call
 	// names paths.
 	envd.Handle(processpbconnect.NewProcessHandler(s.procs, connect.WithReadMaxBytes(16<<20)))
-	envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs, connect.WithReadMaxBytes(1<<20)))
-	envd.HandleFunc("/files", s.fs.serveFiles)
 	envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("envd path %s %s is not supported by sbx", r.Method, r.URL.Path))
@@ -172,7 +195,9 @@ func New(cfg Config) (*Server, error) {
 // Sandboxes keep running: a new server adopts them.
 func (s *Server) Close() error {
 	s.stop()
-	s.fs.Close()
+	if s.fs != nil {
+		s.fs.Close()
+	}
 	s.dialMu.Lock()
 	for id, d := range s.dialers {
 		d.Close()
@@ -272,6 +297,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
+	if s.kube != nil {
+		writeSandboxError(w, r, fmt.Errorf("port %d: reaching a sandbox's ports (getHost) is not supported when sbx serve places sandboxes on Kubernetes: %w", port, errdefs.ErrNotImplemented))
+		return
+	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
 }
 
@@ -282,7 +311,13 @@ func (s *Server) sandbox(ctx context.Context, id string) (*engine.Sandbox, error
 	if !validID(id) {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
-	sb, err := s.eng.Get(ctx, id)
+	var sb *engine.Sandbox
+	var err error
+	if s.kube != nil {
+		sb, err = s.kube.get(ctx, id)
+	} else {
+		sb, err = s.eng.Get(ctx, id)
+	}
 	if err != nil || sb.ID != id || sb.Labels[labelTenant] == "" {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}

@@ -1,0 +1,319 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/serve/kube"
+)
+
+// The data plane on Kubernetes placement: every command and file
+// operation is one pods/exec stream to the sandbox's pod. A command runs
+// through the image's /bin/sh (E2B's SDKs run theirs through /bin/bash
+// anyway), which reports its PID, sets the request's environment and
+// working directory and execs the command: the PID is the command's, so
+// that a signal reaches it through a second exec. Files go through the
+// agent's file modes (cat, write, stat), as the engine's do.
+
+// kubeExecScript is $0's script: "sbx-pid PID" on stderr, then N
+// variables, the working directory ("" for the pod's) and the command.
+const kubeExecScript = `printf 'sbx-pid %d\n' $$ >&2
+n=$1; shift
+while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done
+if [ -n "$1" ]; then cd -- "$1" || exit 1; fi
+shift
+exec "$@"`
+
+// kubeExecArgs is the exec's command line for req.
+func kubeExecArgs(req engine.ExecRequest) []string {
+	args := []string{"/bin/sh", "-c", kubeExecScript, "sbx-exec", strconv.Itoa(len(req.Env))}
+	args = append(args, req.Env...)
+	return append(append(args, req.Workdir), req.Args...)
+}
+
+// kubeCommand is a command running through pods/exec.
+type kubeCommand struct {
+	k       *kubePlacement
+	pod     string
+	pid     int
+	timeout time.Duration
+	done    chan struct{}
+
+	// mu guards code, err and timedOut.
+	mu       sync.Mutex
+	code     int
+	err      error
+	timedOut bool
+}
+
+func (c *kubeCommand) Pid() int { return c.pid }
+
+// Signal sends sig to the command through a second exec.
+func (c *kubeCommand) Signal(sig os.Signal) error {
+	n, ok := sig.(syscall.Signal)
+	if !ok || c.pid <= 0 {
+		return fmt.Errorf("signal %v: %w", sig, errdefs.ErrInvalidArgument)
+	}
+	var stderr bytes.Buffer
+	code, err := c.k.c.Exec(context.Background(), kube.ExecRequest{
+		Namespace: c.k.cfg.Namespace, Pod: c.pod, Container: kubeContainer,
+		Args:   []string{"/bin/sh", "-c", "kill -" + strconv.Itoa(int(n)) + " " + strconv.Itoa(c.pid)},
+		Stderr: &stderr,
+	})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("signal process %d: %s: %w", c.pid, strings.TrimSpace(stderr.String()), errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func (c *kubeCommand) Resize(engine.WinSize) error {
+	return fmt.Errorf("terminals are not supported when sbx serve places sandboxes on Kubernetes: %w", errdefs.ErrNotImplemented)
+}
+
+func (c *kubeCommand) Wait() (int, error) {
+	var timer <-chan time.Time
+	if c.timeout > 0 {
+		t := time.NewTimer(c.timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-c.done:
+	case <-timer:
+		c.mu.Lock()
+		c.timedOut = true
+		c.mu.Unlock()
+		c.Signal(syscall.SIGKILL) //nolint:errcheck // it may have ended meanwhile
+		<-c.done
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timedOut {
+		return engine.ExitTimeout, engine.ErrTimeout
+	}
+	return c.code, c.err
+}
+
+// pidWriter passes stderr on after its first line, the script's PID.
+type pidWriter struct {
+	next io.Writer
+	line []byte
+	got  bool
+	pid  chan<- int
+}
+
+func (w *pidWriter) Write(p []byte) (int, error) {
+	if w.got {
+		if w.next == nil {
+			return len(p), nil
+		}
+		return w.next.Write(p)
+	}
+	n := len(p)
+	i := bytes.IndexByte(p, '\n')
+	if i < 0 {
+		w.line = append(w.line, p...)
+		if len(w.line) > 64 {
+			return 0, fmt.Errorf("exec: the command's wrapper did not report its PID")
+		}
+		return n, nil
+	}
+	w.line = append(w.line, p[:i]...)
+	w.got = true
+	pid, _ := strconv.Atoi(strings.TrimPrefix(string(w.line), "sbx-pid "))
+	w.pid <- pid
+	if rest := p[i+1:]; len(rest) > 0 && w.next != nil {
+		if _, err := w.next.Write(rest); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// start starts req in sandbox id's pod; it returns once the command
+// runs (or has ended).
+func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
+	if req.TTY {
+		return nil, fmt.Errorf("terminals (pty) are not supported when sbx serve places sandboxes on Kubernetes: %w", errdefs.ErrNotImplemented)
+	}
+	if req.User != "" && req.User != defaultUser {
+		// The pod's user runs everything: say so rather than run as
+		// someone else than asked.
+		if req.User != "root" {
+			return nil, fmt.Errorf("user %q: commands on Kubernetes placement run as the pod's user (ask for %q or root): %w", req.User, defaultUser, errdefs.ErrNotImplemented)
+		}
+	}
+	pidc := make(chan int, 1)
+	c := &kubeCommand{k: k, pod: kubePodName(id), timeout: req.Timeout, done: make(chan struct{})}
+	xreq := kube.ExecRequest{
+		Namespace: k.cfg.Namespace, Pod: c.pod, Container: kubeContainer,
+		Args: kubeExecArgs(req), Stdout: req.Stdout,
+		Stderr: &pidWriter{next: req.Stderr, pid: pidc},
+	}
+	if req.Stdin != nil {
+		xreq.Stdin = req.Stdin
+	}
+	go func() {
+		code, err := k.c.Exec(ctx, xreq)
+		if errors.Is(err, kube.ErrExecFailed) {
+			err = fmt.Errorf("the image of sandbox %s has no /bin/sh, which runs commands on Kubernetes placement: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+		}
+		c.mu.Lock()
+		c.code, c.err = code, err
+		c.mu.Unlock()
+		close(c.done)
+	}()
+	select {
+	case c.pid = <-pidc:
+		return c, nil
+	case <-c.done:
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+// agentRun runs the agent with args in sandbox id's pod, as the engine's
+// agentRun does through runsc exec, turning its status into an error of
+// its kind.
+func (k *kubePlacement) agentRun(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
+	var stderr bytes.Buffer
+	code, err := k.c.Exec(ctx, kube.ExecRequest{
+		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
+		Args: append([]string{engine.AgentPath}, args...), Stdin: stdin, Stdout: stdout, Stderr: &limitedBuffer{b: &stderr, n: 4096},
+	})
+	if err != nil {
+		return err
+	}
+	if code == 0 {
+		return nil
+	}
+	return engine.AgentError(id, code, stderr.String())
+}
+
+// limitedBuffer keeps the first n bytes written to it.
+type limitedBuffer struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.n - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// home is the pod user's home directory (HOME in the pod, "/" if unset).
+func (k *kubePlacement) home(ctx context.Context, id string) string {
+	var out bytes.Buffer
+	code, err := k.c.Exec(ctx, kube.ExecRequest{
+		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
+		Args: []string{"/bin/sh", "-c", `printf %s "$HOME"`}, Stdout: &out,
+	})
+	if err != nil || code != 0 || !strings.HasPrefix(out.String(), "/") {
+		return "/"
+	}
+	return out.String()
+}
+
+// newKubeProcessService is envd's process service over pods/exec.
+func newKubeProcessService(k *kubePlacement) *processService {
+	return &processService{
+		start: k.start,
+		stat: func(ctx context.Context, id, path string) error {
+			return k.agentRun(ctx, id, []string{"stat", path}, nil, nil)
+		},
+		home: func(ctx context.Context, id, _ string) (string, error) {
+			return k.home(ctx, id), nil
+		},
+		grace:  subscriberGrace,
+		tables: map[string]*procTable{},
+	}
+}
+
+// kubeFiles is envd's /files on Kubernetes placement: GET streams a
+// file out of the pod (agent cat), POST writes one or several (agent
+// write), as the pod's user.
+func (s *Server) kubeFiles(w http.ResponseWriter, r *http.Request) {
+	id := targetOf(r.Context()).SandboxID
+	if u := r.URL.Query().Get("username"); u != "" && u != defaultUser && u != "root" {
+		writeErr(w, fmt.Errorf("user %q: files on Kubernetes placement are the pod's user's (ask for %q or root): %w", u, defaultUser, errdefs.ErrNotImplemented))
+		return
+	}
+	resolve := func(raw string) (string, error) {
+		if strings.HasPrefix(raw, "/") {
+			return resolvePath(raw, "/")
+		}
+		return resolvePath(raw, s.kube.home(r.Context(), id))
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		raw := r.URL.Query().Get("path")
+		if raw == "" {
+			writeError(w, http.StatusBadRequest, "path is required to download a file")
+			return
+		}
+		p, err := resolve(raw)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out := &lazyWriter{w: w, start: func(h http.Header) { h.Set("Content-Type", "application/octet-stream") }}
+		var dst io.Writer = out
+		if r.Method == http.MethodHead {
+			dst = io.Discard
+		}
+		err = s.kube.agentRun(r.Context(), id, []string{"cat", p}, nil, dst)
+		switch {
+		case err != nil && !out.started:
+			if errors.Is(err, errdefs.ErrNotFound) {
+				err = fmt.Errorf("file %s not found: %w", p, err)
+			}
+			writeErr(w, err)
+		case err != nil:
+			panic(http.ErrAbortHandler)
+		case !out.started:
+			out.begin()
+		}
+	case http.MethodPost:
+		write := func(raw string, data io.Reader) (uploadedFile, error) {
+			p, err := resolve(raw)
+			if err != nil {
+				return uploadedFile{}, err
+			}
+			if p == "/" {
+				return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
+			}
+			if err := s.kube.agentRun(r.Context(), id, []string{"write", "-p", "--", p, "644"}, data, nil); err != nil {
+				return uploadedFile{}, err
+			}
+			return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
+		}
+		uploadWith(w, r, write)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
+	}
+}

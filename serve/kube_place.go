@@ -1,0 +1,488 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/serve/kube"
+)
+
+// Kubernetes placement: with Config.Kube the server runs no sandbox
+// itself. Each sandbox is a pod with the sbx RuntimeClass (gVisor through
+// sbx's shim on whichever node the cluster's scheduler picks), whose one
+// container runs the agent (sbx-init, which the shim mounts into every
+// pod) as its init. Everything the server knows of a sandbox is on its
+// pod, in labels (what selects: manager, tenant, sandbox ID) and
+// annotations (template, metadata, deadline): a restarted server, or
+// another one on the same namespace, finds every sandbox again. Commands
+// and files reach a sandbox through the pods/exec subresource, running
+// the same agent modes the engine runs through runsc exec.
+
+// KubeConfig places sandboxes on a Kubernetes cluster.
+type KubeConfig struct {
+	// Client is the cluster's API server.
+	Client *kube.Client
+	// Namespace holds the server's pods.
+	Namespace string
+	// RuntimeClass is the pods' runtimeClassName (sbx's, "sbx").
+	RuntimeClass string
+	// Templates maps E2B templateIDs to image references the nodes can
+	// pull (or have).
+	Templates map[string]string
+	// PullPolicy is the containers' imagePullPolicy; empty: IfNotPresent.
+	PullPolicy string
+	// StartTimeout bounds how long a create waits for its pod to run;
+	// zero: two minutes.
+	StartTimeout time.Duration
+	// CPUs and Memory are each pod's requests and limits (equal: the
+	// pods are Guaranteed); zero: sbx's defaults for a sandbox.
+	CPUs   float64
+	Memory int64
+}
+
+// Names of what the server keeps on its pods.
+const (
+	kubeContainer = "sandbox"
+	kubePodPrefix = "sbx-"
+	// kubeManagedBy marks the server's pods (app.kubernetes.io/managed-by).
+	kubeManagedBy    = "sbx-serve"
+	kubeLabelManaged = "app.kubernetes.io/managed-by"
+	kubeLabelID      = "sbx.dev/sandbox"
+	kubeLabelTenant  = "sbx.dev/tenant"
+	kubeAnnTemplate  = "sbx.dev/template"
+	kubeAnnMetadata  = "sbx.dev/metadata"
+	kubeAnnDeadline  = "sbx.dev/deadline"
+	kubeAnnTimeout   = "sbx.dev/timeout"
+	kubeAnnPrivate   = "sbx.dev/private-traffic"
+	kubeAnnNetwork   = "sbx.dev/network"
+	// kubeShimNetwork is the shim's annotation of a pod's network mode:
+	// none takes the pod off the pod network.
+	kubeShimNetwork = "dev.sbx.network"
+	// kubeShimCPUs and kubeShimMemory are the shim's annotations of the
+	// sandbox's own limits, inside the pod's cgroup: the same as the
+	// pod's, which they must not exceed.
+	kubeShimCPUs   = "dev.sbx.cpus"
+	kubeShimMemory = "dev.sbx.memory"
+)
+
+// kubeSweepInterval is how often a server on Kubernetes deletes the pods
+// whose deadline passed.
+const kubeSweepInterval = 2 * time.Second
+
+var kubeTemplateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+
+// checkKube validates kc and fills its defaults.
+func checkKube(kc *KubeConfig) error {
+	if kc.Client == nil {
+		return fmt.Errorf("kubernetes placement: no client: %w", errdefs.ErrInvalidArgument)
+	}
+	if kc.Namespace == "" {
+		kc.Namespace = "default"
+	}
+	if kc.RuntimeClass == "" {
+		kc.RuntimeClass = "sbx"
+	}
+	if len(kc.Templates) == 0 {
+		return fmt.Errorf("kubernetes placement: no templates: map at least one templateID to an image: %w", errdefs.ErrInvalidArgument)
+	}
+	for t, img := range kc.Templates {
+		if !kubeTemplateRE.MatchString(t) || img == "" {
+			return fmt.Errorf("kubernetes template %q=%q: want NAME=IMAGE with a name of [a-z0-9._-]: %w", t, img, errdefs.ErrInvalidArgument)
+		}
+	}
+	switch kc.PullPolicy {
+	case "":
+		kc.PullPolicy = "IfNotPresent"
+	case "Always", "IfNotPresent", "Never":
+	default:
+		return fmt.Errorf("image pull policy %q: want Always, IfNotPresent or Never: %w", kc.PullPolicy, errdefs.ErrInvalidArgument)
+	}
+	if kc.CPUs < 0 || kc.Memory < 0 {
+		return fmt.Errorf("kubernetes pods: negative CPUs or memory: %w", errdefs.ErrInvalidArgument)
+	}
+	if kc.CPUs == 0 {
+		kc.CPUs = policy.DefaultCPUs
+	}
+	if kc.Memory == 0 {
+		kc.Memory = policy.DefaultMemory
+	}
+	if kc.StartTimeout <= 0 {
+		kc.StartTimeout = 2 * time.Minute
+	}
+	return nil
+}
+
+func kubePodName(id string) string { return kubePodPrefix + id }
+
+// kubeNewID is a new sandbox ID: 32 random hex digits, as the engine's.
+func kubeNewID() string {
+	var b [16]byte
+	rand.Read(b[:]) //nolint:errcheck // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// kubeSandbox is what a create asks of a pod.
+type kubeSandbox struct {
+	ID, Tenant, Template, Image string
+	Metadata                    map[string]string
+	Env                         map[string]string
+	CPUs                        float64
+	Memory                      int64
+	// Network is none or open.
+	Network string
+	Private bool
+	// Timeout is the sandbox's life from now; zero: no deadline.
+	Timeout time.Duration
+	Now     time.Time
+}
+
+// renderPod is the pod of a sandbox: one container running the agent as
+// its init, with equal requests and limits, no service account token and
+// no service links (nothing of the cluster inside a tenant's sandbox).
+func renderPod(kc *KubeConfig, sb kubeSandbox) (*kube.Pod, error) {
+	meta, err := json.Marshal(sb.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	no := false
+	grace := int64(1)
+	res := map[string]string{
+		"cpu":    strconv.FormatInt(int64(sb.CPUs*1000+0.5), 10) + "m",
+		"memory": strconv.FormatInt(sb.Memory, 10),
+	}
+	p := &kube.Pod{
+		APIVersion: "v1", Kind: "Pod",
+		Metadata: kube.Meta{
+			Name: kubePodName(sb.ID), Namespace: kc.Namespace,
+			Labels: map[string]string{kubeLabelManaged: kubeManagedBy, kubeLabelID: sb.ID, kubeLabelTenant: sb.Tenant},
+			Annotations: map[string]string{
+				kubeAnnTemplate: sb.Template, kubeAnnMetadata: string(meta), kubeAnnNetwork: sb.Network,
+				kubeShimCPUs:   strconv.FormatFloat(float64(int64(sb.CPUs*1000+0.5))/1000, 'f', -1, 64),
+				kubeShimMemory: strconv.FormatInt(sb.Memory, 10),
+			},
+		},
+		Spec: kube.PodSpec{
+			RuntimeClassName: kc.RuntimeClass, RestartPolicy: "Never",
+			AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []kube.Container{{
+				Name: kubeContainer, Image: sb.Image, ImagePullPolicy: kc.PullPolicy,
+				Command:   []string{engine.AgentPath},
+				Resources: kube.Resources{Requests: res, Limits: maps.Clone(res)},
+			}},
+		},
+	}
+	for _, k := range slices.Sorted(maps.Keys(sb.Env)) {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, kube.EnvVar{Name: k, Value: sb.Env[k]})
+	}
+	if sb.Network == "none" {
+		p.Metadata.Annotations[kubeShimNetwork] = "none"
+	}
+	if sb.Private {
+		p.Metadata.Annotations[kubeAnnPrivate] = "true"
+	}
+	if sb.Timeout > 0 {
+		p.Metadata.Annotations[kubeAnnDeadline] = sb.Now.Add(sb.Timeout).UTC().Format(time.RFC3339Nano)
+		p.Metadata.Annotations[kubeAnnTimeout] = sb.Timeout.String()
+	}
+	return p, nil
+}
+
+// podSandbox is a pod of the server as the API's handlers see a sandbox:
+// the labels serve keeps on the engine's sandboxes, its state, limits
+// and deadline. A pod that is not the server's is nil.
+func podSandbox(p *kube.Pod) *engine.Sandbox {
+	l := p.Metadata.Labels
+	if l[kubeLabelManaged] != kubeManagedBy || !validID(l[kubeLabelID]) || l[kubeLabelTenant] == "" {
+		return nil
+	}
+	a := p.Metadata.Annotations
+	sb := &engine.Sandbox{
+		ID: l[kubeLabelID], Network: a[kubeAnnNetwork], Timeout: a[kubeAnnTimeout],
+		Labels: map[string]string{labelTenant: l[kubeLabelTenant], labelTemplate: a[kubeAnnTemplate]},
+	}
+	if len(p.Spec.Containers) > 0 {
+		c := p.Spec.Containers[0]
+		sb.Image = c.Image
+		if v, ok := strings.CutSuffix(c.Resources.Limits["cpu"], "m"); ok {
+			if m, err := strconv.ParseInt(v, 10, 64); err == nil {
+				sb.CPUs = float64(m) / 1000
+			}
+		}
+		sb.Memory, _ = strconv.ParseInt(c.Resources.Limits["memory"], 10, 64)
+	}
+	var meta map[string]string
+	if json.Unmarshal([]byte(a[kubeAnnMetadata]), &meta) == nil {
+		for k, v := range meta {
+			sb.Labels[metaPrefix+k] = v
+		}
+	}
+	if a[kubeAnnPrivate] == "true" {
+		sb.Labels[labelPrivate] = "true"
+	}
+	if p.Metadata.CreationTimestamp != nil {
+		sb.Created = *p.Metadata.CreationTimestamp
+	}
+	if d, err := time.Parse(time.RFC3339Nano, a[kubeAnnDeadline]); err == nil {
+		sb.Deadline = &d
+	}
+	switch {
+	case p.Metadata.DeletionTimestamp != nil, p.Status.Phase == "Succeeded", p.Status.Phase == "Failed":
+		sb.State = engine.StateStopped
+	case p.Running(kubeContainer):
+		sb.State = engine.StateRunning
+	case p.Status.Phase == "Running":
+		// Its container ended (or restarts): of no more use.
+		sb.State = engine.StateStopped
+	default:
+		sb.State = engine.StateCreating
+	}
+	return sb
+}
+
+// kubePlacement is the server's Kubernetes placement.
+type kubePlacement struct {
+	cfg *KubeConfig
+	c   *kube.Client
+}
+
+func (k *kubePlacement) selector(tenantName string) string {
+	sel := kubeLabelManaged + "=" + kubeManagedBy
+	if tenantName != "" {
+		sel += "," + kubeLabelTenant + "=" + tenantName
+	}
+	return sel
+}
+
+// list is the server's sandboxes, of tenant (all tenants': "").
+func (k *kubePlacement) list(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
+	pods, err := k.c.ListPods(ctx, k.cfg.Namespace, k.selector(tenantName))
+	if err != nil {
+		return nil, err
+	}
+	var out []*engine.Sandbox
+	for i := range pods {
+		if pods[i].Metadata.DeletionTimestamp != nil {
+			// Being deleted: gone for the API.
+			continue
+		}
+		if sb := podSandbox(&pods[i]); sb != nil {
+			out = append(out, sb)
+		}
+	}
+	slices.SortFunc(out, func(a, b *engine.Sandbox) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// get is sandbox id; ErrNotFound if the server has no such pod.
+func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, error) {
+	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(id))
+	if err != nil {
+		return nil, err
+	}
+	sb := podSandbox(p)
+	if sb == nil || sb.ID != id || p.Metadata.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+func (k *kubePlacement) remove(ctx context.Context, id string) error {
+	return k.c.DeletePod(ctx, k.cfg.Namespace, kubePodName(id), 1)
+}
+
+// setTimeout gives sandbox id d more to live from now (0: no deadline).
+func (k *kubePlacement) setTimeout(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
+	set := map[string]*string{kubeAnnDeadline: nil, kubeAnnTimeout: nil}
+	if d > 0 {
+		dl, ts := time.Now().Add(d).UTC().Format(time.RFC3339Nano), d.String()
+		set[kubeAnnDeadline], set[kubeAnnTimeout] = &dl, &ts
+	}
+	p, err := k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, kubePodName(id), set)
+	if err != nil {
+		return nil, err
+	}
+	sb := podSandbox(p)
+	if sb == nil {
+		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// create makes sb's pod and waits until it runs; a pod that does not
+// run in time (an image that cannot be pulled, a node that refuses it)
+// is deleted, with the kubelet's reason in the error.
+func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sandbox, error) {
+	pod, err := renderPod(k.cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := k.c.CreatePod(ctx, k.cfg.Namespace, pod); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			k.c.DeletePod(context.WithoutCancel(ctx), k.cfg.Namespace, pod.Metadata.Name, 0) //nolint:errcheck // best effort: the sweep deletes what is left
+		}
+	}()
+	deadline := time.Now().Add(k.cfg.StartTimeout)
+	why := "not scheduled yet"
+	for {
+		p, err := k.c.GetPod(ctx, k.cfg.Namespace, pod.Metadata.Name)
+		if err != nil {
+			return nil, err
+		}
+		if p.Running(kubeContainer) {
+			sb := podSandbox(p)
+			if req.Timeout > 0 {
+				// Its life counts from now, as a sandbox's on a host
+				// from the end of its create.
+				if sb, err = k.setTimeout(ctx, req.ID, req.Timeout); err != nil {
+					return nil, err
+				}
+			}
+			ok = true
+			return sb, nil
+		}
+		if p.Status.Phase == "Failed" || p.Status.Phase == "Succeeded" {
+			return nil, fmt.Errorf("sandbox pod %s ended at start (%s): %s: %w", pod.Metadata.Name, p.Status.Phase, p.Status.Message, errdefs.ErrUnavailable)
+		}
+		if reason, msg := p.Waiting(kubeContainer); reason != "" {
+			why = reason + ": " + msg
+			switch reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return nil, fmt.Errorf("sandbox pod %s cannot start: %s: %w", pod.Metadata.Name, why, errdefs.ErrFailedPrecondition)
+			}
+		} else if msg := p.Unschedulable(); msg != "" {
+			why = "unschedulable: " + msg
+		} else if p.Status.Phase != "" {
+			why = "pod " + p.Status.Phase
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("sandbox pod %s did not run within %s (%s): %w", pod.Metadata.Name, k.cfg.StartTimeout, why, errdefs.ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// kubeCreate is POST /sandboxes on Kubernetes placement.
+func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error) {
+	var req newSandboxJSON
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.TemplateID == "" {
+		return 0, nil, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
+	}
+	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
+		if !isNull(m) {
+			return 0, nil, fmt.Errorf("%s is not supported when sbx serve places sandboxes on Kubernetes: %w", name, errdefs.ErrNotImplemented)
+		}
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		return 0, nil, fmt.Errorf("autoPause is not supported when sbx serve places sandboxes on Kubernetes (pods do not pause): %w", errdefs.ErrNotImplemented)
+	}
+	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	image, ok := s.kube.cfg.Templates[req.TemplateID]
+	if !ok {
+		return 0, nil, fmt.Errorf("template %q not found: this server places sandboxes on Kubernetes from templates %s: %w",
+			req.TemplateID, strings.Join(slices.Sorted(maps.Keys(s.kube.cfg.Templates)), ", "), errdefs.ErrNotFound)
+	}
+	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
+	if err != nil {
+		return 0, nil, err
+	}
+	if mode == "allow" || len(allow) > 0 {
+		return 0, nil, fmt.Errorf("network allowOut lists are not supported when sbx serve places sandboxes on Kubernetes (the cluster's NetworkPolicies govern pod egress): %w", errdefs.ErrNotImplemented)
+	}
+	if len(req.Metadata) > 64 {
+		return 0, nil, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > 256 || len(v) > 4096 {
+			return 0, nil, fmt.Errorf("metadata %q: keys of 1-256 and values of up to 4096 characters: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	for k := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return 0, nil, fmt.Errorf("envVars %q: not a variable name: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	ks := kubeSandbox{
+		ID: kubeNewID(), Tenant: tenantName, Template: req.TemplateID, Image: image,
+		Metadata: req.Metadata, Env: req.EnvVars, CPUs: s.kube.cfg.CPUs, Memory: s.kube.cfg.Memory,
+		Network: mode, Timeout: timeout, Now: time.Now(),
+		Private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
+	}
+	release, err := s.admit(r.Context(), tenantName, usageOf(engine.CreateRequest{CPUs: ks.CPUs, Memory: ks.Memory}))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
+	start := time.Now()
+	sb, err := s.kube.create(context.WithoutCancel(r.Context()), ks)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.metrics.created(tenantName, time.Since(start))
+	s.log.Info("created", "sandbox", sb.ID, "tenant", tenantName, "template", req.TemplateID, "pod", kubePodName(sb.ID), "duration", time.Since(start))
+	return http.StatusCreated, s.sandboxJSON(sb), nil
+}
+
+// kubeRecover deletes the server's pods whose deadline passed or that
+// ended.
+func (s *Server) kubeRecover(ctx context.Context) (int, error) {
+	all, err := s.kube.list(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	now := time.Now()
+	for _, sb := range all {
+		// A pod being created gets its deadline anew once it runs.
+		expired := sb.Deadline != nil && now.After(*sb.Deadline) && sb.State != engine.StateCreating
+		// A pod still not running long after its create gave up was
+		// left by a server that died mid-create.
+		stuck := sb.State == engine.StateCreating && now.Sub(sb.Created) > 2*s.kube.cfg.StartTimeout
+		if !expired && !stuck && sb.State != engine.StateStopped {
+			continue
+		}
+		s.forget(sb.ID)
+		if err := s.kube.remove(ctx, sb.ID); err != nil {
+			s.log.Warn("delete sandbox pod", "sandbox", sb.ID, "err", err)
+			continue
+		}
+		n++
+		s.log.Info("removed sandbox", "sandbox", sb.ID, "tenant", sb.Labels[labelTenant], "expired", expired, "state", sb.State)
+	}
+	return n, nil
+}
+
+// notOnKube answers a call that Kubernetes placement does not serve.
+func notOnKube(what string) apiHandler {
+	return func(*http.Request, string) (int, any, error) {
+		return 0, nil, fmt.Errorf("%s is not supported when sbx serve places sandboxes on Kubernetes (--kubeconfig): %w", what, errdefs.ErrNotImplemented)
+	}
+}

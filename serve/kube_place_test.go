@@ -1,0 +1,173 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/serve/kube"
+)
+
+func testKubeConfig(t *testing.T) *KubeConfig {
+	t.Helper()
+	kc := &KubeConfig{Client: &kube.Client{}, Templates: map[string]string{"base": "localhost/sbx/busybox:latest"}}
+	if err := checkKube(kc); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+func TestRenderPod(t *testing.T) {
+	kc := testKubeConfig(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	id := "0123456789abcdef0123456789abcdef"
+	p, err := renderPod(kc, kubeSandbox{
+		ID: id, Tenant: "acme", Template: "base", Image: "localhost/sbx/busybox:latest",
+		Metadata: map[string]string{"run": "r1", "weird key/with=chars": "v"},
+		Env:      map[string]string{"B": "2", "A": "1"}, CPUs: 1.5, Memory: 512 << 20,
+		Network: "none", Private: true, Timeout: 30 * time.Second, Now: now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the cluster gets, as JSON.
+	b, _ := json.Marshal(p)
+	var pod map[string]any
+	json.Unmarshal(b, &pod) //nolint:errcheck // just marshalled
+	spec := pod["spec"].(map[string]any)
+	if spec["runtimeClassName"] != "sbx" || spec["restartPolicy"] != "Never" || spec["automountServiceAccountToken"] != false || spec["enableServiceLinks"] != false {
+		t.Errorf("pod spec %v: want runtimeClassName sbx, restartPolicy Never, no service account token, no service links", spec)
+	}
+	c := p.Spec.Containers[0]
+	if !slices.Equal(c.Command, []string{"/.sbx/sbx-init"}) || c.Image != "localhost/sbx/busybox:latest" || c.ImagePullPolicy != "IfNotPresent" {
+		t.Errorf("container %+v: want the agent as init of the template's image", c)
+	}
+	if c.Resources.Limits["cpu"] != "1500m" || c.Resources.Limits["memory"] != "536870912" || c.Resources.Requests["cpu"] != "1500m" {
+		t.Errorf("resources %+v: want requests = limits = 1500m, 512 MiB", c.Resources)
+	}
+	if len(c.Env) != 2 || c.Env[0].Name != "A" || c.Env[1].Name != "B" {
+		t.Errorf("env %+v: want A, B in order", c.Env)
+	}
+	if p.Metadata.Name != "sbx-"+id || p.Metadata.Labels["sbx.dev/tenant"] != "acme" || p.Metadata.Labels["sbx.dev/sandbox"] != id {
+		t.Errorf("metadata %+v: want name sbx-ID, tenant and ID labels", p.Metadata)
+	}
+	a := p.Metadata.Annotations
+	if a["dev.sbx.network"] != "none" || a["sbx.dev/deadline"] != "2026-01-02T03:04:35Z" {
+		t.Errorf("annotations %v: want the shim's network none and the deadline 30 s on", a)
+	}
+	// The shim's limits inside the pod's cgroup are the pod's.
+	if a["dev.sbx.cpus"] != "1.5" || a["dev.sbx.memory"] != "536870912" {
+		t.Errorf("annotations %v: want the shim's cpus 1.5 and memory 536870912", a)
+	}
+
+	// Read back as the API's handlers see it.
+	created := now
+	p.Metadata.CreationTimestamp = &created
+	p.Status.Phase = "Running"
+	p.Status.ContainerStatuses = []kube.ContainerStatus{{Name: kubeContainer}}
+	p.Status.ContainerStatuses[0].State.Running = &struct {
+		StartedAt time.Time `json:"startedAt"`
+	}{now}
+	sb := podSandbox(p)
+	if sb == nil {
+		t.Fatal("podSandbox: nil for the server's own pod")
+	}
+	want := map[string]string{
+		labelTenant: "acme", labelTemplate: "base", labelPrivate: "true",
+		metaPrefix + "run": "r1", metaPrefix + "weird key/with=chars": "v",
+	}
+	for k, v := range want {
+		if sb.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q (labels %v)", k, sb.Labels[k], v, sb.Labels)
+		}
+	}
+	if sb.ID != id || sb.State != engine.StateRunning || sb.CPUs != 1.5 || sb.Memory != 512<<20 || sb.Network != "none" ||
+		sb.Deadline == nil || !sb.Deadline.Equal(now.Add(30*time.Second)) || !sb.Created.Equal(now) {
+		t.Errorf("sandbox %+v: want ID, running, 1.5 CPUs, 512 MiB, network none, created now, deadline 30 s on", sb)
+	}
+}
+
+func TestPodSandboxState(t *testing.T) {
+	kc := testKubeConfig(t)
+	id := "00000000000000000000000000000001"
+	for _, tc := range []struct {
+		phase, want string
+		deleting    bool
+	}{
+		{"Pending", engine.StateCreating, false},
+		{"Running", engine.StateStopped, false}, // its container is not running
+		{"Succeeded", engine.StateStopped, false},
+		{"Failed", engine.StateStopped, false},
+		{"Pending", engine.StateStopped, true},
+	} {
+		p, err := renderPod(kc, kubeSandbox{ID: id, Tenant: "t", Image: "i", Network: "open"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = tc.phase
+		if tc.deleting {
+			now := time.Now()
+			p.Metadata.DeletionTimestamp = &now
+		}
+		if got := podSandbox(p).State; got != tc.want {
+			t.Errorf("phase %s (deleting %v): state %s, want %s", tc.phase, tc.deleting, got, tc.want)
+		}
+		if _, ok := p.Metadata.Annotations["dev.sbx.network"]; ok {
+			t.Errorf("an open sandbox's pod has the shim's network annotation: %v", p.Metadata.Annotations)
+		}
+	}
+	// Pods that are not the server's are not sandboxes.
+	for name, l := range map[string]map[string]string{
+		"no labels":        nil,
+		"other manager":    {kubeLabelManaged: "someone", kubeLabelID: id, kubeLabelTenant: "t"},
+		"malformed ID":     {kubeLabelManaged: kubeManagedBy, kubeLabelID: "x", kubeLabelTenant: "t"},
+		"no tenant":        {kubeLabelManaged: kubeManagedBy, kubeLabelID: id},
+		"tenant but no ID": {kubeLabelManaged: kubeManagedBy, kubeLabelTenant: "t"},
+	} {
+		if sb := podSandbox(&kube.Pod{Metadata: kube.Meta{Labels: l}}); sb != nil {
+			t.Errorf("%s: podSandbox = %+v, want nil", name, sb)
+		}
+	}
+}
+
+func TestCheckKube(t *testing.T) {
+	for name, kc := range map[string]*KubeConfig{
+		"no client":       {Templates: map[string]string{"base": "img"}},
+		"no templates":    {Client: &kube.Client{}},
+		"bad template":    {Client: &kube.Client{}, Templates: map[string]string{"Base!": "img"}},
+		"empty image":     {Client: &kube.Client{}, Templates: map[string]string{"base": ""}},
+		"bad pull policy": {Client: &kube.Client{}, Templates: map[string]string{"base": "img"}, PullPolicy: "Sometimes"},
+	} {
+		if err := checkKube(kc); err == nil {
+			t.Errorf("%s: checkKube accepted %+v", name, kc)
+		}
+	}
+}
+
+func TestKubeExecArgs(t *testing.T) {
+	got := kubeExecArgs(engine.ExecRequest{Args: []string{"/bin/bash", "-l", "-c", "echo hi"}, Env: []string{"A=1", "B=x y"}, Workdir: "/tmp"})
+	want := []string{"/bin/sh", "-c", kubeExecScript, "sbx-exec", "2", "A=1", "B=x y", "/tmp", "/bin/bash", "-l", "-c", "echo hi"}
+	if !slices.Equal(got, want) {
+		t.Errorf("kubeExecArgs = %q, want %q", got, want)
+	}
+}
+
+func TestPidWriter(t *testing.T) {
+	var rest bytes.Buffer
+	pid := make(chan int, 1)
+	w := &pidWriter{next: &rest, pid: pid}
+	for _, chunk := range []string{"sbx-p", "id 42\nerr", "or 1\n"} {
+		if n, err := w.Write([]byte(chunk)); err != nil || n != len(chunk) {
+			t.Fatalf("Write(%q) = %d, %v", chunk, n, err)
+		}
+	}
+	if got := <-pid; got != 42 {
+		t.Errorf("pid %d, want 42", got)
+	}
+	if rest.String() != "error 1\n" {
+		t.Errorf("stderr after the PID line %q, want %q", rest.String(), "error 1\n")
+	}
+}
