@@ -178,7 +178,32 @@ $(K8S_TOOLS) &: tools/k8s/go.mod tools/k8s/go.sum tools/k8s/etcd/main.go
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl ./etcd
 	@touch $(K8S_TOOLS)
 
-k8s-test: build shim containerd-tools k8s-tools ## run the Kubernetes end-to-end tests (etcd, apiserver, kubelet, containerd with the shim; as root)
+# The node installer image that deploy/kubernetes/daemonset.yaml runs:
+# busybox, the shim, runsc, sbx-init, install-node.sh and sbx-node (which
+# labels the node), built without a registry. `ctr -n k8s.io images import`
+# loads it on a node, or push it to the cluster's registry. The test
+# cluster's DaemonSet pod runs under runc, containerd's default runtime:
+# containerd-shim-runc-v2 from the pinned containerd, and Debian's runc.
+.PHONY: installer-image
+INSTALLER_FILES := containerd-shim-sbx-v1 runsc sbx-init sbx-node
+
+installer-image: $(BIN)/images/sbx-installer.tar ## build the sbx node installer image (bin/images/sbx-installer.tar) for deploy/kubernetes/daemonset.yaml
+
+$(BIN)/sbx-node: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-node
+
+$(BIN)/images/sbx-installer.tar: $(addprefix $(BIN)/,$(INSTALLER_FILES)) $(BIN)/sbx-mkimage /bin/busybox $(wildcard deploy/kubernetes/*.sh deploy/kubernetes/*.toml)
+	@mkdir -p $(dir $@)
+	$(BIN)/sbx-mkimage -busybox /bin/busybox -name localhost/sbx/installer:latest -o $@.tmp \
+		$(foreach f,$(INSTALLER_FILES),-add $(BIN)/$(f):/sbx/bin/$(f)) \
+		$(foreach f,install-node.sh installer.sh containerd-shim-sbx-v1.toml,-add deploy/kubernetes/$(f):/sbx/$(f)) \
+		-entrypoint "/bin/sh /sbx/installer.sh" -cmd install \
+		&& mv $@.tmp $@
+
+$(BIN)/containerd-shim-runc-v2:
+	GOBIN=$(CURDIR)/$(BIN) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/$(notdir $@)@$(CONTAINERD_VERSION)
+
+k8s-test: build shim containerd-tools k8s-tools installer-image $(BIN)/containerd-shim-runc-v2 e2b-sdk ## run the Kubernetes end-to-end tests (etcd, apiserver, kubelet, containerd with the shim; as root)
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 $(GO) test -count=1 -timeout 30m -v ./integration/k8s/
 
 # --- E2B SDK for the serve tests ---------------------------------------------

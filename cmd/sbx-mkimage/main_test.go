@@ -19,7 +19,7 @@ func TestDeterministic(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a", "busybox.tar"), filepath.Join(dir, "b.tar")
 	for _, out := range []string{a, b} {
-		if err := run(context.Background(), bb, "", "busybox:latest", out); err != nil {
+		if err := run(context.Background(), bb, image{}, "busybox:latest", out); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,10 +1,16 @@
 #!/bin/sh
-# Sets up one Kubernetes node for sbx: installs containerd-shim-sbx-v1 and
-# runsc, the shim's policy file, and a containerd configuration drop-in that
-# adds the runtime handler "sbx". Run as root on each node (or from a
-# privileged DaemonSet that mounts the host's / at $ROOT), then restart
-# containerd. Re-running it updates the binaries and keeps an existing
-# policy file.
+# Sets up one Kubernetes node for sbx: installs containerd-shim-sbx-v1,
+# runsc and sbx-init, the shim's policy file, and a containerd configuration
+# drop-in that adds the runtime handler "sbx". Run as root on each node (or
+# from the privileged DaemonSet of daemonset.yaml, which mounts the host's /
+# at $ROOT), then restart containerd. Re-running it updates the binaries and
+# keeps an existing policy file.
+#
+#   install-node.sh [install]   install (the default)
+#   install-node.sh uninstall   remove what install put there: the binaries,
+#                               the drop-in, the policy file unless the
+#                               operator changed it, and the directories
+#                               install created; then restart containerd
 #
 #   BIN_DIR            where containerd-shim-sbx-v1, runsc and sbx-init are (default:
 #                      the bin/ of the sbx checkout this script is in)
@@ -14,6 +20,8 @@
 #   CONTAINERD_CONF_D  containerd's drop-in directory (default
 #                      /etc/containerd/conf.d); containerd's config.toml
 #                      must import it: imports = ["/etc/containerd/conf.d/*.toml"]
+#   CONTAINERD_CONFIG  containerd's config.toml (default
+#                      /etc/containerd/config.toml), checked for that import
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,23 +30,56 @@ ROOT=${ROOT:-}
 PREFIX=${PREFIX:-/usr/local}
 SBX_ETC=${SBX_ETC:-/etc/sbx}
 CONTAINERD_CONF_D=${CONTAINERD_CONF_D:-/etc/containerd/conf.d}
+CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+mode=${1:-install}
 
-for f in containerd-shim-sbx-v1 runsc sbx-init; do
-	[ -x "$BIN_DIR/$f" ] || { echo "install-node.sh: $BIN_DIR/$f not found (make build shim)" >&2; exit 1; }
-done
+binaries="containerd-shim-sbx-v1 runsc sbx-init"
+policy="$ROOT$SBX_ETC/containerd-shim-sbx-v1.toml"
+dropin="$ROOT$CONTAINERD_CONF_D/sbx.toml"
+# The directories install created, deepest first, for uninstall to remove.
+created="$ROOT$SBX_ETC/.install-node-dirs"
 
-mkdir -p "$ROOT$PREFIX/bin" "$ROOT$SBX_ETC" "$ROOT$CONTAINERD_CONF_D"
-# containerd finds the shim on its PATH; the shim runs the runsc beside it.
-for f in containerd-shim-sbx-v1 runsc sbx-init; do
-	install -m 0755 "$BIN_DIR/$f" "$ROOT$PREFIX/bin/$f.new"
-	mv -f "$ROOT$PREFIX/bin/$f.new" "$ROOT$PREFIX/bin/$f"
-done
+# mkdirs makes each directory, recording every level it creates.
+mkdirs() {
+	new=""
+	for d in "$@"; do
+		p=$d
+		while [ ! -e "$p" ]; do
+			new="$new$p
+"
+			p=$(dirname "$p")
+		done
+		mkdir -p "$d"
+	done
+	if [ -n "$new" ]; then
+		printf '%s' "$new" | sort -r >> "$created.new"
+	fi
+}
 
-if [ ! -e "$ROOT$SBX_ETC/containerd-shim-sbx-v1.toml" ]; then
-	install -m 0644 "$here/containerd-shim-sbx-v1.toml" "$ROOT$SBX_ETC/containerd-shim-sbx-v1.toml"
-fi
+case $mode in
+install)
+	for f in $binaries; do
+		[ -x "$BIN_DIR/$f" ] || { echo "install-node.sh: $BIN_DIR/$f not found (make build shim)" >&2; exit 1; }
+	done
+	mkdirs "$ROOT$PREFIX/bin" "$ROOT$SBX_ETC" "$ROOT$CONTAINERD_CONF_D"
+	if [ -e "$created.new" ]; then
+		cat "$created.new" >> "$created"
+		rm -f "$created.new"
+	fi
+	# containerd finds the shim on its PATH; the shim runs the runsc beside it.
+	for f in $binaries; do
+		cp "$BIN_DIR/$f" "$ROOT$PREFIX/bin/$f.new"
+		chmod 0755 "$ROOT$PREFIX/bin/$f.new"
+		mv -f "$ROOT$PREFIX/bin/$f.new" "$ROOT$PREFIX/bin/$f"
+	done
 
-cat > "$ROOT$CONTAINERD_CONF_D/sbx.toml.new" <<TOML
+	if [ ! -e "$policy" ]; then
+		cp "$here/containerd-shim-sbx-v1.toml" "$policy.new"
+		chmod 0644 "$policy.new"
+		mv -f "$policy.new" "$policy"
+	fi
+
+	cat > "$dropin.new" <<TOML
 # The sbx runtime handler (RuntimeClass handler: sbx). Written by sbx's
 # install-node.sh.
 version = 3
@@ -51,10 +92,37 @@ version = 3
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sbx.options]
     ConfigPath = "$SBX_ETC/containerd-shim-sbx-v1.toml"
 TOML
-mv -f "$ROOT$CONTAINERD_CONF_D/sbx.toml.new" "$ROOT$CONTAINERD_CONF_D/sbx.toml"
+	mv -f "$dropin.new" "$dropin"
 
-conf="$ROOT/etc/containerd/config.toml"
-if [ -e "$conf" ] && ! grep -q "$CONTAINERD_CONF_D" "$conf"; then
-	echo "install-node.sh: $conf does not import $CONTAINERD_CONF_D; add: imports = [\"$CONTAINERD_CONF_D/*.toml\"]" >&2
-fi
-echo "sbx installed; restart containerd to load the runtime handler \"sbx\""
+	conf="$ROOT$CONTAINERD_CONFIG"
+	if [ -e "$conf" ] && ! grep -q "$CONTAINERD_CONF_D" "$conf"; then
+		echo "install-node.sh: $conf does not import $CONTAINERD_CONF_D; add: imports = [\"$CONTAINERD_CONF_D/*.toml\"]" >&2
+	fi
+	echo "sbx installed; restart containerd to load the runtime handler \"sbx\""
+	;;
+uninstall)
+	rm -f "$dropin" "$dropin.new"
+	for f in $binaries; do
+		rm -f "$ROOT$PREFIX/bin/$f" "$ROOT$PREFIX/bin/$f.new"
+	done
+	# The policy file goes only if it is still the one install wrote.
+	if [ -e "$policy" ] && cmp -s "$policy" "$here/containerd-shim-sbx-v1.toml"; then
+		rm -f "$policy"
+	elif [ -e "$policy" ]; then
+		echo "install-node.sh: keeping $policy (changed since install)" >&2
+	fi
+	if [ -e "$created" ]; then
+		dirs=$(sort -r -u "$created")
+		rm -f "$created"
+		# Only empty ones: what others put there stays.
+		echo "$dirs" | while read -r d; do
+			[ -n "$d" ] && rmdir "$d" 2>/dev/null || true
+		done
+	fi
+	echo "sbx removed; restart containerd to unload the runtime handler \"sbx\""
+	;;
+*)
+	echo "install-node.sh: unknown mode \"$mode\": want install or uninstall" >&2
+	exit 2
+	;;
+esac

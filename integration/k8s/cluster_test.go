@@ -189,7 +189,9 @@ func (c *cluster) start() error {
 		"--service-account-key-file", p.path("sa.pub"),
 		"--service-account-signing-key-file", p.path("sa.key"),
 		"--service-cluster-ip-range", "10.0.0.0/24",
-		"--authorization-mode", "Node,RBAC"); err != nil {
+		"--authorization-mode", "Node,RBAC",
+		// As kubeadm's: the installer DaemonSet's pod is privileged.
+		"--allow-privileged=true"); err != nil {
 		return err
 	}
 	admin, err := tls.LoadX509KeyPair(p.path("admin.crt"), p.path("admin.key"))
@@ -300,16 +302,32 @@ imports = [%q]
   sandbox = %q
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true
+  # Hosts (VMs, containers) that forbid lowering oom_score_adj would
+  # otherwise fail runc's containers: the installer DaemonSet's pod.
+  restrict_oom_score_adj = true
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = [%q]
   conf_dir = %q
+# runc's state in the test's directory, not the host's /run/containerd.
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    Root = %q
 `, c.path("containerd", "root"), c.path("containerd", "state"), c.path("node", "etc", "containerd", "conf.d", "*.toml"),
-		c.sock, c.sock+".ttrpc", pauseImage, filepath.Join(c.k8sBin, "cni"), c.path("cni", "net.d"))
+		c.sock, c.sock+".ttrpc", pauseImage, filepath.Join(c.k8sBin, "cni"), c.path("cni", "net.d"), c.path("runc"))
 	if err := os.WriteFile(c.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	// containerd finds the shim on its PATH, where install-node.sh put it.
-	env := []string{"PATH=" + c.path("node", "usr", "local", "bin") + ":" + os.Getenv("PATH")}
+	// containerd finds the shim on its PATH, where install-node.sh put it,
+	// and runc's shim (the default runtime, for the installer DaemonSet's
+	// pod) in a directory of its own: not the sbx shim in bin/.
+	if err := os.MkdirAll(c.path("runc-shim"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Join(c.bin, "containerd-shim-runc-v2"), c.path("runc-shim", "containerd-shim-runc-v2")); err != nil && !os.IsExist(err) {
+		return err
+	}
+	env := []string{"PATH=" + c.path("node", "usr", "local", "bin") + ":" + c.path("runc-shim") + ":" + os.Getenv("PATH")}
 	if err := c.run("containerd", filepath.Join(c.bin, "containerd"), env, "--config", c.path("containerd.toml")); err != nil {
 		return err
 	}

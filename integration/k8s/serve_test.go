@@ -219,11 +219,11 @@ func (s *kubeServe) sdk(step, key, id string) map[string]string {
 	s.t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		s.t.Skip("node is not installed (scripts/install-deps.sh installs it)")
+		s.t.Fatal("node is not installed (scripts/install-deps.sh installs it)")
 	}
 	sdk := filepath.Join(cl.repo, "integration", "e2b", "node_modules", "e2b", "dist", "index.mjs")
 	if _, err := os.Stat(sdk); err != nil {
-		s.t.Skipf("the E2B SDK is not installed (make e2b-sdk): %v", err)
+		s.t.Fatalf("the E2B SDK is not installed (make e2b-sdk): %v", err)
 	}
 	script := filepath.Join(s.dir, "sdk.mjs")
 	if err := os.WriteFile(script, []byte(strings.Replace(sdkScript, "E2B_SDK", "file://"+sdk, 1)), 0o644); err != nil {
