@@ -20,9 +20,11 @@ var (
 	// pathComponent is one '/'-separated part of a repository name, as in
 	// the distribution reference grammar.
 	pathComponent = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
-	tagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-	hostPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]+)?$`)
-	leasePattern  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+	// tagPattern and leasePattern leave the length (at most 128) to their
+	// callers: a bounded repetition is a large compile at every start.
+	tagPattern   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	hostPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]+)?$`)
+	leasePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 )
 
 // ParseName validates and normalizes an image name.
@@ -53,7 +55,7 @@ func ParseName(s string) (string, error) {
 	repo, tag := s, DefaultTag
 	if i := strings.LastIndexByte(s, ':'); i > strings.LastIndexByte(s, '/') {
 		repo, tag = s[:i], s[i+1:]
-		if !tagPattern.MatchString(tag) {
+		if len(tag) > 128 || !tagPattern.MatchString(tag) {
 			return bad("tag must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 		}
 	}
@@ -101,8 +103,8 @@ func RegistryName(s string) (string, error) {
 
 // validLeaseID reports whether id can name a lease (a sandbox ID).
 func validLeaseID(id string) error {
-	if !leasePattern.MatchString(id) {
-		return fmt.Errorf("invalid lease ID %q: must match %s: %w", id, leasePattern, errdefs.ErrInvalidArgument)
+	if len(id) > 128 || !leasePattern.MatchString(id) {
+		return fmt.Errorf("invalid lease ID %q: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$: %w", id, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

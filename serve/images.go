@@ -24,10 +24,14 @@ import (
 // every tenant may start from them and none may change them.
 const tenantRepo = "tenants"
 
-var templateIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$`)
+// templateIDRE leaves the lengths (at most 128 each side of ':') to
+// checkTemplateID: a bounded repetition is a large compile at every
+// process start.
+var templateIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
 
 func checkTemplateID(id string) error {
-	if !templateIDRE.MatchString(id) {
+	repo, tag, _ := strings.Cut(id, ":")
+	if len(repo) > 128 || len(tag) > 128 || !templateIDRE.MatchString(id) {
 		return fmt.Errorf("templateID %q: want a name of [a-z0-9._-] (optionally :TAG): %w", id, errdefs.ErrInvalidArgument)
 	}
 	return nil
