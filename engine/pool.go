@@ -109,7 +109,11 @@ func (d *poolDef) request() CreateRequest {
 	}
 }
 
-var poolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+// poolNameRE bounds no length: a bounded repetition costs every sbx process
+// a large compile at start. validPoolName checks the length.
+var poolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+func validPoolName(n string) bool { return len(n) <= 63 && poolNameRE.MatchString(n) }
 
 func (e *Engine) poolsDir() string           { return filepath.Join(e.opts.Root, "pools") }
 func (e *Engine) poolDir(name string) string { return filepath.Join(e.poolsDir(), name) }
@@ -124,7 +128,7 @@ func (e *Engine) claimingPath(id string) string {
 // CreatePool defines a pool and starts filling it in the background
 // (FillPool). The class is validated as a create's would be.
 func (e *Engine) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
-	if !poolNameRE.MatchString(req.Name) {
+	if !validPoolName(req.Name) {
 		return nil, fmt.Errorf("pool name %q: want 1-63 of [a-zA-Z0-9_.-], starting with a letter or digit: %w", req.Name, errdefs.ErrInvalidArgument)
 	}
 	if req.Size < 1 || req.Size > MaxPoolSize {
@@ -199,7 +203,7 @@ func (e *Engine) Pools(ctx context.Context) ([]*Pool, error) {
 // RemovePool removes a pool and all its sandboxes, waiting for a filler
 // that is booting one.
 func (e *Engine) RemovePool(ctx context.Context, name string) error {
-	if !poolNameRE.MatchString(name) {
+	if !validPoolName(name) {
 		return fmt.Errorf("pool name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	def, err := e.loadPool(name)

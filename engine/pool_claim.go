@@ -43,6 +43,19 @@ func (e *Engine) poolServes(ctx context.Context, req CreateRequest) bool {
 	return false
 }
 
+// Claim takes a pooled sandbox for req, as Create does when a pool serves
+// req, and returns nil, nil when none does: nothing was done, and Create
+// would boot a fresh sandbox. A caller that runs a command in the new
+// sandbox right away (sbx run) claims first and creates only on nil.
+func (e *Engine) Claim(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	pr, err := e.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := e.claim(ctx, req, pr)
+	return sb.view(), err
+}
+
 // claimable reports whether req asks for nothing a pool's sandbox cannot
 // be given after its boot.
 func claimable(req CreateRequest) bool {
@@ -77,6 +90,8 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 				continue // another claim, or the filler, took it
 			}
 			os.Remove(filepath.Join(e.membersDir(def.Name), id))
+			// Not waited for, and in the CLI started only once the
+			// claimer's first command had its turn (DeferPoolFills).
 			defer e.kickFill(def.Name, RefillDelay)
 			rec, err := e.readRecord(e.claimingPath(id))
 			if err != nil || rec.State != StateRunning || rec.ImageDigest != img.Digest {
@@ -129,27 +144,34 @@ func (e *Engine) finishClaim(ctx context.Context, def *poolDef, sb *record, req 
 	sb.Created, sb.CreatorPid = time.Now().UTC(), os.Getpid()
 	sb.Secrets = secretNames(pr.Secrets)
 	setPersistFields(sb, req)
+	relink := sb.Linked && (sb.Network != pr.Network || !slices.Equal(sb.Allow, req.Allow))
+	if len(pr.Secrets) == 0 && !relink && sb.Timeout == "" {
+		// Nothing left to do after the record: it is saved once, final.
+		sb.CreatorPid = 0
+	}
 	if err := e.saveClaimed(sb); err != nil {
 		return nil, err
 	}
 	saved = true
-	if len(pr.Secrets) > 0 {
-		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
+	if sb.CreatorPid != 0 {
+		if len(pr.Secrets) > 0 {
+			if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
+				return nil, err
+			}
+		}
+		if relink {
+			if err := e.updateNetwork(ctx, sb, pr.Network, pr.Allow); err != nil {
+				return nil, err
+			}
+			sb.Network, sb.Allow = pr.Network, req.Allow
+		}
+		if err := e.startWatchdog(sb); err != nil {
 			return nil, err
 		}
-	}
-	if sb.Linked && (sb.Network != pr.Network || !slices.Equal(sb.Allow, req.Allow)) {
-		if err := e.updateNetwork(ctx, sb, pr.Network, pr.Allow); err != nil {
+		sb.CreatorPid = 0
+		if err := e.save(sb); err != nil {
 			return nil, err
 		}
-		sb.Network, sb.Allow = pr.Network, req.Allow
-	}
-	if err := e.startWatchdog(sb); err != nil {
-		return nil, err
-	}
-	sb.CreatorPid = 0
-	if err := e.save(sb); err != nil {
-		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))
@@ -159,15 +181,18 @@ func (e *Engine) finishClaim(ctx context.Context, def *poolDef, sb *record, req 
 }
 
 // saveClaimed makes a claimed sandbox's record sandbox.json, checking
-// that its name is free as reserve does.
+// that its name is free as reserve does. Without a name there is nothing
+// to check and no lock to take.
 func (e *Engine) saveClaimed(sb *record) error {
-	unlock, err := e.lockNames()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := e.nameFree(sb.Name); err != nil {
-		return err
+	if sb.Name != "" {
+		unlock, err := e.lockNames()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if err := e.nameFree(sb.Name); err != nil {
+			return err
+		}
 	}
 	if err := e.save(sb); err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,6 +31,48 @@ var fillHere atomic.Bool
 // process such as sbx serve.
 func FillPoolsInProcess() { fillHere.Store(true) }
 
+// deferFills: detached fillers start late (DeferPoolFills).
+var deferFills atomic.Bool
+
+// DeferPoolFills makes the detached fillers that claims of this process
+// start begin later: when the process calls StartPoolFills, or shortly
+// before the filler's delay ends, whichever is first. Starting a process
+// costs the CPU the claimer's first command needs; a pool's refill does
+// not start any later for it. A process that calls DeferPoolFills calls
+// StartPoolFills before it exits (the sbx CLI does, in main).
+func DeferPoolFills() { deferFills.Store(true) }
+
+// fillerStartup is how long before its delay ends a filler's sbx is
+// started: about what an sbx process takes to start on a loaded host.
+const fillerStartup = 50 * time.Millisecond
+
+// deferred are the fillers waiting to be started, by root and pool.
+var deferred struct {
+	sync.Mutex
+	m map[string]*deferredFill
+}
+
+type deferredFill struct {
+	e     *Engine
+	name  string
+	at    time.Time // when the filler is to start filling
+	lock  *os.File  // the filler's shared lock of fillers.lock, held
+	timer *time.Timer
+}
+
+// StartPoolFills starts every filler DeferPoolFills held back, each
+// waiting for what is left of its delay, and returns once they are
+// started.
+func StartPoolFills() {
+	deferred.Lock()
+	defer deferred.Unlock()
+	for k, d := range deferred.m {
+		d.timer.Stop()
+		d.e.spawnFill(d.name, time.Until(d.at), d.lock)
+		delete(deferred.m, k)
+	}
+}
+
 // kickFill starts pool name's filler in the background, after delay.
 func (e *Engine) kickFill(name string, delay time.Duration) {
 	if fillHere.Load() {
@@ -39,8 +83,82 @@ func (e *Engine) kickFill(name string, delay time.Duration) {
 		}()
 		return
 	}
-	args := []string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath, PoolFillCommand, "--delay", delay.String(), name}
-	cmd := exec.Command(e.opts.SbxPath, args...)
+	// The filler holds fillers.lock shared from now on, through its
+	// delay, so that pool rm waits for it: the lock is taken here and
+	// handed down to it.
+	lock, err := e.shareFillersLock(name)
+	if err != nil {
+		return // the pool is gone or being removed: nothing to refill
+	}
+	if !deferFills.Load() || delay <= fillerStartup {
+		e.spawnFill(name, delay, lock)
+		return
+	}
+	key := e.opts.Root + "\x00" + name
+	deferred.Lock()
+	defer deferred.Unlock()
+	if _, ok := deferred.m[key]; ok {
+		// One filler fills the pool for every claim of this process.
+		lock.Close()
+		return
+	}
+	if deferred.m == nil {
+		deferred.m = map[string]*deferredFill{}
+	}
+	d := &deferredFill{e: e, name: name, at: time.Now().Add(delay), lock: lock}
+	d.timer = time.AfterFunc(delay-fillerStartup, func() {
+		deferred.Lock()
+		defer deferred.Unlock()
+		if deferred.m[key] == d {
+			delete(deferred.m, key)
+			e.spawnFill(name, time.Until(d.at), lock)
+		}
+	})
+	deferred.m[key] = d
+}
+
+// shareFillersLock opens pool name's fillers.lock and takes it shared,
+// without waiting: pool rm holds it exclusively while it removes the pool.
+func (e *Engine) shareFillersLock(name string) (*os.File, error) {
+	f, err := os.Open(filepath.Join(e.poolDir(name), "fillers.lock"))
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// FillerLockFD is the descriptor on which a detached filler inherits its
+// shared lock of the pool's fillers.lock (FillPoolAfterLocked).
+const FillerLockFD = 3
+
+// shell runs a detached filler's delay: a shell and sleep start in a
+// fraction of what sbx takes, so that sbx starts only once its delay is
+// nearly over, not while the claimer's first commands run.
+var shell = sync.OnceValue(func() string {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		return ""
+	}
+	return "/bin/sh"
+})
+
+// spawnFill starts a detached sbx that fills pool name after delay,
+// handing it lock (fillersLock) and closing this process's copy.
+func (e *Engine) spawnFill(name string, delay time.Duration, lock *os.File) {
+	defer lock.Close()
+	delay = max(delay, 0)
+	fill := []string{e.opts.SbxPath, "--root", e.opts.Root, "--runsc", e.opts.RunscPath, PoolFillCommand,
+		"--lock-fd", strconv.Itoa(FillerLockFD)}
+	cmd := exec.Command(fill[0], append(fill[1:], "--delay", delay.String(), name)...)
+	if wait := delay - fillerStartup; wait > 0 && shell() != "" {
+		// If sleep fails, the filler starts at once, without delay.
+		cmd = exec.Command(shell(), append([]string{"-c", `sleep "$0"; exec "$@"`, fmt.Sprintf("%.3f", wait.Seconds())},
+			append(fill, "--delay", "0s", name)...)...)
+	}
+	cmd.ExtraFiles = []*os.File{lock} // FillerLockFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
@@ -65,6 +183,26 @@ func (e *Engine) FillPoolAfter(ctx context.Context, name string, delay time.Dura
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
 		return err
 	}
+	return e.fillAfter(ctx, name, delay)
+}
+
+// FillPoolAfterLocked is FillPoolAfter for a filler that inherited its
+// shared lock of the pool's fillers.lock, held, as held (a detached
+// filler, on FillerLockFD). It closes held.
+func (e *Engine) FillPoolAfterLocked(ctx context.Context, name string, delay time.Duration, held *os.File) error {
+	defer held.Close()
+	hfi, err := held.Stat()
+	if err != nil {
+		return fmt.Errorf("pool %s: the filler's lock: %w", name, err)
+	}
+	fi, err := os.Stat(filepath.Join(e.poolDir(name), "fillers.lock"))
+	if err != nil || !os.SameFile(fi, hfi) {
+		return nil // removed, perhaps made again: not this filler's pool
+	}
+	return e.fillAfter(ctx, name, delay)
+}
+
+func (e *Engine) fillAfter(ctx context.Context, name string, delay time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

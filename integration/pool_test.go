@@ -153,6 +153,36 @@ func TestPoolClaim(t *testing.T) {
 	e.assertClean(id)
 }
 
+// sbx run takes a pooled sandbox and runs its command in it, with the
+// run's environment; with --rm the sandbox goes, without it the sandbox
+// stays, listed and running as a fresh one would be.
+func TestPoolRun(t *testing.T) {
+	e := newEnv(t)
+	e.removePools()
+	e.ok("pool", "create", "warm", "--image", "busybox", "--size", "1", "--wait")
+	p := e.waitPoolFull("warm")
+	out := e.ok("run", "--rm", "--image", "busybox", "--env", "GREETING=hello", "--", "sh", "-c", `hostname; echo "$GREETING"`)
+	if want := p.Members[0][:12] + "\nhello\n"; out != want {
+		t.Fatalf("run from the pool printed %q, want %q (pool members %v)", out, want, p.Members)
+	}
+	if all := e.list(); len(all) != 0 {
+		t.Fatalf("run --rm left %+v", all)
+	}
+	e.assertClean(p.Members[0])
+
+	q := e.waitPoolFull("warm")
+	if slices.Contains(q.Members, p.Members[0]) {
+		t.Fatalf("refilled pool holds the claimed sandbox again: %+v", q)
+	}
+	host := strings.TrimSpace(e.ok("run", "--image", "busybox", "--", "hostname"))
+	all := e.list()
+	if len(all) != 1 || all[0].ID != q.Members[0] || host != all[0].ID[:12] || all[0].State != "running" {
+		t.Fatalf("after run without --rm: ls %+v, hostname %q; want %s running", all, host, q.Members[0])
+	}
+	e.ok("rm", "-f", all[0].ID)
+	e.assertClean(all[0].ID)
+}
+
 // Concurrent creates against a smaller pool all succeed, each with a
 // sandbox of its own.
 func TestPoolConcurrentClaims(t *testing.T) {

@@ -5,6 +5,14 @@ import (
 	"os"
 
 	"sbx.dev/sbx/cmd/sbx/commands"
+	"sbx.dev/sbx/engine"
 )
 
-func main() { os.Exit(commands.Main(os.Args)) }
+func main() {
+	// A pool's refill, started by a claim, begins once the claimer's
+	// command has had the CPU, or as this process ends.
+	engine.DeferPoolFills()
+	code := commands.Main(os.Args)
+	engine.StartPoolFills()
+	os.Exit(code)
+}

@@ -6,6 +6,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -173,7 +174,10 @@ var fillCommand = &cli.Command{
 	Name:      engine.PoolFillCommand,
 	Hidden:    true,
 	ArgsUsage: "NAME",
-	Flags:     []cli.Flag{&cli.DurationFlag{Name: "delay", Usage: "wait this long first"}},
+	Flags: []cli.Flag{
+		&cli.DurationFlag{Name: "delay", Usage: "wait this long first"},
+		&cli.IntFlag{Name: "lock-fd", Value: -1, Usage: "a descriptor of the pool's fillers.lock, held shared, inherited"},
+	},
 	Action: func(c *cli.Context) error {
 		a, err := clix.Args(c, 1, 1, "NAME")
 		if err != nil {
@@ -184,6 +188,9 @@ var fillCommand = &cli.Command{
 			return err
 		}
 		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+		if fd := c.Int("lock-fd"); fd >= 0 {
+			return e.FillPoolAfterLocked(context.Background(), a[0], c.Duration("delay"), os.NewFile(uintptr(fd), "fillers.lock"))
+		}
 		return e.FillPoolAfter(context.Background(), a[0], c.Duration("delay"))
 	},
 }

@@ -147,9 +147,17 @@ var runCommand = &cli.Command{
 		if err := clix.EnsurePulled(c, e, &req); err != nil {
 			return interruptedOr(in, err)
 		}
-		var sb *engine.Sandbox
+		// A pooled sandbox if a pool serves req: claimed and run in by
+		// this one process, as for a fresh one.
+		sb, err := e.Claim(in.ctx, req)
+		if err != nil {
+			return interruptedOr(in, err)
+		}
 		var code int
-		if c.Bool("rm") {
+		switch {
+		case sb != nil:
+			code, err = runIn(c, args, in, func(xreq engine.ExecRequest) (int, error) { return e.Exec(in.ctx, sb.ID, xreq) })
+		case c.Bool("rm"):
 			// The sandbox lives for this one command: its init can
 			// start it at boot.
 			code, err = runIn(c, args, in, func(xreq engine.ExecRequest) (int, error) {
@@ -161,7 +169,7 @@ var runCommand = &cli.Command{
 			if sb == nil {
 				return interruptedOr(in, clix.Exit(code, err))
 			}
-		} else {
+		default:
 			if sb, err = e.Create(in.ctx, req); err != nil {
 				return interruptedOr(in, err)
 			}
