@@ -7,7 +7,7 @@ SBX_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
-.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration bench lint clean containerd-tools shim
+.PHONY: help build builder base-rootfs bench-images deps demo test test-unit test-integration test-slow bench lint clean containerd-tools shim
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -119,6 +119,9 @@ test-unit: ## run the unit tests only
 
 test-integration: build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
+
+test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
+	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 SBX_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
 
 bench: deps build base-rootfs bench-images containerd-tools ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md

@@ -42,7 +42,6 @@ const (
 	// rootlessHostTable rejects the host's own addresses.
 	rootlessHostTable = "sbx_host"
 	rootlessStateFile = "usernet.json"
-	rootlessRunscFile = "runsc-userns"
 	rootlessNetnsLink = "netns"
 )
 
@@ -78,7 +77,7 @@ func (p procRef) kill() {
 // userNet is what SetupRootlessNetwork started, saved in the sandbox's
 // directory so that any later sbx process can update or tear it down.
 type userNet struct {
-	// Router holds U and R; Sandbox holds S.
+	// Router holds U, R and M; Sandbox holds S.
 	Router  procRef `json:"router"`
 	Sandbox procRef `json:"sandbox"`
 	Slirp   procRef `json:"slirp"`
@@ -107,64 +106,94 @@ func (u *userNet) save(dir string) error {
 	return os.WriteFile(filepath.Join(dir, rootlessStateFile), b, 0o600)
 }
 
-// RootlessNetworkMissing says what of the host's software a rootless
-// sandbox's network needs and is not there, with the fix; empty means
-// nothing.
-func RootlessNetworkMissing() []string {
-	var missing []string
+// RootlessNeed is something a rootless sandbox's network needs that the
+// host lacks, with its fix.
+type RootlessNeed struct {
+	What, Fix string
+}
+
+func (n RootlessNeed) String() string { return n.What + " (" + n.Fix + ")" }
+
+// tunDevice is the device slirp4netns opens to give the router its link.
+const tunDevice = "/dev/net/tun"
+
+// RootlessNetworkMissing says what a rootless sandbox's network needs
+// and this user lacks on this host (programs, a usable /dev/net/tun),
+// each with its fix; empty means nothing.
+func RootlessNetworkMissing() []RootlessNeed {
+	return rootlessNetworkMissing(exec.LookPath, tunDevice)
+}
+
+func rootlessNetworkMissing(lookPath func(string) (string, error), tun string) []RootlessNeed {
+	var missing []RootlessNeed
 	for _, p := range []struct{ bin, pkg string }{
 		{"slirp4netns", "slirp4netns"}, {"nsenter", "util-linux"}, {"unshare", "util-linux"},
 		{"ip", "iproute2"}, {"nft", "nftables"},
 	} {
-		if _, err := exec.LookPath(p.bin); err != nil {
-			missing = append(missing, fmt.Sprintf("%s (install %s)", p.bin, p.pkg))
+		if _, err := lookPath(p.bin); err != nil {
+			missing = append(missing, RootlessNeed{What: p.bin + " not found", Fix: "as root: apt-get install " + p.pkg})
 		}
 	}
-	if f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0); err != nil {
-		missing = append(missing, "/dev/net/tun not usable ("+err.Error()+"; udev's default mode is 0666)")
-	} else {
+	f, err := os.OpenFile(tun, os.O_RDWR, 0)
+	switch {
+	case err == nil:
 		f.Close()
+	case errors.Is(err, os.ErrNotExist):
+		missing = append(missing, RootlessNeed{What: tun + " does not exist", Fix: "as root: modprobe tun"})
+	default:
+		what := tun + " is not usable by this user"
+		if fi, serr := os.Stat(tun); serr == nil {
+			what += fmt.Sprintf(" (mode %04o)", fi.Mode().Perm())
+		}
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		missing = append(missing, RootlessNeed{
+			What: what + ": " + err.Error(),
+			Fix:  "as root: chmod 0666 " + tun + ` (udev's default; to keep it, a udev rule: KERNEL=="tun", MODE="0666")`,
+		})
 	}
 	return missing
 }
 
+// CheckRootlessNetwork refuses network mode for a rootless sandbox when
+// this host lacks what it needs, naming each with its fix.
+func CheckRootlessNetwork(mode string) error {
+	missing := RootlessNetworkMissing()
+	if len(missing) == 0 {
+		return nil
+	}
+	m := make([]string, len(missing))
+	for i, n := range missing {
+		m[i] = n.String()
+	}
+	return fmt.Errorf("--net %s without root: %s; see `sbx doctor`: %w", mode, strings.Join(m, "; "), errdefs.ErrFailedPrecondition)
+}
+
 // SetupRootlessNetwork makes a rootless sandbox's network (see above) for
 // a sandbox whose state directory is s.Dir; sbxPath is the sbx binary that
-// serves the resolver (`sbxPath resolverArgs... CFG`), runscPath the runsc
-// that RootlessRunsc is to run. The firewall is in place before the link
-// is up. On error nothing is left.
-func SetupRootlessNetwork(ctx context.Context, s NetworkSpec, sbxPath string, resolverArgs []string, runscPath string) (_ *Network, err error) {
-	if missing := RootlessNetworkMissing(); len(missing) > 0 {
-		return nil, fmt.Errorf("--net %s without root needs: %s: %w", s.Mode, strings.Join(missing, ", "), errdefs.ErrNotImplemented)
+// serves the resolver (`sbxPath resolverArgs... CFG`). runsc runs through
+// RootlessRunsc for as long as the network is up. The firewall is in
+// place before the link is up. On error nothing is left.
+func SetupRootlessNetwork(ctx context.Context, s NetworkSpec, sbxPath string, resolverArgs []string) (_ *Network, err error) {
+	if err := CheckRootlessNetwork(s.Mode); err != nil {
+		return nil, err
 	}
-	u := &userNet{}
 	var resolver *ResolverHandle
+	var u *userNet
 	defer func() {
 		if err != nil {
 			resolver.Stop()
-			u.stop()
+			if u != nil {
+				u.stop()
+			}
 			os.Remove(filepath.Join(s.Dir, rootlessStateFile)) //nolint:errcheck // may not exist
-			os.Remove(filepath.Join(s.Dir, rootlessRunscFile)) //nolint:errcheck // may not exist
 			os.Remove(filepath.Join(s.Dir, rootlessNetnsLink)) //nolint:errcheck // may not exist
 		}
 	}()
-	// U and R: the user is root of U.
-	router := exec.Command("sleep", "infinity")
-	router.SysProcAttr = &syscall.SysProcAttr{
-		Setsid:                     true,
-		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		GidMappingsEnableSetgroups: false,
-	}
-	if err := router.Start(); err != nil {
-		return nil, fmt.Errorf("user and network namespace: %w", err)
-	}
-	go router.Wait() //nolint:errcheck // reaped while this process lives
-	if u.Router, err = refOf(router.Process.Pid); err != nil {
-		return nil, err
-	}
-	if err := u.save(s.Dir); err != nil {
+	// U and R (and M), or those an overlay workspace made already.
+	if u, err = holdUserNS(s.Dir); err != nil {
 		return nil, err
 	}
 	// S, in U.
@@ -237,9 +266,6 @@ ip route add default via %s
 	if err != nil {
 		return nil, err
 	}
-	if err := writeRunscWrapper(s.Dir, u.Router.Pid, runscPath); err != nil {
-		return nil, err
-	}
 	// The spec names S by a path that stays the same across a pause,
 	// as a root sandbox's named namespace does: a checkpoint restores
 	// from the bundle written at create.
@@ -257,6 +283,78 @@ ip route add default via %s
 		}},
 		Resolver: resolver,
 	}, nil
+}
+
+// holdUserNS returns the namespaces of the sandbox whose state directory
+// is dir: those it has, or new ones. A process that sleeps holds them: a
+// user namespace U that maps the user to root, and in it a network
+// namespace (R, the router of a rootless network) and a mount namespace
+// (M, where the sandbox's overlay workspaces are mounted and runsc runs).
+func holdUserNS(dir string) (*userNet, error) {
+	if u, err := readUserNet(dir); err == nil && u.Router.alive() {
+		return u, nil
+	}
+	u := &userNet{}
+	router := exec.Command("sleep", "infinity")
+	router.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:                     true,
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+	}
+	if err := router.Start(); err != nil {
+		return nil, fmt.Errorf("user, network and mount namespaces: %w", err)
+	}
+	go router.Wait() //nolint:errcheck // reaped while this process lives
+	var err error
+	if u.Router, err = refOf(router.Process.Pid); err != nil {
+		router.Process.Kill() //nolint:errcheck // failed start
+		return nil, err
+	}
+	if err := u.save(dir); err != nil {
+		u.stop()
+		return nil, err
+	}
+	return u, nil
+}
+
+// MountRootlessOverlay mounts an overlayfs at merged for the rootless
+// sandbox whose state directory is dir, in its mount namespace M (made if
+// it has none): an unprivileged user may mount overlayfs in a user
+// namespace of its own (Linux 5.11), where runsc, run through
+// RootlessRunsc, and its gofer see it. The layer directories are opened
+// in M (overlayfs takes no layer on a mount of another namespace) and
+// given as /proc/self/fd of the mount(8) that inherits them, so that no
+// path is parsed as options; they are opened as the user, with the
+// user's rights only. Such a mount keeps its own extended attributes in
+// the user.overlay. namespace (userxattr), which needs redirect_dir
+// nofollow: a directory of the lower layer renamed is copied, as with
+// root's redirect_dir=off.
+func MountRootlessOverlay(ctx context.Context, dir, lower, upper, work, merged string) error {
+	u, err := holdUserNS(dir)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	const script = `exec 3<"$1" 4<"$2" 5<"$3" && exec mount -t overlay overlay -o nosuid,nodev,lowerdir=/proc/self/fd/3,upperdir=/proc/self/fd/4,workdir=/proc/self/fd/5,userxattr,redirect_dir=nofollow,metacopy=off,index=off "$4"`
+	cmd := exec.CommandContext(ctx, "nsenter", u.enterMount("sh", "-c", script, "sh", lower, upper, work, merged)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mount overlayfs in the user's namespace: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// StopRootlessNamespaces ends what holds the namespaces of a rootless
+// sandbox whose state directory is dir (and its network, if it has one),
+// and removes their files: its overlay mounts go with the last process in
+// M. It is idempotent.
+func StopRootlessNamespaces(dir string) error { return TeardownRootlessNetwork(dir, nil) }
+
+// enterMount is nsenter's arguments to run args as root of U in M.
+func (u *userNet) enterMount(args ...string) []string {
+	return append([]string{"--target=" + strconv.Itoa(u.Router.Pid), "--user", "--mount", "--preserve-credentials", "--"}, args...)
 }
 
 // enter is nsenter's arguments to run args as root of U (the user's own
@@ -404,33 +502,23 @@ func startSlirp(ctx context.Context, router int, logPath string) (procRef, error
 	return ref, nil
 }
 
-// writeRunscWrapper writes the program that runs runsc as root of U
-// (RootlessRunsc).
-func writeRunscWrapper(dir string, router int, runscPath string) error {
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		return err
-	}
-	script := fmt.Sprintf("#!/bin/sh\nexec %s --target=%d --user --preserve-credentials -- %s \"$@\"\n", shellQuote(nsenter), router, shellQuote(runscPath))
-	return os.WriteFile(filepath.Join(dir, rootlessRunscFile), []byte(script), 0o700)
-}
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// RootlessRunsc is the program to run runsc through for the rootless
-// sandbox whose state directory is dir while its network is up: runsc
-// must be root of the user namespace that owns the sandbox's network
-// namespace to join it. Empty means run runsc as it is (no rootless network, or it is down).
-func RootlessRunsc(dir string) string {
+// RootlessRunsc is what runsc runs through (runsc.Runsc's Wrapper) for
+// the rootless sandbox whose state directory is dir while it has
+// namespaces of its own (a network, overlay workspaces): nsenter into U,
+// as its root (the user's own credentials), which runsc must be to join
+// the sandbox's network namespace, and into M, where its overlay
+// workspaces are mounted. Nil means run runsc as it is (none, or they
+// are down).
+func RootlessRunsc(dir string) []string {
 	u, err := readUserNet(dir)
 	if err != nil || !u.Router.alive() {
-		return ""
+		return nil
 	}
-	p := filepath.Join(dir, rootlessRunscFile)
-	if _, err := os.Stat(p); err != nil {
-		return ""
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return nil
 	}
-	return p
+	return append([]string{nsenter}, u.enterMount()...)
 }
 
 // UpdateRootlessNetwork replaces a rootless sandbox's policy in its
@@ -483,7 +571,6 @@ func TeardownRootlessNetwork(dir string, resolver *ResolverHandle) error {
 	}
 	u.stop()
 	return errors.Join(
-		ignoreMissing(os.Remove(filepath.Join(dir, rootlessRunscFile))),
 		ignoreMissing(os.Remove(filepath.Join(dir, rootlessNetnsLink))),
 		ignoreMissing(os.Remove(filepath.Join(dir, rootlessStateFile))),
 	)
@@ -508,7 +595,7 @@ func RootlessLeftovers(dir string) []string {
 			}
 		}
 	}
-	for _, f := range []string{rootlessStateFile, rootlessRunscFile, rootlessNetnsLink} {
+	for _, f := range []string{rootlessStateFile, rootlessNetnsLink} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			left = append(left, "file "+f)
 		}

@@ -115,16 +115,22 @@ func (b *Builder) rootfs(ctx context.Context, o BaseOptions, logw io.Writer) err
 	return err
 }
 
-// Bootstrap installs Debian Suite with BasePackages with mmdebstrap, as
-// root, and stores it as the one-layer image name. mmdebstrap's output goes
+// Bootstrap installs Debian Suite with BasePackages with mmdebstrap and
+// stores it as the one-layer image name. As root mmdebstrap runs in its
+// root mode; without root in its unshare mode, in a user namespace mapped
+// to the user's subordinate IDs (RootlessMissing says what that needs). mmdebstrap's output goes
 // to logw. Temporary files go under workDir and are removed.
 func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, logw io.Writer) (overlay.Image, error) {
 	mm, err := exec.LookPath("mmdebstrap")
 	if err != nil {
 		return overlay.Image{}, fmt.Errorf("mmdebstrap not found (apt-get install mmdebstrap, or `make deps`): %w", errdefs.ErrNotFound)
 	}
+	mode := "--mode=root"
 	if os.Geteuid() != 0 {
-		return overlay.Image{}, fmt.Errorf("making the Debian root filesystem needs root: %w", errdefs.ErrNotImplemented)
+		if err := checkRootless(); err != nil {
+			return overlay.Image{}, fmt.Errorf("making the Debian root filesystem: %w", err)
+		}
+		mode = "--mode=unshare"
 	}
 	if err := os.MkdirAll(workDir, 0o700); err != nil {
 		return overlay.Image{}, err
@@ -135,8 +141,20 @@ func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, 
 	}
 	defer os.RemoveAll(tmp)
 	out := filepath.Join(tmp, "rootfs.tar")
+	chroots := tmp
+	if mode == "--mode=unshare" {
+		// The chroot belongs to the first subordinate ID, which must
+		// reach it: not under the user's own 0700 directories.
+		if chroots, err = os.MkdirTemp(unshareTmp(), "sbx-mmdebstrap-"); err != nil {
+			return overlay.Image{}, err
+		}
+		defer os.RemoveAll(chroots)
+		if err := os.Chmod(chroots, 0o711); err != nil {
+			return overlay.Image{}, err
+		}
+	}
 	args := []string{
-		"--mode=root", "--variant=apt", "--format=tar",
+		mode, "--variant=apt", "--format=tar",
 		"--include=" + strings.Join(BasePackages, ","),
 		"--dpkgopt=path-exclude=/usr/share/man/*",
 		"--dpkgopt=path-exclude=/usr/share/doc/*",
@@ -146,7 +164,7 @@ func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, 
 	}
 	cmd := exec.CommandContext(ctx, mm, args...)
 	cmd.Stdout, cmd.Stderr = logw, logw
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "DEBIAN_FRONTEND=noninteractive")
+	cmd.Env = append(os.Environ(), "TMPDIR="+chroots, "DEBIAN_FRONTEND=noninteractive")
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			return overlay.Image{}, fmt.Errorf("mmdebstrap interrupted: %w", ctx.Err())
@@ -167,4 +185,13 @@ func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, 
 		},
 		History: "mmdebstrap --variant=apt " + Suite + " " + strings.Join(BasePackages, " "),
 	})
+}
+
+// unshareTmp is where mmdebstrap's unshare mode makes its chroot: on disk
+// (/var/tmp) where there is one, for a chroot of several hundred MB.
+func unshareTmp() string {
+	if fi, err := os.Stat("/var/tmp"); err == nil && fi.IsDir() && fi.Mode()&os.ModeSticky != 0 && fi.Mode()&0o002 != 0 {
+		return "/var/tmp"
+	}
+	return "/tmp"
 }

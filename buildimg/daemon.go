@@ -58,16 +58,11 @@ func (d *Daemon) idle() time.Duration {
 
 // Acquire makes sure the daemon runs, starting it if needed, and keeps it
 // from stopping until release is called: callers hold it for the length of
-// one build. Starting needs root (the daemon gets its own network
-// namespace).
+// one build. Without root, starting needs the user's subordinate IDs and
+// newuidmap (RootlessMissing).
 func (d *Daemon) Acquire(ctx context.Context) (release func(), err error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("building images needs root (sbx runs buildkitd in its own network namespace): %w", errdefs.ErrNotImplemented)
-	}
-	for _, b := range []string{d.Buildkitd, d.Supervisor, d.Runtime, d.Runsc} {
-		if _, err := os.Stat(b); err != nil {
-			return nil, fmt.Errorf("%s missing (run `make`): %w", b, errdefs.ErrNotFound)
-		}
+	if err := d.Check(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
 		return nil, err
@@ -97,6 +92,20 @@ func (d *Daemon) Acquire(ctx context.Context) (release func(), err error) {
 		}
 		use.Close()
 	}, nil
+}
+
+// Check says what is missing for the daemon to start: its binaries, and
+// without root what RootlessMissing names.
+func (d *Daemon) Check() error {
+	for _, b := range []string{d.Buildkitd, d.Supervisor, d.Runtime, d.Runsc} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%s missing (run `make`): %w", b, errdefs.ErrNotFound)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return checkRootless()
+	}
+	return nil
 }
 
 // answers reports whether something accepts connections on the socket.
@@ -216,8 +225,10 @@ func alive(pid int) bool {
 // Supervise runs buildkitd for d until it has been idle for d.Idle, or
 // until SIGTERM or SIGINT, then stops it and cleans up after it: its
 // socket, and any build step's sandbox it left behind. It is the body of
-// the sbx-buildkitd binary; the process must be root.
+// the sbx-buildkitd binary. Run by an unprivileged user, it runs buildkitd
+// as root of a user namespace of its own (see rootless.go).
 func Supervise(ctx context.Context, d Daemon) error {
+	rootless := os.Geteuid() != 0
 	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
 		return err
 	}
@@ -228,15 +239,22 @@ func Supervise(ctx context.Context, d Daemon) error {
 		return err
 	}
 	defer os.Remove(d.path("supervisor.pid"))
-	worker := ociworker.Config{Runsc: d.Runsc, Root: d.path("runsc"), Platform: d.Platform}
+	worker := ociworker.Config{Runsc: d.Runsc, Root: d.path("runsc"), Platform: d.Platform, Rootless: rootless}
+	if rootless {
+		// The daemon's PID namespace ended every step's sandbox with
+		// it; what is left is runsc's state, owned by the user.
+		_ = os.RemoveAll(worker.Root)
+	}
 	if err := os.MkdirAll(worker.Root, 0o700); err != nil {
 		return err
 	}
-	worker.Cleanup(ctx)
+	if !rootless {
+		worker.Cleanup(ctx)
+	}
 	_ = os.Remove(d.socket())
 	defer os.Remove(d.socket())
 
-	cmd := exec.Command(d.Buildkitd,
+	args := []string{d.Buildkitd,
 		"--root", d.path("state"),
 		"--addr", d.Addr(),
 		"--group", "0",
@@ -244,20 +262,37 @@ func Supervise(ctx context.Context, d Daemon) error {
 		"--oci-worker=true",
 		"--oci-worker-binary", d.Runtime,
 		"--oci-worker-net=host",
-	)
+	}
+	var cmd *exec.Cmd
+	start := func() error { return cmd.Start() }
+	if rootless {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		// BuildKit's own rootless mode: no cgroups or /sys in the
+		// steps' specs; its trace socket under Dir, not /run.
+		args = append(args, "--rootless", "--otel-socket-path", d.path("otel-grpc.sock"))
+		if cmd, start, err = rootlessCommand(self, args); err != nil {
+			return err
+		}
+	} else {
+		cmd = exec.Command(args[0], args[1:]...)
+		// No network: the daemon resolves images only from sbx's
+		// store, and build steps run with gVisor's --network=none
+		// anyway. Its own mount namespace (private: Go remounts /
+		// with MS_PRIVATE for CLONE_NEWNS in Unshareflags): the
+		// snapshot mounts of its steps never show on the host and
+		// vanish with it, even when it is killed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:   syscall.CLONE_NEWNET,
+			Unshareflags: syscall.CLONE_NEWNS,
+			Pdeathsig:    syscall.SIGKILL,
+		}
+	}
 	cmd.Env = append(os.Environ(), worker.Env()...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	// No network: the daemon resolves images only from sbx's store, and
-	// build steps run with gVisor's --network=none anyway. Its own mount
-	// namespace (private: Go remounts / with MS_PRIVATE for CLONE_NEWNS
-	// in Unshareflags): the snapshot mounts of its steps never show on the
-	// host and vanish with it, even when it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:   syscall.CLONE_NEWNET,
-		Unshareflags: syscall.CLONE_NEWNS,
-		Pdeathsig:    syscall.SIGKILL,
-	}
-	if err := cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		return fmt.Errorf("start buildkitd: %w", err)
 	}
 	started := time.Now()
@@ -278,13 +313,17 @@ func Supervise(ctx context.Context, d Daemon) error {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-		worker.Cleanup(ctx)
+		if !rootless {
+			worker.Cleanup(ctx)
+		}
 		return nil
 	}
 	for {
 		select {
 		case err := <-exited:
-			worker.Cleanup(ctx)
+			if !rootless {
+				worker.Cleanup(ctx)
+			}
 			return fmt.Errorf("buildkitd exited: %v", err)
 		case s := <-sigs:
 			return stop(s.String())

@@ -7,7 +7,11 @@
 // (Supervise, the sbx-buildkitd binary), which stops it when it has been
 // idle for a while. That buildkitd has no network (its own network
 // namespace), and its OCI worker runs every RUN step under gVisor through
-// sbx-buildkit-runtime (runsc-sandbox/ociworker).
+// sbx-buildkit-runtime (runsc-sandbox/ociworker). For an unprivileged user
+// the supervisor runs buildkitd as root of user, mount, network and PID
+// namespaces of the user's own, mapped to the user's subordinate IDs
+// (rootless.go; docs/decisions/0027-rootless-builds.md); its RUN steps
+// still run under gVisor.
 //
 // Images come from and go to sbx's own store (overlay): every stored image
 // is offered to the build as a named context, so `FROM <image>` resolves

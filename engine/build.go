@@ -69,18 +69,30 @@ func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, er
 }
 
 // BuildBase builds the default image (buildimg.BaseImage) if the store
-// lacks it, and returns it.
+// lacks it, and returns it. Without root it first copies it from the
+// shared image store if root published it there; else it builds it as
+// root does, in the user's namespaces (docs/decisions/0027), if the host
+// allows (buildimg.RootlessMissing).
 func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image, error) {
 	if e.rootless {
-		if req.Status != nil {
-			close(req.Status)
-		}
 		img, err := e.fromShared(ctx, DefaultImage)
 		if !errors.Is(err, errdefs.ErrNotFound) {
+			if req.Status != nil {
+				close(req.Status)
+			}
 			return img, err
 		}
-		return overlay.Image{}, fmt.Errorf("the default image %s is not in this store nor in the shared store %s, and building images needs root: ask root to run `sbx image share %s`, import one (sbx image import base FILE.tar) or use --image busybox: %w",
-			DefaultImage, e.SharedImages(), DefaultImage, errdefs.ErrNotImplemented)
+		if err := e.BuilderCheck(); err != nil {
+			if req.Status != nil {
+				close(req.Status)
+			}
+			shared := "there is no shared image store"
+			if dir := e.SharedImages(); dir != "" {
+				shared = "the shared image store " + dir + " lacks it"
+			}
+			return overlay.Image{}, fmt.Errorf("the default image %s is not in this store, %s, and it cannot be built here (%w); ask root to run `sbx image share %s`, import one (sbx image import base FILE.tar) or use --image busybox",
+				DefaultImage, shared, err, DefaultImage)
+		}
 	}
 	img, err := e.builder().BuildBase(ctx, buildimg.BaseOptions{
 		WorkDir:       filepath.Join(e.opts.Root, "buildkit"),
@@ -97,4 +109,17 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 // StopBuilder stops the buildkitd sbx runs for this root, if it runs.
 func (e *Engine) StopBuilder(ctx context.Context) error {
 	return e.builder().Daemon.Stop(ctx)
+}
+
+// BuilderCheck says what is missing for this engine to build images (and
+// the default image) itself: nil when it can, or when it builds with an
+// existing buildkitd (Options.BuildkitAddr). Without root that is the
+// builder's binaries, newuidmap and newgidmap, and the user's subordinate
+// IDs (docs/decisions/0027-rootless-builds.md).
+func (e *Engine) BuilderCheck() error {
+	b := e.builder()
+	if b.Addr != "" {
+		return nil
+	}
+	return b.Daemon.Check()
 }

@@ -227,8 +227,8 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		}}, append(netMounts, caMounts...)...),
 		NetworkNamespace: netns,
 		UserNamespace:    e.rootless,
-		HostUID:          hostID(e.rootless && netns != "", os.Getuid()),
-		HostGID:          hostID(e.rootless && netns != "", os.Getgid()),
+		HostUID:          hostID(e.inUserNS(id), os.Getuid()),
+		HostGID:          hostID(e.inUserNS(id), os.Getgid()),
 		CgroupsPath:      e.sandboxCgroup(sb),
 		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
@@ -339,20 +339,18 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		return policy.Request{}, err
 	}
 	// A rootless request's limits are checked against what this host
-	// lets its user enforce (rootlessLimits), not refused outright.
-	explicit := req.Explicit
-	if e.rootless {
-		if _, _, err := e.rootlessLimits(explicit); err != nil {
-			return policy.Request{}, err
-		}
-		explicit = nil
-	}
+	// lets its user enforce, not refused outright.
+	unenforceable, why := e.unenforceable()
 	pr, err := policy.Validate(policy.Request{
 		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
 		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
-		Rootless: e.rootless, Explicit: explicit, Secrets: secrets,
+		Rootless: e.rootless, Explicit: req.Explicit, Unenforceable: unenforceable, UnenforceableWhy: why,
+		Secrets: secrets,
 	})
 	if err != nil {
+		return pr, err
+	}
+	if err := e.checkRootlessNetwork(pr.Network); err != nil {
 		return pr, err
 	}
 	if req.Name != "" {

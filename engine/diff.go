@@ -188,15 +188,16 @@ func (l *layer) readlink(rel string) (string, error) {
 }
 
 // opaque reports whether upper directory rel hides the lower one whole
-// (it was removed and made again in the sandbox).
-func (l *layer) opaque(rel string) bool {
+// (it was removed and made again in the sandbox): overlayfs marked it
+// with xattr (workspace.opaqueXattr).
+func (l *layer) opaque(rel, xattr string) bool {
 	d, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return false
 	}
 	defer d.Close()
 	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(int(d.Fd()), "trusted.overlay.opaque", buf)
+	n, err := unix.Fgetxattr(int(d.Fd()), xattr, buf)
 	return err == nil && string(buf[:n]) == "y"
 }
 
@@ -278,7 +279,7 @@ func (df *differ) dir(rel string, merged bool) error {
 	if err != nil {
 		return err
 	}
-	if merged && rel != "" && df.upper.opaque(rel) {
+	if merged && rel != "" && df.upper.opaque(rel, df.w.opaqueXattr()) {
 		merged = false
 		// Removed and made again: what the host has there goes, what
 		// the sandbox has is new (both are listed).

@@ -33,6 +33,10 @@ type workspace struct {
 	// Target is where the sandbox sees it.
 	Target  string    `json:"target"`
 	Created time.Time `json:"created"`
+	// Rootless: the overlayfs is mounted in the sandbox's own user
+	// namespace (assembly.MountRootlessOverlay) and keeps its extended
+	// attributes in user.overlay.* rather than trusted.overlay.*.
+	Rootless bool `json:"rootless,omitempty"`
 
 	dir string
 }
@@ -40,6 +44,18 @@ type workspace struct {
 func (w *workspace) upper() string  { return filepath.Join(w.dir, "upper") }
 func (w *workspace) work() string   { return filepath.Join(w.dir, "work") }
 func (w *workspace) merged() string { return filepath.Join(w.dir, "merged") }
+
+// opaqueXattr is the extended attribute that marks a directory of w's
+// upper layer opaque. Only overlayfs can set it: it refuses its own
+// namespace to writes through the mount, while the other one is any
+// user's (a sandbox could set user.overlay.opaque on a root-mounted
+// workspace, and must not hide the host's files from a diff with it).
+func (w *workspace) opaqueXattr() string {
+	if w.Rootless {
+		return "user.overlay.opaque"
+	}
+	return "trusted.overlay.opaque"
+}
 
 func (e *Engine) workspacesDir(id string) string {
 	return filepath.Join(e.sandboxDir(id), "workspaces")
@@ -54,7 +70,7 @@ func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm [
 		if !m.Overlay {
 			continue
 		}
-		w := &workspace{Source: sm[i].Source, Target: m.Target, Created: time.Now().UTC(),
+		w := &workspace{Source: sm[i].Source, Target: m.Target, Created: time.Now().UTC(), Rootless: e.rootless,
 			dir: filepath.Join(e.workspacesDir(id), strconv.Itoa(n))}
 		n++
 		if err := os.MkdirAll(w.dir, 0o700); err != nil {
@@ -71,8 +87,12 @@ func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm [
 		if err := unix.Stat(w.Source, &st); err != nil {
 			return fmt.Errorf("host directory %s: %w", w.Source, err)
 		}
-		if err := os.Chown(w.upper(), int(st.Uid), int(st.Gid)); err != nil {
-			return err
+		if !w.Rootless {
+			// Rootless, the user's own: others' are unmapped in the
+			// sandbox's user namespace anyway.
+			if err := os.Chown(w.upper(), int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
 		}
 		// Not subject to the umask.
 		if err := unix.Chmod(w.upper(), st.Mode&0o7777); err != nil {
@@ -85,8 +105,8 @@ func (e *Engine) makeWorkspaces(ctx context.Context, id string, ms []Mount, sm [
 		if err := os.WriteFile(filepath.Join(w.dir, "workspace.json"), b, 0o600); err != nil {
 			return err
 		}
-		undo.Add(func() { unmountWorkspace(w) })
-		if err := mountWorkspace(w); err != nil {
+		undo.Add(func() { e.unmountWorkspaces(id) }) //nolint:errcheck // best effort undo
+		if err := e.mountWorkspace(ctx, id, w); err != nil {
 			return fmt.Errorf("overlay workspace of %s at %s: %w", w.Source, w.Target, err)
 		}
 		sm[i].Source = w.merged()
@@ -123,8 +143,10 @@ func (e *Engine) mountWorkspaces(id string) error {
 		return err
 	}
 	for _, w := range ws {
-		unmountWorkspace(w)
-		if err := mountWorkspace(w); err != nil {
+		if !w.Rootless {
+			unmountWorkspace(w)
+		}
+		if err := e.mountWorkspace(context.Background(), id, w); err != nil {
 			return fmt.Errorf("overlay workspace of %s at %s: %w", w.Source, w.Target, err)
 		}
 	}
@@ -140,6 +162,12 @@ func (e *Engine) unmountWorkspaces(id string) error {
 	}
 	var errs []error
 	for _, w := range ws {
+		if w.Rootless {
+			// In the sandbox's mount namespace, which goes with the
+			// process that holds it (and the gofer).
+			errs = append(errs, assembly.StopRootlessNamespaces(e.sandboxDir(id)))
+			continue
+		}
 		errs = append(errs, unmountWorkspace(w))
 	}
 	return errors.Join(errs...)
@@ -164,7 +192,15 @@ func unmountWorkspace(w *workspace) error {
 // swapped in since create) is parsed by the kernel. redirect_dir and
 // metacopy are off: every changed file is whole in the upper directory,
 // and a renamed directory is copied, so the upper alone tells the changes.
-func mountWorkspace(w *workspace) error {
+// A rootless workspace is mounted in the sandbox's own user and mount
+// namespaces (assembly.MountRootlessOverlay), as the user.
+func (e *Engine) mountWorkspace(ctx context.Context, id string, w *workspace) error {
+	if w.Rootless {
+		if _, err := os.Stat(w.Source); err != nil {
+			return fmt.Errorf("host directory %s: %w", w.Source, errdefs.ErrNotFound)
+		}
+		return assembly.MountRootlessOverlay(ctx, e.sandboxDir(id), w.Source, w.upper(), w.work(), w.merged())
+	}
 	var fds []int
 	defer func() {
 		for _, fd := range fds {
@@ -211,7 +247,7 @@ func (e *Engine) forkWorkspaces(ctx context.Context, spec *specs.Spec, parent, i
 		return err
 	}
 	for n, pw := range ws {
-		w := &workspace{Source: pw.Source, Target: pw.Target, Created: pw.Created,
+		w := &workspace{Source: pw.Source, Target: pw.Target, Created: pw.Created, Rootless: pw.Rootless,
 			dir: filepath.Join(e.workspacesDir(id), strconv.Itoa(n))}
 		if err := os.MkdirAll(w.dir, 0o700); err != nil {
 			return err

@@ -216,15 +216,8 @@ func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxes
 // runscFor is the runsc wrapper for sandbox sb: the same global flags for
 // every call on it.
 func (e *Engine) runscFor(sb *record) *runsc.Runsc {
-	path := e.opts.RunscPath
-	if sb.Rootless && sb.Linked {
-		// As root of the user namespace that owns its network namespace.
-		if w := assembly.RootlessRunsc(e.sandboxDir(sb.ID)); w != "" {
-			path = w
-		}
-	}
-	return assembly.Runsc(assembly.RunscConfig{
-		Path:          path,
+	r := assembly.Runsc(assembly.RunscConfig{
+		Path:          e.opts.RunscPath,
 		Root:          filepath.Join(e.opts.Root, "runsc"),
 		Platform:      e.opts.Platform,
 		DebugLogDir:   e.opts.DebugLog,
@@ -236,6 +229,12 @@ func (e *Engine) runscFor(sb *record) *runsc.Runsc {
 		// still inside gVisor (docs/security.md).
 		AllowSUID: true,
 	})
+	if sb.Rootless {
+		// As root of the user namespace that owns its network namespace
+		// and its overlay workspaces' mounts, if it has them.
+		r.Wrapper = assembly.RootlessRunsc(e.sandboxDir(sb.ID))
+	}
+	return r
 }
 
 // cgroupPath is the cgroup runsc puts sandbox id in (root only).

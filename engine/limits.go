@@ -3,10 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -54,21 +52,27 @@ func (e *Engine) Limits() LimitsReport {
 	return r
 }
 
-// rootlessLimits checks the limits of a rootless request: one the caller
-// set explicitly that cannot hold here refuses the create; the others
-// that cannot are recorded as unenforced. It returns the limits that do
-// not hold and the delegation to use (zero: none).
-func (e *Engine) rootlessLimits(explicit []string) ([]string, assembly.Delegation, error) {
+// unenforceable names the limits a new sandbox of this engine cannot
+// have enforced, and why, for policy.Validate to refuse any of them asked
+// for explicitly: root's, none; an unprivileged user's, those Limits
+// reports unenforced. The others that cannot hold are recorded as
+// unenforced (setRootlessLimits).
+func (e *Engine) unenforceable() ([]string, string) {
 	if !e.rootless {
-		return nil, assembly.Delegation{}, nil
+		return nil, ""
 	}
 	rep := e.Limits()
-	for _, x := range explicit {
-		if slices.Contains(rep.Unenforced, x) {
-			return nil, assembly.Delegation{}, fmt.Errorf("--%s cannot be enforced for an unprivileged user on this host: %s; see `sbx doctor`: %w", x, rep.Why, errdefs.ErrInvalidArgument)
-		}
+	return rep.Unenforced, "for an unprivileged user on this host: " + rep.Why + "; see `sbx doctor`"
+}
+
+// unenforceableLive names the limits an update cannot change on running
+// sandbox sb, and why: a rootless sandbox's cgroup, delegated or none,
+// keeps the limits it was created with.
+func unenforceableLive(sb *record) ([]string, string) {
+	if !sb.Rootless {
+		return nil, ""
 	}
-	return rep.Unenforced, rep.Delegated, nil
+	return []string{"cpus", "memory"}, "on a running sandbox of an unprivileged user (its limits are set when it is created)"
 }
 
 // sandboxCgroup is sandbox sb's cgroup: root's under /sbx, a rootless

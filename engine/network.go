@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -37,7 +39,7 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 	if sb.Rootless {
 		// Namespaces the user owns, with user-mode networking
 		// (docs/decisions/0022-rootless-network.md).
-		n, err = assembly.SetupRootlessNetwork(ctx, spec, e.opts.SbxPath, []string{ResolverCommand}, e.opts.RunscPath)
+		n, err = assembly.SetupRootlessNetwork(ctx, spec, cmp.Or(e.helperPath(), e.opts.SbxPath), []string{ResolverCommand})
 	} else {
 		n, err = assembly.SetupNetwork(ctx, spec, assembly.ResolverProcess{Exe: e.opts.SbxPath, Args: []string{ResolverCommand}})
 	}
@@ -111,12 +113,74 @@ func (e *Engine) resumeNetwork(ctx context.Context, sb *record, undo *assembly.U
 	return err
 }
 
+// RootlessNetworkMissing says what a rootless sandbox's --net open or
+// allow needs and this user lacks on this host, each with its fix; empty
+// means nothing (and always for root).
+func (e *Engine) RootlessNetworkMissing() []assembly.RootlessNeed {
+	if !e.rootless {
+		return nil
+	}
+	return assembly.RootlessNetworkMissing()
+}
+
+// checkRootlessNetwork refuses, before anything is made, a rootless
+// sandbox with a network the host cannot give this user.
+func (e *Engine) checkRootlessNetwork(mode string) error {
+	if !e.rootless || mode == policy.NetNone {
+		return nil
+	}
+	return assembly.CheckRootlessNetwork(mode)
+}
+
+// inUserNS reports whether runsc runs for sandbox id as root of a user
+// namespace of the user's (rootless, with a network or overlay
+// workspaces: runscFor's Wrapper).
+func (e *Engine) inUserNS(id string) bool {
+	return e.rootless && assembly.RootlessRunsc(e.sandboxDir(id)) != nil
+}
+
 // hostID is the ID a rootless sandbox's user namespace maps root to: the
-// user's own, or, when runsc runs as root of the user namespace that owns
-// the sandbox's network namespace (inUserNS), that namespace's root.
+// user's own, or, when runsc runs as root of a user namespace of the
+// user's (inUserNS), that namespace's root.
 func hostID(inUserNS bool, id int) uint32 {
 	if inUserNS {
 		return 0
 	}
 	return uint32(id)
+}
+
+// forkNetwork gives fork sb of parent, whose spec is its parent's, a
+// network of its own. Root's forks get none (their record says so), and
+// so does a fork of a rootless sandbox without a network. A rootless
+// parent with one ran as root of a user namespace of the user's, which
+// its checkpoint's ID mapping records and a restore must match: its fork
+// gets namespaces of its own in the same way, with its parent's network
+// mode and policy, on the same addresses (every rootless sandbox's link
+// is alike), which its restored network stack keeps.
+func (e *Engine) forkNetwork(ctx context.Context, parent, sb *record, spec *specs.Spec, undo *assembly.Undo) error {
+	if !sb.Rootless || !parent.Linked || spec.Linux == nil {
+		return nil
+	}
+	sb.Network, sb.Allow, sb.DNS = parent.Network, parent.Allow, parent.DNS
+	allow, err := policy.ParseAllowList(sb.Allow)
+	if err != nil {
+		return err
+	}
+	netns, mounts, err := e.linkNetwork(ctx, sb, allow, undo)
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	for i, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			spec.Linux.Namespaces[i].Path = netns
+		}
+	}
+	for _, m := range mounts {
+		for i := range spec.Mounts {
+			if spec.Mounts[i].Destination == m.Destination {
+				spec.Mounts[i].Source = m.Source
+			}
+		}
+	}
+	return nil
 }

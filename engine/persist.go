@@ -480,6 +480,9 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	spec.Hostname = sb.ShortID()
 	spec.Root.Path = rootfs
 	e.setRootlessLimits(sb)
+	if err := e.forkNetwork(ctx, parent, sb, spec, &undo); err != nil {
+		return nil, err
+	}
 	spec.Linux.CgroupsPath = e.sandboxCgroup(sb)
 	spec.Annotations["dev.sbx.sandbox.id"] = id
 	for i, kv := range spec.Process.Env {

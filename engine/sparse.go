@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -103,8 +104,25 @@ func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) erro
 	if err := e.checkLargeFiles(ctx, sb); err != nil {
 		return err
 	}
-	pr, pw, err := os.Pipe()
+	// runsc opens the file by name: a FIFO in the sandbox's directory.
+	// Not our pipe's end by /proc/PID/fd: a rootless sandbox's runsc may
+	// run in a user namespace of its own, which may not open the fds of
+	// a process outside it. hold, a writer of ours, keeps the reader
+	// from an end of file before runsc opens the FIFO; closed once runsc
+	// has exited, it lets the reader see the end after the last byte.
+	fifo := filepath.Join(e.sandboxDir(sb.ID), "upper.fifo")
+	os.Remove(fifo) //nolint:errcheck // a leftover, if any
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		return fmt.Errorf("export filesystem changes: %w", err)
+	}
+	defer os.Remove(fifo)
+	hold, err := os.OpenFile(fifo, os.O_RDWR, 0)
 	if err != nil {
+		return err
+	}
+	pr, err := os.Open(fifo)
+	if err != nil {
+		hold.Close()
 		return err
 	}
 	defer pr.Close()
@@ -112,9 +130,8 @@ func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) erro
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		// runsc opens the file by name: our pipe's write end, by /proc.
-		err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), pw.Fd()))
-		pw.Close()
+		err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, fifo)
+		hold.Close()
 		if err != nil {
 			err = fmt.Errorf("export filesystem changes: %w", err)
 		}

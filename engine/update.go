@@ -62,9 +62,11 @@ func (e *Engine) Update(ctx context.Context, ref string, req UpdateRequest) (*Sa
 	if req.Memory != nil {
 		mem, explicit = *req.Memory, append(explicit, "memory")
 	}
+	unenforceable, why := unenforceableLive(sb)
 	pr, err := policy.Validate(policy.Request{
 		CPUs: cpus, Memory: mem, Pids: sb.Pids, Disk: sb.Disk,
 		Network: mode, Allow: allow, DNS: sb.DNS, Rootless: sb.Rootless, Explicit: explicit,
+		Unenforceable: unenforceable, UnenforceableWhy: why,
 	})
 	if err != nil {
 		return nil, err

@@ -276,8 +276,6 @@ func (e *Engine) resolveMounts(ms []Mount) ([]specs.Mount, error) {
 			return nil, fmt.Errorf("mount at %s: an overlay workspace needs a host directory: %w", m.Target, errdefs.ErrInvalidArgument)
 		case m.Overlay && m.ReadOnly:
 			return nil, fmt.Errorf("mount at %s: an overlay workspace cannot be read-only: %w", m.Target, errdefs.ErrInvalidArgument)
-		case m.Overlay && e.rootless:
-			return nil, fmt.Errorf("-v %s:%s:overlay: overlay workspaces need root (sbx mounts an overlayfs on the host); use :ro or :rw rootless: %w", m.Source, m.Target, errdefs.ErrNotImplemented)
 		case m.Volume != "":
 			if err := policy.CheckVolumeName(m.Volume); err != nil {
 				return nil, err

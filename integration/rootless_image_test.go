@@ -162,7 +162,7 @@ func TestRootlessDoctor(t *testing.T) {
 		t.Fatalf("doctor lists no %s:\n%s", name, r.stdout)
 		return "", ""
 	}
-	for _, name := range []string{"userns", "netstack", "limits", "subids", "images"} {
+	for _, name := range []string{"userns", "netstack", "limits", "builds", "images"} {
 		line, fix := find(name)
 		if !strings.HasPrefix(line, "ok") && fix == "" {
 			t.Errorf("doctor's %s is not ok and has no fix:\n%s", name, r.stdout)

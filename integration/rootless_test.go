@@ -53,11 +53,12 @@ func TestRootless(t *testing.T) {
 		}
 	}
 	assertOneLineError(t, e.run(nil, "create", "--memory", "1g"), "--memory")
-	// Builds need root; so does making the default image.
+	// Without the builder's binaries beside sbx, builds say what is
+	// missing (rootless builds: rootless_build_test.go).
 	ctxDir := filepath.Join(e.root, "..", "ctx")
 	os.MkdirAll(ctxDir, 0o755)
 	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM scratch\nCOPY Dockerfile /\n"), 0o644)
-	assertOneLineError(t, e.run(nil, "image", "build", "-t", "x", ctxDir), "needs root")
+	assertOneLineError(t, e.run(nil, "image", "build", "-t", "x", ctxDir), "buildkitd missing")
 	assertOneLineError(t, e.run(nil, "run", "--rm", "--", "true"), "--image busybox")
 	e.ok("rm", "-f", id)
 	e.assertClean(id)

@@ -420,13 +420,3 @@ func TestVolumeOverlayRefused(t *testing.T) {
 	id := e.create()
 	assertOneLineError(t, e.run(nil, "diff", id), "no overlay workspace")
 }
-
-func TestVolumeOverlayRootlessRefused(t *testing.T) {
-	e := newRootlessEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := e.run(nil, "create", "--image", "busybox", "-v", dir+":/work:overlay")
-	assertOneLineError(t, r, "overlay workspaces need root")
-}

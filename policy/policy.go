@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,11 +51,17 @@ type Request struct {
 	Env     []string
 	Workdir string
 	// Rootless is true when the sandbox is started by an unprivileged
-	// user: no cgroup limits can be set.
+	// user: its spec gets no cgroup limits (Resources).
 	Rootless bool
-	// Explicit names the limits the user set rather than defaulted; a
-	// rootless request may not set them.
+	// Explicit names the limits the user set rather than defaulted
+	// ("cpus", "memory", ...).
 	Explicit []string
+	// Unenforceable names the limits the host cannot enforce for this
+	// sandbox, as the caller found (an unprivileged user without a
+	// delegated cgroup): asking for one explicitly is refused, with
+	// UnenforceableWhy in the message.
+	Unenforceable    []string
+	UnenforceableWhy string
 	// Secrets are the --secret values, loaded (LoadSecrets).
 	Secrets []Secret
 }
@@ -130,9 +137,15 @@ var checks = []check{
 		}
 		return nil
 	}},
-	{"rootless-limits", func(r Request) error {
-		if r.Rootless && len(r.Explicit) > 0 {
-			return fmt.Errorf("--%s: resource limits need root (cgroups are not available to an unprivileged user)", r.Explicit[0])
+	{"unenforceable-limits", func(r Request) error {
+		for _, x := range r.Explicit {
+			if slices.Contains(r.Unenforceable, x) {
+				why := r.UnenforceableWhy
+				if why == "" {
+					why = "on this host"
+				}
+				return fmt.Errorf("--%s cannot be enforced %s", x, why)
+			}
 		}
 		return nil
 	}},

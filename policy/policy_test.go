@@ -90,7 +90,11 @@ func TestValidate(t *testing.T) {
 		{"net unknown", Request{Network: "bogus"}, "--net"},
 		{"env no equals", Request{Env: []string{"FOO"}}, "FOO"},
 		{"workdir relative", Request{Workdir: "tmp"}, "--workdir"},
-		{"rootless limit", Request{Rootless: true, Explicit: []string{"memory"}}, "--memory"},
+		{"unenforceable limit asked for", Request{Explicit: []string{"pids", "memory"}, Unenforceable: []string{"cpus", "memory"}, UnenforceableWhy: "for an unprivileged user here"}, "--memory cannot be enforced for an unprivileged user here"},
+		{"unenforceable limit defaulted", Request{Unenforceable: []string{"cpus", "memory"}}, ""},
+		{"enforceable limit asked for", Request{Explicit: []string{"pids"}, Unenforceable: []string{"cpus", "memory"}}, ""},
+		// Whether a limit holds is the caller's to say, rootless or not.
+		{"rootless limit the host enforces", Request{Rootless: true, Explicit: []string{"memory", "cpus"}}, ""},
 		{"rootless defaults", Request{Rootless: true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

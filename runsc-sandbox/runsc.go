@@ -36,6 +36,11 @@ import (
 type Runsc struct {
 	// Path is the runsc binary.
 	Path string
+	// Wrapper, if set, is the program and arguments runsc is run
+	// through: every command is Wrapper, then Path and its arguments
+	// (e.g. nsenter into a user namespace, for a rootless sandbox with a
+	// network).
+	Wrapper []string
 	// Root is runsc's state directory (--root).
 	Root string
 	// Platform is the gVisor platform (--platform); empty means runsc's
@@ -102,7 +107,11 @@ func (r *Runsc) globalArgs() []string {
 func (r *Runsc) command(ctx context.Context, sub string, args ...string) *exec.Cmd {
 	full := append(r.globalArgs(), sub)
 	full = append(full, args...)
-	cmd := exec.CommandContext(ctx, r.Path, full...)
+	name := r.Path
+	if len(r.Wrapper) > 0 {
+		name, full = r.Wrapper[0], append(append(append([]string{}, r.Wrapper[1:]...), r.Path), full...)
+	}
+	cmd := exec.CommandContext(ctx, name, full...)
 	// A runsc helper must never be killed with us by a terminal's SIGINT
 	// to the process group: sbx decides what to do with signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

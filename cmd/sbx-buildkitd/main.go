@@ -1,5 +1,7 @@
 // Command sbx-buildkitd runs buildkitd for sbx and stops it when it has
-// been idle; sbx starts it on demand (buildimg.Daemon.Acquire).
+// been idle; sbx starts it on demand (buildimg.Daemon.Acquire). Run by an
+// unprivileged user, it runs buildkitd in a user namespace of that user's
+// (buildimg.UsernsInit is this binary's other role).
 package main
 
 import (
@@ -12,6 +14,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == buildimg.UsernsInitArg {
+		os.Exit(buildimg.UsernsInit(os.Args[2:]))
+	}
 	var d buildimg.Daemon
 	flag.StringVar(&d.Dir, "dir", "", "state directory")
 	flag.StringVar(&d.Buildkitd, "buildkitd", "", "buildkitd binary")

@@ -18,7 +18,9 @@
 //
 // Its configuration comes from the environment of buildkitd, which sbx
 // sets: EnvRunsc (the runsc binary), EnvRoot (runsc's state directory) and
-// EnvPlatform (gVisor's platform, optional).
+// EnvPlatform (gVisor's platform, optional) and EnvRootless (set to 1 when
+// buildkitd runs as root of an unprivileged user's namespace: runsc then
+// gets --ignore-cgroups, as the host's cgroups are not the user's).
 //
 // It knows nothing of images or of sbx's store; it only rewrites a command
 // line.
@@ -42,6 +44,7 @@ const (
 	EnvRunsc    = "SBX_OCIWORKER_RUNSC"
 	EnvRoot     = "SBX_OCIWORKER_ROOT"
 	EnvPlatform = "SBX_OCIWORKER_PLATFORM"
+	EnvRootless = "SBX_OCIWORKER_ROOTLESS"
 )
 
 // globalWithValue are runc's global flags that take a separate value.
@@ -58,11 +61,13 @@ type Config struct {
 	Runsc    string
 	Root     string
 	Platform string
+	// Rootless adds --ignore-cgroups.
+	Rootless bool
 }
 
 // ConfigFromEnv reads the Config from the environment.
 func ConfigFromEnv() (Config, error) {
-	c := Config{Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform)}
+	c := Config{Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform), Rootless: os.Getenv(EnvRootless) == "1"}
 	if c.Runsc == "" || c.Root == "" {
 		return c, fmt.Errorf("%s and %s must be set (this program is run by sbx's buildkitd)", EnvRunsc, EnvRoot)
 	}
@@ -93,7 +98,7 @@ func (c Config) known(id string) bool {
 }
 
 func (c Config) runsc() *runsc.Runsc {
-	return &runsc.Runsc{Path: c.Runsc, Root: c.Root, Platform: c.Platform, Network: "none", Overlay: "none", GoferNetNS: "new"}
+	return &runsc.Runsc{Path: c.Runsc, Root: c.Root, Platform: c.Platform, Network: "none", Overlay: "none", GoferNetNS: "new", IgnoreCgroups: c.Rootless}
 }
 
 // Env is the environment that makes the runtime use c.
@@ -101,6 +106,9 @@ func (c Config) Env() []string {
 	env := []string{EnvRunsc + "=" + c.Runsc, EnvRoot + "=" + c.Root}
 	if c.Platform != "" {
 		env = append(env, EnvPlatform+"="+c.Platform)
+	}
+	if c.Rootless {
+		env = append(env, EnvRootless+"=1")
 	}
 	return env
 }
@@ -125,6 +133,9 @@ func (c Config) Translate(in []string) (out []string, sub, id string) {
 	out = []string{"--root", c.Root, "--overlay2=none", "--network=none", "--gofer-network-namespace=new"}
 	if c.Platform != "" {
 		out = append(out, "--platform="+c.Platform)
+	}
+	if c.Rootless {
+		out = append(out, "--ignore-cgroups")
 	}
 	i := 0
 	// Global flags, up to the subcommand.

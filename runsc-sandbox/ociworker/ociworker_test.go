@@ -2,6 +2,7 @@ package ociworker
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +38,22 @@ func TestTranslate(t *testing.T) {
 				t.Fatalf("Translate(%q)\n got %q %q %q\nwant %q %q %q", tc.in, got, sub, id, tc.want, tc.sub, tc.id)
 			}
 		})
+	}
+}
+
+// A rootless buildkitd's steps run without the host's cgroups.
+func TestTranslateRootless(t *testing.T) {
+	c := Config{Runsc: "/bin/runsc", Root: "/r", Rootless: true}
+	got, _, _ := c.Translate([]string{"--rootless=true", "run", "--bundle", "/b", "id1"})
+	want := []string{"--root", "/r", "--overlay2=none", "--network=none", "--gofer-network-namespace=new", "--ignore-cgroups", "run", "--bundle", "/b", "id1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	for _, kv := range c.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	if env, err := ConfigFromEnv(); err != nil || !env.Rootless {
+		t.Fatalf("Env %q does not carry Rootless", c.Env())
 	}
 }

@@ -62,8 +62,17 @@ func EnsureDefaultImage(c *cli.Context, e *engine.Engine, req engine.CreateReque
 		return nil
 	}
 	if e.Rootless() {
-		_, err := e.BuildBase(c.Context, engine.BaseRequest{}) // says why it cannot
-		return err
+		// Taken from the shared store, or refused with what is missing:
+		// no progress to show. Otherwise built below like root's.
+		shared := false
+		if s, err := e.SharedStore(); err == nil {
+			_, gerr := s.Get(c.Context, engine.DefaultImage)
+			shared = gerr == nil
+		}
+		if shared || e.BuilderCheck() != nil {
+			_, err := e.BuildBase(c.Context, engine.BaseRequest{})
+			return err
+		}
 	}
 	w := c.App.ErrWriter
 	if w == nil {

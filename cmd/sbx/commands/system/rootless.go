@@ -1,13 +1,9 @@
 package system
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"os/user"
 	"strconv"
 	"strings"
 
@@ -27,11 +23,11 @@ type rootlessItem struct {
 }
 
 // rootlessReport checks what an unprivileged user needs: user namespaces
-// (sandboxes run in one), a user-mode network stack (--net open/allow),
-// cgroup delegation (--cpus, --memory), subordinate IDs (rootless builds
-// of the default image) and the shared image store (the default image).
+// (sandboxes run in one), user-mode networking (--net open/allow),
+// cgroup delegation (--cpus, --memory), image builds (newuidmap and
+// subordinate IDs) and the shared image store (the default image).
 func rootlessReport(ctx context.Context, e *engine.Engine) []rootlessItem {
-	return []rootlessItem{userns(), netstack(), delegation(e), subIDs(), sharedImages(ctx, e)}
+	return []rootlessItem{userns(), netstack(e), delegation(e), builds(e), sharedImages(ctx, e)}
 }
 
 func readSysctl(p string) (int, bool) {
@@ -65,20 +61,22 @@ func userns() rootlessItem {
 	return it
 }
 
-func netstack() rootlessItem {
+// netstack checks what --net open and allow need without root:
+// slirp4netns and the tools that build the namespaces, and a
+// /dev/net/tun the user may open.
+func netstack(e *engine.Engine) rootlessItem {
 	it := rootlessItem{name: "netstack"}
-	var found []string
-	for _, b := range []string{"pasta", "passt", "slirp4netns"} {
-		if p, err := exec.LookPath(b); err == nil {
-			found = append(found, p)
-		}
-	}
-	if len(found) == 0 {
-		it.detail = "no user-mode network stack (pasta/passt or slirp4netns): rootless sandboxes get --net none only"
-		it.fix = "as root: apt-get install passt (or slirp4netns)"
+	missing := e.RootlessNetworkMissing()
+	if len(missing) == 0 {
+		it.ok, it.detail = true, "--net open and allow through slirp4netns"
 		return it
 	}
-	it.ok, it.detail = true, "user-mode networking: "+strings.Join(found, ", ")
+	what, fixes := make([]string, len(missing)), make([]string, len(missing))
+	for i, n := range missing {
+		what[i], fixes[i] = n.What, n.Fix
+	}
+	it.detail = "--net open and allow unavailable (--net none only): " + strings.Join(what, "; ")
+	it.fix = strings.Join(fixes, "; ")
 	return it
 }
 
@@ -98,50 +96,18 @@ func delegation(e *engine.Engine) rootlessItem {
 	return it
 }
 
-// subIDs checks /etc/subuid and /etc/subgid for the user: what
-// mmdebstrap's unshare mode maps to build an image without root.
-func subIDs() rootlessItem {
-	it := rootlessItem{name: "subids"}
-	u, err := user.Current()
-	if err != nil {
+// builds reports whether this user can build images (sbx image build,
+// and the default image on first use): in a user namespace of the user's
+// subordinate IDs, mapped by newuidmap (docs/decisions/0027).
+func builds(e *engine.Engine) rootlessItem {
+	it := rootlessItem{name: "builds"}
+	if err := e.BuilderCheck(); err != nil {
 		it.detail = err.Error()
+		it.fix = "as root: apt-get install uidmap; usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER"
 		return it
 	}
-	var missing []string
-	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-		if !hasSubIDs(f, u.Username, u.Uid) {
-			missing = append(missing, f)
-		}
-	}
-	if len(missing) > 0 {
-		it.detail = "no subordinate IDs for " + u.Username + " in " + strings.Join(missing, " and ") + " (only rootless image builds with mmdebstrap --mode=unshare need them; sbx's sandboxes do not)"
-		it.fix = "as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 " + u.Username
-		return it
-	}
-	it.ok, it.detail = true, "subordinate IDs for "+u.Username+" in /etc/subuid and /etc/subgid"
+	it.ok, it.detail = true, "sbx image build and the default image in your own user namespace (RUN steps under gVisor)"
 	return it
-}
-
-func hasSubIDs(path, name, uid string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	return scanSubIDs(f, name, uid)
-}
-
-func scanSubIDs(r io.Reader, name, uid string) bool {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Split(strings.TrimSpace(sc.Text()), ":")
-		if len(fields) == 3 && (fields[0] == name || fields[0] == uid) {
-			if n, err := strconv.Atoi(fields[2]); err == nil && n > 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func sharedImages(ctx context.Context, e *engine.Engine) rootlessItem {
