@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/overlay"
@@ -157,6 +158,10 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 		return nil, err
 	}
 	start := time.Now()
+	// Its memory is in the recorded checkpoint: kill the sandbox at
+	// once, so that the kernel frees that memory while runsc delete is
+	// still starting.
+	killSandboxProcess(sb)
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, fmt.Errorf("sandbox %s is paused, but stopping its processes failed: %w", sb.ShortID(), err)
 	}
@@ -165,6 +170,24 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
 	sb.State = StatePaused
 	return sb.view(), e.save(sb)
+}
+
+// killSandboxProcess sends SIGKILL to sb's sandbox process (the sentry),
+// if it is still the one recorded. runsc delete, which follows, reaps
+// what is left: the gofer, runsc's state.
+func killSandboxProcess(sb *record) {
+	if sb.Pid <= 0 {
+		return
+	}
+	fd, err := unix.PidfdOpen(sb.Pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	// Checked once the pidfd is open: the PID cannot be reused since.
+	if assembly.SameProcess(sb.Pid, sb.PidStart) {
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) //nolint:errcheck // runsc delete kills it otherwise
+	}
 }
 
 // checkpointable refuses a sandbox whose memory cannot be checkpointed:

@@ -5,7 +5,10 @@
 //	go run ./integration/bench/persist -bin bin -out docs/benchmarks.md
 //
 // It needs root and the built binaries in -bin. Everything it creates lives
-// in a temporary state root, removed at the end.
+// in a temporary state root, removed at the end. -only runs some of the
+// measurements (snapshot, setup, pause, fork); -base DIR also times the sbx
+// in DIR on the same sandboxes, alternating with -bin's, in a column of
+// its own: two builds compared in one run.
 package main
 
 import (
@@ -26,13 +29,20 @@ import (
 
 type bench struct {
 	bin, root string
-	rows      [][]string
+	// base is the sbx binary compared against, or "".
+	base string
+	// load0 is the load average at the start; runs the repetitions.
+	load0 string
+	runs  int
+	rows  [][]string
 }
 
 func main() {
 	bin := flag.String("bin", "bin", "directory with sbx, sbx-init, runsc and images/")
 	out := flag.String("out", "docs/benchmarks.md", "markdown file to update")
-	runs := flag.Int("runs", 3, "repetitions of the quick measurements (median reported)")
+	runs := flag.Int("runs", 3, "repetitions of each measurement (median reported)")
+	only := flag.String("only", "snapshot,setup,pause,fork", "comma-separated measurements to run")
+	base := flag.String("base", "", "directory with another sbx to time alongside (before/after)")
 	flag.Parse()
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
@@ -42,15 +52,32 @@ func main() {
 	if err != nil {
 		benchexit.Fatal(err)
 	}
-	b := &bench{bin: abs, root: root}
+	b := &bench{bin: abs, root: root, load0: loadavg(), runs: *runs}
+	if *base != "" {
+		if b.base, err = filepath.Abs(filepath.Join(*base, "sbx")); err != nil {
+			benchexit.Fatal(err)
+		}
+	}
 	defer b.cleanup()
 	benchexit.AtExit(b.cleanup)
 
-	b.snapshots(*runs)
-	b.setupCache(*runs)
-	b.pauseResume(64, *runs)
-	b.pauseResume(512, 1)
-	b.fork(10)
+	want := map[string]bool{}
+	for _, m := range strings.Split(*only, ",") {
+		want[strings.TrimSpace(m)] = true
+	}
+	if want["snapshot"] {
+		b.snapshots(*runs)
+	}
+	if want["setup"] {
+		b.setupCache(*runs)
+	}
+	if want["pause"] {
+		b.pauseResume(64, *runs)
+		b.pauseResume(512, *runs)
+	}
+	if want["fork"] {
+		b.fork(10)
+	}
 
 	if err := b.write(*out); err != nil {
 		benchexit.Fatal(err)
@@ -66,12 +93,16 @@ func (b *bench) cleanup() {
 }
 
 func (b *bench) sbx(args ...string) (string, error) {
+	return b.sbxWith(filepath.Join(b.bin, "sbx"), args...)
+}
+
+func (b *bench) sbxWith(bin string, args ...string) (string, error) {
 	if len(args) > 0 && args[0] == "create" {
 		// The tiny test image: what is measured is sbx's work on a
 		// sandbox's changes, not the image.
 		args = append([]string{"create", "--image", "busybox"}, args[1:]...)
 	}
-	c := exec.Command(filepath.Join(b.bin, "sbx"), args...)
+	c := exec.Command(bin, args...)
 	c.Env = append(os.Environ(), "SBX_ROOT="+b.root)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
@@ -94,6 +125,39 @@ func (b *bench) timed(args ...string) time.Duration {
 	start := time.Now()
 	b.must(args...)
 	return time.Since(start)
+}
+
+// timedBase runs the base sbx (-base) and returns how long it took.
+func (b *bench) timedBase(args ...string) time.Duration {
+	start := time.Now()
+	if _, err := b.sbxWith(b.base, args...); err != nil {
+		benchexit.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// alternate runs measure, and with -base measureBase, in turns: base
+// first in even rounds, last in odd ones, so that neither always follows
+// the same work.
+func (b *bench) alternate(round int, measure, measureBase func()) {
+	switch {
+	case b.base == "":
+		measure()
+	case round%2 == 0:
+		measureBase()
+		measure()
+	default:
+		measure()
+		measureBase()
+	}
+}
+
+// baseCell is the base sbx's median, or nothing without -base.
+func (b *bench) baseCell(ds []time.Duration) []string {
+	if b.base == "" {
+		return nil
+	}
+	return []string{ms(median(ds))}
 }
 
 // runsc runs the pinned runsc with the global flags sbx uses for sandbox id.
@@ -148,22 +212,35 @@ func ratio(sbx, raw time.Duration) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
-func (b *bench) row(cells ...string) { b.rows = append(b.rows, cells) }
+// row adds a table row: operation, sbx, raw runsc, note, then the base
+// sbx's time with -base.
+func (b *bench) row(op, sbx, raw, note string, base ...string) {
+	r := []string{op, sbx, raw, note}
+	if b.base != "" {
+		r = append(r, append(base, "")[0])
+	}
+	b.rows = append(b.rows, r)
+}
 
 // snapshots: sbx snapshot of 10 and 100 MiB of changes vs raw runsc tar.
 func (b *bench) snapshots(runs int) {
 	for _, mib := range []int{10, 100} {
 		id := b.must("create")
 		b.must("exec", id, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /root/changes", mib<<20))
-		var sbxT, rawT []time.Duration
+		var sbxT, rawT, baseT []time.Duration
 		for i := 0; i < runs; i++ {
-			sbxT = append(sbxT, b.timed("snapshot", "-t", fmt.Sprintf("bench-snap-%d-%d", mib, i), id))
+			b.alternate(i, func() {
+				sbxT = append(sbxT, b.timed("snapshot", "-t", fmt.Sprintf("bench-snap-%d-%d", mib, i), id))
+			}, func() {
+				baseT = append(baseT, b.timedBase("snapshot", "-t", fmt.Sprintf("bench-base-%d-%d", mib, i), id))
+			})
 			tmp := filepath.Join(b.root, "upper.tar")
 			rawT = append(rawT, b.runsc(id, "tar", "rootfs-upper", "--file", tmp, id))
 			os.Remove(tmp)
 		}
 		b.row(fmt.Sprintf("snapshot, %d MiB of changes", mib), ms(median(sbxT)), ms(median(rawT))+" (`runsc tar rootfs-upper`)",
-			ratio(median(sbxT), median(rawT))+"; sbx adds a scan for sparse files, sorting, zstd and storing the layer (written once, hashed as it streams, fsynced)")
+			ratio(median(sbxT), median(rawT))+"; sbx adds a scan for sparse files, a sorted copy, zstd, two SHA-256 (blob and diff_id) and storing the layer (fsynced)",
+			b.baseCell(baseT)...)
 		b.must("rm", "-f", id)
 	}
 	b.must("image", "prune")
@@ -200,10 +277,15 @@ func (b *bench) pauseResume(mib, runs int) {
 	// sandbox memory and go into the checkpoint.
 	b.must("exec", id, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /tmp/resident", mib<<20))
 	b.must("exec", "-d", id, "--", "sh", "-c", "while true; do sleep 1; done")
-	var pause, resume, rawCk, rawRestore []time.Duration
+	var pause, resume, rawCk, rawRestore, basePause, baseResume []time.Duration
 	for i := 0; i < runs; i++ {
-		pause = append(pause, b.timed("pause", id))
-		resume = append(resume, b.timed("resume", id))
+		b.alternate(i, func() {
+			pause = append(pause, b.timed("pause", id))
+			resume = append(resume, b.timed("resume", id))
+		}, func() {
+			basePause = append(basePause, b.timedBase("pause", id))
+			baseResume = append(baseResume, b.timedBase("resume", id))
+		})
 
 		// Raw: checkpoint the running sandbox, restore it as another
 		// container from a copy of its bundle.
@@ -219,9 +301,11 @@ func (b *bench) pauseResume(mib, runs int) {
 		os.RemoveAll(rawDir)
 	}
 	b.row(fmt.Sprintf("pause, %d MiB resident", mib), ms(median(pause)), ms(median(rawCk))+" (`runsc checkpoint`)",
-		ratio(median(pause), median(rawCk))+"; sbx adds checksumming the checkpoint (XXH64) and stopping the sandbox")
+		ratio(median(pause), median(rawCk))+"; sbx adds checksumming the checkpoint (XXH64) and stopping the sandbox (the kernel freeing its memory, runsc delete, its cgroup)",
+		b.baseCell(basePause)...)
 	b.row(fmt.Sprintf("resume, %d MiB resident", mib), ms(median(resume)), ms(median(rawRestore))+" (`runsc restore`)",
-		ratio(median(resume), median(rawRestore))+"; sbx adds verifying every checkpoint file and removing the checkpoint")
+		ratio(median(resume), median(rawRestore))+"; sbx adds verifying every checkpoint file and removing the checkpoint",
+		b.baseCell(baseResume)...)
 	b.must("rm", "-f", id)
 }
 
@@ -263,14 +347,28 @@ func (b *bench) fork(n int) {
 func (b *bench) write(path string) error {
 	var s strings.Builder
 	s.WriteString("## Persistence: snapshots, setup cache, pause/resume, fork\n\n")
-	fmt.Fprintf(&s, "Measured by `integration/bench/persist` on %s (%d CPUs); wall time of each command, median of the runs, on the busybox image. Raw runsc uses the same flags, bundle and checkpoint as sbx.\n\n",
-		time.Now().UTC().Format("2006-01-02"), cpus())
-	s.WriteString("| operation | sbx | raw runsc | note |\n| --- | --- | --- | --- |\n")
+	fmt.Fprintf(&s, "Produced by `make bench` (`go run ./integration/bench/persist -bin bin -out docs/benchmarks.md`) on %s (%d CPUs; load average (1 min) at start %s, at end %s: the machine is shared, compare rows of one run, not runs); wall time of each command, median of %d runs, on the busybox image. Raw runsc uses the same flags, bundle and checkpoint as sbx.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpus(), b.load0, loadavg(), b.runs)
+	if b.base != "" {
+		fmt.Fprintf(&s, "The last column is %s, timed alternately with the sbx measured, on the same sandboxes.\n\n", b.base)
+		s.WriteString("| operation | sbx | raw runsc | note | base sbx |\n| --- | --- | --- | --- | --- |\n")
+	} else {
+		s.WriteString("| operation | sbx | raw runsc | note |\n| --- | --- | --- | --- |\n")
+	}
 	for _, r := range b.rows {
 		s.WriteString("| " + strings.Join(r, " | ") + " |\n")
 	}
 	fmt.Print(s.String())
 	return benchdoc.WriteSection(path, "persist", s.String())
+}
+
+// loadavg is the 1-minute load average.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func cpus() int {
