@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/assembly/hostnet"
+	"sbx.dev/sbx/assembly/hostproc"
 )
 
 // gcPercent keeps an idle helper's heap close to what it uses: the
@@ -115,8 +116,7 @@ func (w *waitFlags) sandboxGone() bool {
 	if !ok || err1 != nil || err2 != nil || pid <= 0 {
 		return false
 	}
-	got, state, err := procStat(pid)
-	return err != nil || got != start || state == "Z" || state == "X"
+	return !hostproc.Same(pid, start)
 }
 
 // become replaces this process with the sbx command.
@@ -209,23 +209,4 @@ func unlinkSockets(fds []unix.PollFd) {
 			}
 		}
 	}
-}
-
-// procStat reads fields 3 (state) and 22 (start time) of /proc/PID/stat.
-func procStat(pid int) (start uint64, state string, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return start, f[0], err
 }

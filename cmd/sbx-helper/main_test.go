@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/assembly/hostproc"
 )
 
 // The test binary is also the helper (SBX_HELPER_TEST=main) and the sbx
@@ -53,7 +55,7 @@ func self(t *testing.T) string {
 
 func process(t *testing.T, pid int) string {
 	t.Helper()
-	start, _, err := procStat(pid)
+	start, err := hostproc.Start(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
