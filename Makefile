@@ -133,6 +133,7 @@ bench: deps build base-rootfs bench-images containerd-tools ## measure sbx again
 	$(GO) run ./integration/bench/pool -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/density -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/pull -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/rootless -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
