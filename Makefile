@@ -161,7 +161,7 @@ clean: ## remove build outputs
 # build takes about 14 CPU-minutes. `make k8s-test` runs pods with
 # runtimeClassName sbx under a real kubelet and the shim
 # (integration/k8s), then removes everything it started on the host.
-.PHONY: k8s-tools k8s-test
+.PHONY: k8s-tools k8s-test k8s-load k8s-bench
 K8S_VERSION := v1.37.2
 K8S_BIN     := $(BIN)/k8s
 K8S_TOOLS   := $(addprefix $(K8S_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
@@ -209,6 +209,12 @@ $(BIN)/containerd-shim-runc-v2:
 
 k8s-test: build shim containerd-tools k8s-tools installer-image $(BIN)/containerd-shim-runc-v2 e2b-sdk ## run the Kubernetes end-to-end tests (etcd, apiserver, kubelet, containerd with the shim; as root)
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 $(GO) test -count=1 -timeout 30m -v ./integration/k8s/
+
+k8s-load: build shim containerd-tools k8s-tools e2b-sdk ## 20 E2B SDK clients × 50 commands through `sbx serve --backend kubernetes` on the test cluster (as root)
+	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 SBX_K8S_LOAD=1 $(GO) test -count=1 -timeout 30m -run TestServeKubeLoad -v ./integration/k8s/
+
+k8s-bench: build shim containerd-tools k8s-tools ## measure `sbx serve --backend kubernetes` beside local on the test cluster; writes docs/benchmarks.md (as root)
+	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 SBX_K8S_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestBenchServeKube -v ./integration/k8s/ -out docs/benchmarks.md
 
 # --- E2B SDK for the serve tests ---------------------------------------------
 # The integration tests of `sbx serve` drive it with the real E2B JavaScript

@@ -34,10 +34,11 @@ on loopback only. With --tenants FILE (made with 'sbx tenant add') every call
 needs a tenant's key in X-API-Key, and each tenant sees only its own
 sandboxes and snapshots. See docs/api.md.
 
-With --kubeconfig FILE the server runs no sandbox on this host: each one is
-a pod with runtimeClassName sbx on the cluster, which the cluster's
-scheduler places; --template NAME=IMAGE maps E2B templateIDs to the images
-the pods run. See "Placing sandboxes on Kubernetes" in docs/api.md.`,
+With --backend kubernetes --kubeconfig FILE the server runs no sandbox on
+this host: each one is a pod with runtimeClassName sbx on the cluster, which
+the cluster's scheduler places; --template NAME=IMAGE maps E2B templateIDs
+to the images the pods run. --kubeconfig alone implies --backend kubernetes.
+See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "address to listen on"},
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (sbx tenant add)", EnvVars: []string{"SBX_TENANTS"}},
@@ -45,20 +46,60 @@ the pods run. See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
 		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
-		&cli.StringFlag{Name: "kubeconfig", Usage: "place sandboxes on this Kubernetes cluster as pods (its current context) instead of on this host"},
-		&cli.StringFlag{Name: "namespace", Usage: "with --kubeconfig: namespace of the sandboxes' pods (default: the context's, else default)"},
-		&cli.StringFlag{Name: "runtime-class", Value: "sbx", Usage: "with --kubeconfig: the pods' runtimeClassName"},
-		&cli.StringSliceFlag{Name: "template", Usage: "with --kubeconfig: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
-		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --kubeconfig: the pods' imagePullPolicy"},
-		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --kubeconfig: CPU cores each pod requests and is limited to (default 2)"},
-		&cli.StringFlag{Name: "pod-memory", Usage: "with --kubeconfig: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
+		&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
+		&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
+		&cli.StringFlag{Name: "runtime-class", Value: "sbx", Usage: "with --backend kubernetes: the pods' runtimeClassName"},
+		&cli.StringSliceFlag{Name: "template", Usage: "with --backend kubernetes: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
+		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
+		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
+		&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
 	},
 	Action: run,
+}
+
+// The backends of --backend.
+const (
+	backendLocal      = "local"
+	backendKubernetes = "kubernetes"
+)
+
+// kubeFlags are the flags that only the kubernetes backend takes.
+var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "image-pull-policy", "pod-cpus", "pod-memory"}
+
+// backend is the backend the flags ask for: --backend, else kubernetes
+// when --kubeconfig is given, else local. A flag of the kubernetes backend
+// given with the local one, or the kubernetes backend without
+// --kubeconfig, is a usage error naming the flag.
+func backend(c *cli.Context) (string, error) {
+	b := c.String("backend")
+	if !c.IsSet("backend") && c.IsSet("kubeconfig") {
+		b = backendKubernetes
+	}
+	switch b {
+	case backendLocal:
+		for _, f := range kubeFlags {
+			if c.IsSet(f) {
+				return "", fmt.Errorf("--%s places sandboxes on Kubernetes: it needs --backend kubernetes, not local", f)
+			}
+		}
+	case backendKubernetes:
+		if c.String("kubeconfig") == "" {
+			return "", errors.New("--backend kubernetes needs --kubeconfig FILE, the cluster to place sandboxes on")
+		}
+	default:
+		return "", fmt.Errorf("--backend %q: want %s or %s", b, backendLocal, backendKubernetes)
+	}
+	return b, nil
 }
 
 func run(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return clix.UsageError(fmt.Errorf("serve takes no arguments, got %q", c.Args().Slice()))
+	}
+	be, err := backend(c)
+	if err != nil {
+		return clix.UsageError(err)
 	}
 	level := slog.LevelInfo
 	if c.String("log-level") == "debug" {
@@ -87,8 +128,8 @@ func run(c *cli.Context) error {
 		Logger: log, DefaultNetwork: c.String("default-network"),
 	}
 	var root string
-	if kc := c.String("kubeconfig"); kc != "" {
-		if cfg.Kube, err = kubeConfig(c, kc); err != nil {
+	if be == backendKubernetes {
+		if cfg.Kube, err = kubeConfig(c, c.String("kubeconfig")); err != nil {
 			return clix.UsageError(err)
 		}
 		if root = c.String("root"); root == "" {
@@ -97,11 +138,6 @@ func run(c *cli.Context) error {
 		cfg.StateDir = filepath.Join(root, "serve")
 		root = "kubernetes " + cfg.Kube.Client.Server() + " namespace " + cfg.Kube.Namespace
 	} else {
-		for _, f := range []string{"namespace", "template"} {
-			if c.IsSet(f) {
-				return clix.UsageError(fmt.Errorf("--%s places sandboxes on Kubernetes: give --kubeconfig too", f))
-			}
-		}
 		if cfg.Engine, err = clix.Engine(c); err != nil {
 			return err
 		}
@@ -183,7 +219,7 @@ func kubeConfig(c *cli.Context, path string) (*serve.KubeConfig, error) {
 		kc.Templates[name] = image
 	}
 	if len(kc.Templates) == 0 {
-		return nil, fmt.Errorf("--kubeconfig: give at least one --template NAME=IMAGE (the image a templateID's pods run)")
+		return nil, errors.New("--backend kubernetes: give at least one --template NAME=IMAGE (the image a templateID's pods run)")
 	}
 	return kc, nil
 }
