@@ -41,6 +41,10 @@ type Options struct {
 	BuildArgs map[string]string
 	// Status, if set, receives BuildKit's progress; Build closes it.
 	Status chan *client.SolveStatus
+	// Image, if set, finds the images FROM names, putting them in the
+	// store (e.g. from a shared store, or building the default image);
+	// nil: the store's Get.
+	Image func(ctx context.Context, name string) (overlay.Image, error)
 }
 
 // Builder builds Dockerfiles into an sbx image store.
@@ -172,11 +176,15 @@ func (b *Builder) prepare(ctx context.Context, o Options) (*prepared, error) {
 		// Equal input gives an equal image: no build time in the config.
 		attrs["build-arg:SOURCE_DATE_EPOCH"] = "0"
 	}
+	get := b.Store.Get
+	if o.Image != nil {
+		get = o.Image
+	}
 	for _, r := range refs {
 		if r.name == "" {
 			continue
 		}
-		img, err := b.Store.Get(ctx, r.name)
+		img, err := get(ctx, r.name)
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%s:%d: image %q is not in sbx's store (pull it first: sbx image pull %s): %w",
 				df, r.line, r.name, r.name, errdefs.ErrNotFound)

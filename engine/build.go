@@ -59,12 +59,13 @@ func (e *Engine) builder() *buildimg.Builder {
 }
 
 // Build builds a Dockerfile with BuildKit; every RUN step runs under
-// gVisor. FROM names images in the engine's store. Bad input fails before
-// any build starts; on any error nothing is tagged.
+// gVisor. FROM names images as --image does (Image): the engine's store,
+// then the shared one; the default image is built first if missing. Bad
+// input fails before any build starts; on any error nothing is tagged.
 func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, error) {
 	return e.builder().Build(ctx, buildimg.Options{
 		ContextDir: req.ContextDir, Dockerfile: req.Dockerfile, Tag: req.Tag,
-		BuildArgs: req.BuildArgs, Status: req.Status,
+		BuildArgs: req.BuildArgs, Status: req.Status, Image: e.Image,
 	})
 }
 

@@ -75,7 +75,7 @@ func TestRootlessBuild(t *testing.T) {
 		t.Fatalf("no builder process mentions %s after the build", buildkit)
 	}
 	for _, p := range procs {
-		pid := strings.Fields(strings.TrimPrefix(p, "process "))[0]
+		pid := strings.TrimSuffix(strings.Fields(p)[1], ":")
 		if uid := procUID(pid); uid == "0" {
 			t.Fatalf("a rootless builder process runs as host root: %s", p)
 		}
