@@ -9,6 +9,8 @@
 // sandbox answers exactly as an unknown one does.
 //
 // With Config.Kube it places sandboxes on a Kubernetes cluster instead, one
-// pod each, and reaches them through the API server (kube_place.go,
-// kube_exec.go, package serve/kube); it then uses no engine at all.
+// pod each, and reaches them through the agent's authenticated endpoint on
+// the pod network, or through the API server's pods/exec for sandboxes
+// without network (kube_place.go, kube_exec.go, kube_agent.go, package
+// serve/kube); it then uses no engine at all.
 package serve

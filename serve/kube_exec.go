@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,11 +19,13 @@ import (
 	"github.com/containerd/errdefs"
 
 	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
 	"sbx.dev/sbx/serve/kube"
 )
 
 // The data plane on Kubernetes placement: every command and file
-// operation is one pods/exec stream to the sandbox's pod. A command runs
+// operation is one stream to the sandbox's agent, through its network
+// endpoint (kube_agent.go) or, for a sandbox without network, pods/exec. A command runs
 // through the image's /bin/sh (E2B's SDKs run theirs through /bin/bash
 // anyway), which reports its PID, sets the request's environment and
 // working directory and execs the command: the PID is the command's, so
@@ -45,13 +48,26 @@ func kubeExecArgs(req engine.ExecRequest) []string {
 	return append(append(args, req.Workdir), req.Args...)
 }
 
-// kubeCommand is a command running through pods/exec.
+// kubePtyArgs runs argv through the agent's pty mode on a terminal of
+// size (zero: the pty's default).
+func kubePtyArgs(size engine.WinSize, argv []string) []string {
+	args := []string{engine.AgentPath, "pty"}
+	if size.Rows > 0 && size.Cols > 0 {
+		args = append(args, "--size", strconv.Itoa(int(size.Rows))+"x"+strconv.Itoa(int(size.Cols)))
+	}
+	return append(append(args, "--"), argv...)
+}
+
+// kubeCommand is a command running in a pod.
 type kubeCommand struct {
 	k       *kubePlacement
 	pod     string
 	pid     int
 	timeout time.Duration
 	done    chan struct{}
+	// term, for a command on a terminal, writes the agent's pty frames:
+	// input, sizes, signals.
+	term *ptywire.Writer
 
 	// mu guards code, err and timedOut.
 	mu       sync.Mutex
@@ -68,8 +84,17 @@ func (c *kubeCommand) Signal(sig os.Signal) error {
 	if !ok || c.pid <= 0 {
 		return fmt.Errorf("signal %v: %w", sig, errdefs.ErrInvalidArgument)
 	}
+	if c.term != nil {
+		// The terminal's process group, through the agent's pty mode.
+		select {
+		case <-c.done:
+			return fmt.Errorf("signal process %d: it has ended: %w", c.pid, errdefs.ErrNotFound)
+		default:
+		}
+		return c.term.Signal(int(n))
+	}
 	var stderr bytes.Buffer
-	code, err := c.k.c.Exec(context.Background(), kube.ExecRequest{
+	code, err := c.k.exec(context.Background(), kube.ExecRequest{
 		Namespace: c.k.cfg.Namespace, Pod: c.pod, Container: kubeContainer,
 		Args:   []string{"/bin/sh", "-c", "kill -" + strconv.Itoa(int(n)) + " " + strconv.Itoa(c.pid)},
 		Stderr: &stderr,
@@ -83,8 +108,11 @@ func (c *kubeCommand) Signal(sig os.Signal) error {
 	return nil
 }
 
-func (c *kubeCommand) Resize(engine.WinSize) error {
-	return fmt.Errorf("terminals are not supported when sbx serve places sandboxes on Kubernetes: %w", errdefs.ErrNotImplemented)
+func (c *kubeCommand) Resize(size engine.WinSize) error {
+	if c.term == nil {
+		return fmt.Errorf("process %d has no terminal: %w", c.pid, errdefs.ErrFailedPrecondition)
+	}
+	return c.term.Resize(size.Rows, size.Cols)
 }
 
 func (c *kubeCommand) Wait() (int, error) {
@@ -150,9 +178,6 @@ func (w *pidWriter) Write(p []byte) (int, error) {
 // start starts req in sandbox id's pod; it returns once the command
 // runs (or has ended).
 func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
-	if req.TTY {
-		return nil, fmt.Errorf("terminals (pty) are not supported when sbx serve places sandboxes on Kubernetes: %w", errdefs.ErrNotImplemented)
-	}
 	if req.User != "" && req.User != defaultUser {
 		// The pod's user runs everything: say so rather than run as
 		// someone else than asked.
@@ -170,8 +195,40 @@ func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecReq
 	if req.Stdin != nil {
 		xreq.Stdin = req.Stdin
 	}
+	var pr *io.PipeReader
+	if req.TTY {
+		// The agent's pty mode: what is typed goes in data frames, the
+		// end of the input hangs the terminal up.
+		treq := req
+		treq.Args = kubePtyArgs(req.Size, req.Args)
+		if !slices.ContainsFunc(req.Env, func(e string) bool { return strings.HasPrefix(e, "TERM=") }) {
+			treq.Env = append(slices.Clip(req.Env), "TERM=xterm")
+		}
+		xreq.Args = kubeExecArgs(treq)
+		var pw *io.PipeWriter
+		pr, pw = io.Pipe()
+		c.term = ptywire.NewWriter(pw)
+		xreq.Stdin = pr
+		go func() {
+			buf := make([]byte, ptywire.MaxData)
+			for req.Stdin != nil {
+				n, err := req.Stdin.Read(buf)
+				if n > 0 && c.term.Data(buf[:n]) != nil {
+					break
+				}
+				if err != nil {
+					break
+				}
+			}
+			pw.Close()
+		}()
+	}
 	go func() {
-		code, err := k.c.Exec(ctx, xreq)
+		code, err := k.exec(ctx, xreq)
+		if pr != nil {
+			// Frames for an ended terminal fail rather than wait.
+			pr.CloseWithError(fmt.Errorf("process has ended: %w", errdefs.ErrNotFound))
+		}
 		if errors.Is(err, kube.ErrExecFailed) {
 			err = fmt.Errorf("the image of sandbox %s has no /bin/sh, which runs commands on Kubernetes placement: %w: %w", id, err, errdefs.ErrFailedPrecondition)
 		}
@@ -199,7 +256,7 @@ func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecReq
 // its kind.
 func (k *kubePlacement) agentRun(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
 	var stderr bytes.Buffer
-	code, err := k.c.Exec(ctx, kube.ExecRequest{
+	code, err := k.exec(ctx, kube.ExecRequest{
 		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
 		Args: append([]string{engine.AgentPath}, args...), Stdin: stdin, Stdout: stdout, Stderr: &limitedBuffer{b: &stderr, n: 4096},
 	})
@@ -228,7 +285,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // home is the pod user's home directory (HOME in the pod, "/" if unset).
 func (k *kubePlacement) home(ctx context.Context, id string) string {
 	var out bytes.Buffer
-	code, err := k.c.Exec(ctx, kube.ExecRequest{
+	code, err := k.exec(ctx, kube.ExecRequest{
 		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
 		Args: []string{"/bin/sh", "-c", `printf %s "$HOME"`}, Stdout: &out,
 	})
@@ -238,7 +295,8 @@ func (k *kubePlacement) home(ctx context.Context, id string) string {
 	return out.String()
 }
 
-// newKubeProcessService is envd's process service over pods/exec.
+// newKubeProcessService is envd's process service on Kubernetes
+// placement.
 func newKubeProcessService(k *kubePlacement) *processService {
 	return &processService{
 		start: k.start,

@@ -7,17 +7,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"sbx.dev/sbx/engine"
 	"sbx.dev/sbx/policy"
+	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
 	"sbx.dev/sbx/serve/kube"
 )
 
@@ -27,10 +30,13 @@ import (
 // container runs the agent (sbx-init, which the shim mounts into every
 // pod) as its init. Everything the server knows of a sandbox is on its
 // pod, in labels (what selects: manager, tenant, sandbox ID) and
-// annotations (template, metadata, deadline): a restarted server, or
-// another one on the same namespace, finds every sandbox again. Commands
-// and files reach a sandbox through the pods/exec subresource, running
-// the same agent modes the engine runs through runsc exec.
+// annotations (template, metadata, deadline), and its agent's key in a
+// Secret the pod owns: a restarted server, or another one on the same
+// namespace, finds every sandbox again. Commands and files reach a
+// sandbox through its agent's authenticated endpoint on the pod network
+// (kube_agent.go), or the pods/exec subresource for a sandbox without
+// network, running the same agent modes the engine runs through runsc
+// exec.
 
 // KubeConfig places sandboxes on a Kubernetes cluster.
 type KubeConfig struct {
@@ -77,6 +83,9 @@ const (
 	// pod's, which they must not exceed.
 	kubeShimCPUs   = "dev.sbx.cpus"
 	kubeShimMemory = "dev.sbx.memory"
+	// kubeAgentListen is the agent's mode as the init of a pod with a
+	// network endpoint.
+	kubeAgentListen = "listen"
 )
 
 // kubeSweepInterval is how often a server on Kubernetes deletes the pods
@@ -145,6 +154,9 @@ type kubeSandbox struct {
 	// Network is none or open.
 	Network string
 	Private bool
+	// AgentKey is the Secret (the pod's name) holding the agent's key;
+	// false for a sandbox without network.
+	AgentKey bool
 	// Timeout is the sandbox's life from now; zero: no deadline.
 	Timeout time.Duration
 	Now     time.Time
@@ -188,6 +200,13 @@ func renderPod(kc *KubeConfig, sb kubeSandbox) (*kube.Pod, error) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(sb.Env)) {
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, kube.EnvVar{Name: k, Value: sb.Env[k]})
+	}
+	if sb.AgentKey {
+		c := &p.Spec.Containers[0]
+		c.Command = append(c.Command, kubeAgentListen)
+		c.Env = append(c.Env, kube.EnvVar{Name: agentnet.EnvKey, ValueFrom: &kube.EnvSource{
+			SecretKeyRef: &kube.KeyRef{Name: kubePodName(sb.ID), Key: kubeAgentSecretKey},
+		}})
 	}
 	if sb.Network == "none" {
 		p.Metadata.Annotations[kubeShimNetwork] = "none"
@@ -258,6 +277,10 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 type kubePlacement struct {
 	cfg *KubeConfig
 	c   *kube.Client
+
+	// epMu guards eps: how to reach each sandbox's agent, by ID.
+	epMu sync.Mutex
+	eps  map[string]*kubeEndpoint
 }
 
 func (k *kubePlacement) selector(tenantName string) string {
@@ -302,7 +325,12 @@ func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, er
 }
 
 func (k *kubePlacement) remove(ctx context.Context, id string) error {
-	return k.c.DeletePod(ctx, k.cfg.Namespace, kubePodName(id), 1)
+	k.remember(id, nil)
+	if err := k.c.DeletePod(ctx, k.cfg.Namespace, kubePodName(id), 1); err != nil {
+		return err
+	}
+	// The cluster deletes it with the pod too (its owner).
+	return k.c.DeleteSecret(ctx, k.cfg.Namespace, kubePodName(id))
 }
 
 // setTimeout gives sandbox id d more to live from now (0: no deadline).
@@ -327,19 +355,39 @@ func (k *kubePlacement) setTimeout(ctx context.Context, id string, d time.Durati
 // run in time (an image that cannot be pulled, a node that refuses it)
 // is deleted, with the kubelet's reason in the error.
 func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sandbox, error) {
+	req.AgentKey = req.Network != "none"
 	pod, err := renderPod(k.cfg, req)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := k.c.CreatePod(ctx, k.cfg.Namespace, pod); err != nil {
-		return nil, err
+	var key string
+	if req.AgentKey {
+		// The Secret first: the kubelet needs it to start the pod.
+		key = newAgentKey()
+		if err := k.c.CreateSecret(ctx, k.cfg.Namespace, k.agentSecret(req.ID, req.Tenant, key)); err != nil {
+			return nil, fmt.Errorf("sandbox %s: the agent's key: %w", req.ID, err)
+		}
 	}
 	ok := false
+	defer func() {
+		if !ok && req.AgentKey {
+			k.c.DeleteSecret(context.WithoutCancel(ctx), k.cfg.Namespace, pod.Metadata.Name) //nolint:errcheck // best effort: owned by the pod if it was made
+		}
+	}()
+	created, err := k.c.CreatePod(ctx, k.cfg.Namespace, pod)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if !ok {
 			k.c.DeletePod(context.WithoutCancel(ctx), k.cfg.Namespace, pod.Metadata.Name, 0) //nolint:errcheck // best effort: the sweep deletes what is left
 		}
 	}()
+	if req.AgentKey {
+		if err := k.c.SetSecretOwner(ctx, k.cfg.Namespace, pod.Metadata.Name, created); err != nil {
+			return nil, fmt.Errorf("sandbox %s: the agent's key: %w", req.ID, err)
+		}
+	}
 	deadline := time.Now().Add(k.cfg.StartTimeout)
 	why := "not scheduled yet"
 	for {
@@ -349,6 +397,10 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 		}
 		if p.Running(kubeContainer) {
 			sb := podSandbox(p)
+			if req.AgentKey && p.Status.PodIP != "" {
+				kb, _ := hex.DecodeString(key)
+				k.remember(req.ID, &kubeEndpoint{addr: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentnet.Port)), key: kb})
+			}
 			if req.Timeout > 0 {
 				// Its life counts from now, as a sandbox's on a host
 				// from the end of its create.
@@ -428,6 +480,9 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 	for k := range req.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return 0, nil, fmt.Errorf("envVars %q: not a variable name: %w", k, errdefs.ErrInvalidArgument)
+		}
+		if k == agentnet.EnvKey {
+			return 0, nil, fmt.Errorf("envVars %q: reserved for sbx's agent: %w", k, errdefs.ErrInvalidArgument)
 		}
 	}
 	ks := kubeSandbox{

@@ -171,3 +171,32 @@ func TestPidWriter(t *testing.T) {
 		t.Errorf("stderr after the PID line %q, want %q", rest.String(), "error 1\n")
 	}
 }
+
+// A sandbox with network runs its agent with the endpoint on, its key
+// taken from the pod's Secret: the key itself is nowhere in the pod.
+func TestRenderPodAgentEndpoint(t *testing.T) {
+	kc := testKubeConfig(t)
+	id := "0123456789abcdef0123456789abcdef"
+	p, err := renderPod(kc, kubeSandbox{ID: id, Tenant: "acme", Image: "img", Network: "open", AgentKey: true, CPUs: 1, Memory: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Spec.Containers[0]
+	if !slices.Equal(c.Command, []string{"/.sbx/sbx-init", "listen"}) {
+		t.Errorf("command %q: want the agent's listen mode", c.Command)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "SBX_AGENT_KEY" || c.Env[0].Value != "" || c.Env[0].ValueFrom == nil ||
+		*c.Env[0].ValueFrom.SecretKeyRef != (kube.KeyRef{Name: "sbx-" + id, Key: kubeAgentSecretKey}) {
+		t.Errorf("env %+v: want SBX_AGENT_KEY from secret sbx-ID", c.Env)
+	}
+	if podOnAPIExec(p) {
+		t.Error("a pod with the endpoint is reached through pods/exec")
+	}
+	p, err = renderPod(kc, kubeSandbox{ID: id, Tenant: "acme", Image: "img", Network: "none", CPUs: 1, Memory: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !podOnAPIExec(p) || len(p.Spec.Containers[0].Env) != 0 {
+		t.Errorf("a pod without network: command %q, env %+v; want no endpoint, no key, pods/exec", p.Spec.Containers[0].Command, p.Spec.Containers[0].Env)
+	}
+}

@@ -39,6 +39,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 // dial connects to port in sandbox id over the server's one agent session
 // for that sandbox, started on first use.
 func (s *Server) dial(id string, port uint16) (net.Conn, error) {
+	if s.kube != nil {
+		return s.kube.dialPort(s.stopCtx, id, port)
+	}
 	s.dialMu.Lock()
 	d, ok := s.dialers[id]
 	if !ok {

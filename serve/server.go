@@ -297,10 +297,6 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
-	if s.kube != nil {
-		writeSandboxError(w, r, fmt.Errorf("port %d: reaching a sandbox's ports (getHost) is not supported when sbx serve places sandboxes on Kubernetes: %w", port, errdefs.ErrNotImplemented))
-		return
-	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
 }
 

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
 )
 
 // `sbx serve --kubeconfig` places each sandbox as a pod on the cluster;
@@ -134,8 +139,22 @@ func (s *kubeServe) logTail() string {
 const sdkScript = `
 import { Sandbox, CommandExitError } from 'E2B_SDK'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 
 const id = process.env.SANDBOX_ID
+// byHost is one request to the server with Host host, as a browser
+// sends for sandbox.getHost(port).
+const byHost = (host, path) => new Promise((resolve, reject) => {
+  const u = new URL(process.env.E2B_API_URL)
+  const req = http.request({ host: u.hostname, port: u.port, path, headers: { Host: host }, timeout: 5_000 }, (res) => {
+    const chunks = []
+    res.on('data', (c) => chunks.push(c))
+    res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString() }))
+  })
+  req.on('timeout', () => req.destroy(new Error('timed out')))
+  req.on('error', reject)
+  req.end()
+})
 const out = {}
 const listAll = async () => {
   const p = Sandbox.list()
@@ -146,7 +165,9 @@ const listAll = async () => {
 
 switch (process.env.STEP) {
 case 'create': {
-  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, envs: { SBX_K8S_VAR: 'from-create' }, metadata: { suite: 'k8s' }, requestTimeoutMs: 180_000 })
+  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, allowInternetAccess: true, envs: { SBX_K8S_VAR: 'from-create' }, metadata: { suite: 'k8s' }, requestTimeoutMs: 180_000 })
+  const none = await Sandbox.create('base', { timeoutMs: 600_000, requestTimeoutMs: 180_000 }) // the server's default network: none
+  out.none = none.sandboxId
   const short = await Sandbox.create('base', { timeoutMs: 4_000, metadata: { suite: 'k8s-short' }, requestTimeoutMs: 180_000 })
   out.id = sbx.sandboxId
   out.short = short.sandboxId
@@ -182,9 +203,54 @@ case 'use': {
   await sbx.files.write('/tmp/dir/hello.txt', 'written through the SDK\n')
   assert.equal(await sbx.files.read('/tmp/dir/hello.txt'), 'written through the SDK\n')
   assert.equal((await sbx.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
+  // A terminal: its size, a resize, input, its exit status.
+  let term = ''
+  const dec = new TextDecoder()
+  const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { term += dec.decode(d, { stream: true }) }, timeoutMs: 60_000 })
+  const send = (s) => sbx.pty.sendInput(pty.pid, new TextEncoder().encode(s))
+  const expect = async (what, re) => {
+    for (const end = Date.now() + 20_000; !re.test(term); await new Promise((r) => setTimeout(r, 100))) {
+      if (Date.now() > end) throw new Error('terminal: no ' + what + ' in ' + JSON.stringify(term))
+    }
+    term = term.slice(re.exec(term).index + 1)
+  }
+  await send('stty size | sed "s/^/size=/"\n')
+  await expect('stty size 24 80', /size=24 80/)
+  await sbx.pty.resize(pty.pid, { cols: 100, rows: 30 })
+  await send('stty size | sed "s/^/size=/"\n')
+  await expect('stty size 30 100', /size=30 100/)
+  await send('exit 4\n')
+  const ended = await pty.wait().catch((e) => e)
+  assert.equal(ended.exitCode, 4, 'terminal exit status: ' + JSON.stringify(ended))
+  // A port preview of a server on the sandbox's loopback only.
+  await sbx.commands.run('mkdir -p /tmp/www && echo hello-preview >/tmp/www/index.html')
+  const srv = await sbx.commands.run('httpd -f -p 127.0.0.1:8000 -h /tmp/www', { background: true, timeoutMs: 0 })
+  let page
+  for (const end = Date.now() + 20_000; Date.now() < end; await new Promise((r) => setTimeout(r, 250))) {
+    page = await byHost(sbx.getHost(8000), '/index.html')
+    if (page.status === 200) break
+  }
+  assert.equal(page.status, 200, 'getHost(8000): ' + JSON.stringify(page))
+  assert.equal(page.body, 'hello-preview\n')
+  const closed = await byHost(sbx.getHost(8001), '/')
+  assert.ok(closed.status >= 500, 'a port nothing listens on answered ' + closed.status)
+  await srv.kill()
+  const big = 'sbx-'.repeat(256 << 10)
+  await sbx.files.write('/tmp/big.txt', big)
+  assert.equal(await sbx.files.read('/tmp/big.txt'), big, 'a 1 MiB file did not come back as written')
+  // Every environment a process of the sandbox can read: the agent's
+  // key is in none.
+  out.environ = (await sbx.commands.run('for p in /proc/[0-9]*; do echo "$p: $(tr "\\0" " " <$p/environ 2>&1)"; done; env')).stdout
   await sbx.setTimeout(900_000)
   const end = (await sbx.getInfo()).endAt.getTime()
   assert.ok(Math.abs(end - (Date.now() + 900_000)) < 30_000, 'endAt ' + new Date(end).toISOString() + ' is not 15 minutes from now')
+  break
+}
+case 'none': {
+  const sbx = await Sandbox.connect(id)
+  out.netdev = (await sbx.commands.run('cat /proc/net/dev')).stdout
+  await sbx.files.write('/tmp/none.txt', 'no network\n')
+  assert.equal((await sbx.commands.run('cat /tmp/none.txt')).stdout, 'no network\n')
   break
 }
 case 'intrude': {
@@ -275,6 +341,7 @@ type sandboxPod struct {
 	} `json:"spec"`
 	Status struct {
 		Phase string `json:"phase"`
+		PodIP string `json:"podIP"`
 	} `json:"status"`
 }
 
@@ -312,10 +379,10 @@ func TestServeOnKubernetes(t *testing.T) {
 	}
 
 	res := s.sdk("create", keyA, "")
-	id, short := res["id"], res["short"]
+	id, short, none := res["id"], res["short"], res["none"]
 	pod := "sbx-" + id
 	t.Cleanup(func() {
-		cl.kubectl(nil, "delete", "pod", pod, "sbx-"+short, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "pod", pod, "sbx-"+short, "sbx-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
 	})
 	var p sandboxPod
 	if err := json.Unmarshal([]byte(kubectl(t, "get", "pod", pod, "-o", "json")), &p); err != nil {
@@ -330,12 +397,41 @@ func TestServeOnKubernetes(t *testing.T) {
 
 	// E2B's SDK runs commands with /bin/bash, which busybox lacks: a
 	// shell that passes them to busybox sh stands in.
-	kubectl(t, "exec", pod, "--", "sh", "-c", `printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash && chmod +x /bin/bash`)
+	for _, p := range []string{pod, "sbx-" + none} {
+		kubectl(t, "exec", p, "--", "sh", "-c", `printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash && chmod +x /bin/bash`)
+	}
 
+	// Commands and files of a sandbox with network go to its agent's
+	// endpoint on the pod network: none through the API server.
+	execs := apiExecCount(t)
 	res = s.sdk("use", keyA, id)
 	t.Logf("dmesg in the sandbox: %.80q", res["kernel"])
 	if !strings.Contains(res["kernel"], "gVisor") {
 		t.Errorf("dmesg in the sandbox %q: want gVisor's", res["kernel"])
+	}
+	if n := apiExecCount(t) - execs; n != 0 {
+		t.Errorf("commands and files of a sandbox with network made %d pods/exec calls, want none", n)
+	}
+	key := agentKey(t, id)
+	if strings.Contains(res["environ"], key) || strings.Contains(res["environ"], "SBX_AGENT_KEY") || !strings.Contains(res["environ"], "SBX_K8S_VAR") {
+		t.Errorf("the sandbox's processes see the agent's key (or no environment at all):\n%s", res["environ"])
+	}
+	agentRefusesStrangers(t, pod, key)
+
+	// A sandbox without network has no endpoint: pods/exec reaches it,
+	// and it stays without network.
+	execs = apiExecCount(t)
+	res = s.sdk("none", keyA, none)
+	if apiExecCount(t) == execs {
+		t.Error("commands of a sandbox without network made no pods/exec call")
+	}
+	for _, l := range strings.Split(res["netdev"], "\n")[2:] {
+		if name, _, _ := strings.Cut(strings.TrimSpace(l), ":"); name != "" && name != "lo" {
+			t.Errorf("a sandbox with network none has interface %q:\n%s", name, res["netdev"])
+		}
+	}
+	if out := kubectl(t, "get", "secret", "sbx-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("a sandbox without network has an agent key: %s", out)
 	}
 
 	// Another tenant neither sees nor reaches it.
@@ -361,4 +457,114 @@ func TestServeOnKubernetes(t *testing.T) {
 
 	s.sdk("kill", keyA, id)
 	waitGone(t, pod, 90*time.Second)
+	if out := kubectl(t, "get", "secret", pod, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("the killed sandbox's agent key is left: %s", out)
+	}
+}
+
+// apiExecCount is how many pods/exec calls the API server has served.
+func apiExecCount(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, l := range strings.Split(kubectl(t, "get", "--raw", "/metrics"), "\n") {
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !strings.Contains(l, `subresource="exec"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
+// agentKey is the key of sandbox id's agent, from its Secret (hex).
+func agentKey(t *testing.T, id string) string {
+	t.Helper()
+	b64 := kubectl(t, "get", "secret", "sbx-"+id, "-o", "jsonpath={.data.agent-key}")
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
+	if err != nil || len(b) != 64 {
+		t.Fatalf("secret sbx-%s: agent-key %q: %v", id, b64, err)
+	}
+	return string(b)
+}
+
+// agentExec runs args through the agent's endpoint at addr with key.
+func agentExec(addr string, key []byte, args ...string) (int, string, error) {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return -1, "", err
+	}
+	c, err := agentnet.Client(nc, key)
+	if err != nil {
+		nc.Close()
+		return -1, "", err
+	}
+	var out bytes.Buffer
+	code, err := agentnet.Exec(context.Background(), c, args, nil, &out, &out)
+	return code, out.String(), err
+}
+
+// agentRefusesStrangers: another pod on the pod network reaches the
+// agent's port of sandbox pod, but without its key runs nothing there,
+// neither with a request sent in the clear nor with a guessed key; with
+// the key the endpoint works.
+func agentRefusesStrangers(t *testing.T, pod, hexKey string) {
+	t.Helper()
+	var p sandboxPod
+	if err := json.Unmarshal([]byte(kubectl(t, "get", "pod", pod, "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentnet.Port))
+	allowPodToPod(t)
+	createPod(t, "agent-stranger", podYAML("agent-stranger", nil, "  containers:\n"+container("main", "exec sleep 3600", "")))
+	waitPod(t, "agent-stranger", 3*time.Minute, "running", running)
+	// 64 bytes where the handshake wants a nonce and a proof, then a
+	// request in the clear.
+	// (Its input stays open a while, for the agent to answer.)
+	attack := `(printf '%064d{"args":["/bin/sh","-c","echo pwned >/tmp/pwned"]}' 0; sleep 3) | nc ` + p.Status.PodIP + " " + strconv.Itoa(agentnet.Port) + " | wc -c"
+	out, err := cl.kubectl(nil, "exec", "agent-stranger", "--", "sh", "-c", attack)
+	if strings.TrimSpace(out) != strconv.Itoa(len(agentnet.Hello)+32) || err != nil {
+		t.Errorf("another pod without the key got %q bytes from the agent (%v), want its hello (%d) and no more", out, err, len(agentnet.Hello)+32)
+	}
+	key, _ := hex.DecodeString(hexKey)
+	guess := bytes.Clone(key)
+	guess[0] ^= 1
+	if _, _, err := agentExec(addr, guess, "/bin/sh", "-c", "echo pwned >/tmp/pwned"); !errors.Is(err, agentnet.ErrAuth) {
+		t.Errorf("a client with a wrong key: %v, want refused", err)
+	}
+	code, out, err := agentExec(addr, key, "/bin/sh", "-c", "test ! -e /tmp/pwned && echo absent")
+	if err != nil || code != 0 || out != "absent\n" {
+		t.Errorf("with the key: %d %q %v; want /tmp/pwned absent (nothing ran for the strangers)", code, out, err)
+	}
+}
+
+// allowPodToPod lets the test cluster's pods reach each other through the
+// host for the rest of the test. A host where sbx turned IPv4 forwarding
+// on has sbx's guard table, which forwards nothing between interfaces
+// that are not sbx's links (the CNI plugin's veths are not); a Kubernetes
+// node routes between its pods. The rule accepts only the cluster's pod
+// subnet to itself.
+func allowPodToPod(t *testing.T) {
+	t.Helper()
+	if exec.Command("nft", "list", "chain", "inet", "sbx_forward", "forward").Run() != nil {
+		return
+	}
+	out, err := exec.Command("nft", "-a", "-e", "insert", "rule", "inet", "sbx_forward", "forward",
+		"ip", "saddr", podSubnet, "ip", "daddr", podSubnet, "accept").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft: let pods reach each other: %v\n%s", err, out)
+	}
+	_, h, ok := strings.Cut(string(out), "# handle ")
+	if !ok {
+		t.Fatalf("nft did not echo the rule's handle: %s", out)
+	}
+	handle := strings.Fields(h)[0]
+	t.Cleanup(func() {
+		if out, err := exec.Command("nft", "delete", "rule", "inet", "sbx_forward", "forward", "handle", handle).CombinedOutput(); err != nil {
+			t.Errorf("nft: remove the pod-to-pod rule: %v\n%s", err, out)
+		}
+	})
 }

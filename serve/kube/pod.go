@@ -20,6 +20,16 @@ type Meta struct {
 	Annotations       map[string]string `json:"annotations,omitempty"`
 	CreationTimestamp *time.Time        `json:"creationTimestamp,omitempty"`
 	DeletionTimestamp *time.Time        `json:"deletionTimestamp,omitempty"`
+	OwnerReferences   []OwnerRef        `json:"ownerReferences,omitempty"`
+}
+
+// OwnerRef names the object another one belongs to: the cluster's
+// garbage collector deletes it with its owner.
+type OwnerRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
 }
 
 // PodSpec is a pod's spec.
@@ -50,10 +60,22 @@ type SecurityCtx struct {
 	AllowPrivilegeEscalation *bool `json:"allowPrivilegeEscalation,omitempty"`
 }
 
-// EnvVar is one environment variable.
+// EnvVar is one environment variable: Value, or a key of a Secret.
 type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name      string     `json:"name"`
+	Value     string     `json:"value"`
+	ValueFrom *EnvSource `json:"valueFrom,omitempty"`
+}
+
+// EnvSource is where a variable's value comes from.
+type EnvSource struct {
+	SecretKeyRef *KeyRef `json:"secretKeyRef,omitempty"`
+}
+
+// KeyRef is one key of a Secret.
+type KeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
 }
 
 // Resources are a container's requests and limits (quantities as
