@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,9 +70,8 @@ func NewPipes(stdin io.Reader, stdout, stderr io.Writer) (p *Pipes, err error) {
 		}
 		p.Child[1+i] = cw
 		// gVisor writes to a full host pipe by waiting for it to drain,
-		// so a 256 KiB buffer (not 64 KiB) streams faster. Not more: an
-		// unprivileged user's pipes share a 64 MiB budget.
-		unix.FcntlInt(cw.Fd(), unix.F_SETPIPE_SZ, 256<<10) //nolint:errcheck // a larger buffer is only faster
+		// and the copy wakes less often the more a pipe holds.
+		unix.FcntlInt(cw.Fd(), unix.F_SETPIPE_SZ, pipeSize()) //nolint:errcheck // a larger buffer is only faster
 		p.sinks, p.outputs = append(p.sinks, w), append(p.outputs, r)
 	}
 	return p, nil
@@ -204,22 +202,37 @@ func (p *Pipes) Close() {
 }
 
 // copyBuf is the size of the buffer an output is copied through when it
-// cannot be spliced: gVisor writes up to a host pipe's size (256 KiB) at
-// once, and a larger read means fewer wake-ups of the copy.
+// cannot be spliced: gVisor writes as much of a large write as the host
+// pipe has room for at once, and a larger read means fewer wake-ups of
+// the copy.
 const copyBuf = 256 << 10
 
 // spliceMax is how much one splice(2) may move.
 const spliceMax = 1 << 20
 
 // While output streams (splices less than streaming apart), a splice
-// of less than batchBelow waits batchWait before the next: at the
-// 150 MB/s a process writing 4 KiB at a time reaches in gVisor, that
-// is some 45 KiB a splice instead of one write's worth.
-const (
-	streaming  = 2 * time.Millisecond
-	batchBelow = 64 << 10
-	batchWait  = 300 * time.Microsecond
-)
+// of less than a quarter of the pipe waits batchWait before the next: at
+// the 120 MB/s a process writing 4 KiB at a time reaches in gVisor, some
+// 240 KiB gather in root's 1 MiB pipe in that time instead of one
+// write's worth, and a quarter of an unprivileged user's 256 KiB in a
+// quarter of it.
+const streaming = 5 * time.Millisecond
+
+// pipeSize is the size given to the pipes output is copied through, and
+// at least that of a caller's pipe it is spliced into: 1 MiB for root,
+// whose pipes count against no budget; 256 KiB for an unprivileged user,
+// whose pipes share a 64 MiB budget past which new ones get 4 KiB.
+func pipeSize() int {
+	if os.Geteuid() == 0 {
+		return 1 << 20
+	}
+	return 256 << 10
+}
+
+// batchWait is how long a splice of a streaming output waits for more.
+func batchWait() time.Duration {
+	return 2 * time.Millisecond * time.Duration(pipeSize()) / (1 << 20)
+}
 
 // copyOut copies the output r to the caller's w until r ends or is
 // closed. When w is a pipe, the data moves from one pipe to the other
@@ -250,10 +263,12 @@ func isPipe(f *os.File) bool {
 // dst fails. It reports false, having moved nothing, if the kernel
 // cannot splice between them: the caller copies instead.
 //
-// It waits in poll(2) on its own thread, not in Go's poller: a process
-// streaming in small writes would otherwise cost a goroutine wake-up,
-// and the runtime's hand-offs between threads, for each. Finish and
-// Close wake it through p.wake.
+// A process streaming in small writes would wake the copy for each:
+// while output streams, it sleeps between splices so that the writes
+// gather in r, and moves them in one (up to dst's room, which it grows).
+// It waits for r's data in Go's poller, and for room in dst (the
+// caller's descriptor, left out of Go's poller) in poll(2), which
+// Finish and Close wake through p.wake.
 func (p *Pipes) splice(dst, r *os.File) bool {
 	src, err := r.SyscallConn()
 	if err != nil {
@@ -280,26 +295,30 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 	if wake < 0 {
 		return false
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// A splice moves at most what dst has room for: a caller's pipe of
+	// the default 64 KiB would cost a wake-up for every 64 KiB. Its
+	// size is only grown, which its reader cannot tell but by speed.
+	if sz, err := unix.FcntlInt(uintptr(dfd), unix.F_GETPIPE_SZ, 0); err == nil && sz < pipeSize() {
+		unix.FcntlInt(uintptr(dfd), unix.F_SETPIPE_SZ, pipeSize()) //nolint:errcheck // a larger pipe is only faster
+	}
 	handled, broken := true, false
+	wait, batchBelow := batchWait(), pipeSize()/4
+	var last time.Time
+	moved := false
 	// Read holds r open until the function returns: Finish's Close
 	// waits for it, after waking it.
 	src.Read(func(fd uintptr) bool { //nolint:errcheck // a closed r ends the copy
-		var last time.Time
-		moved := false
 		for {
-			n, err := unix.Splice(int(fd), nil, dfd, nil, spliceMax, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			n, err := spliceNow(int(fd), dfd)
 			switch {
 			case errors.Is(err, unix.EINTR):
 				continue
 			case errors.Is(err, unix.EAGAIN):
-				// Either r is empty or dst is full.
-				wait := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-				if avail, _ := unix.IoctlGetInt(int(fd), unix.TIOCINQ); avail > 0 {
-					wait = unix.PollFd{Fd: int32(dfd), Events: unix.POLLOUT}
+				if avail, _ := unix.IoctlGetInt(int(fd), unix.TIOCINQ); avail == 0 {
+					return false // r is empty: wait for it in Go's poller
 				}
-				if !waitFor(wait, wake) {
+				// dst is full.
+				if !waitFor(unix.PollFd{Fd: int32(dfd), Events: unix.POLLOUT}, wake) {
 					return true
 				}
 				continue
@@ -312,16 +331,15 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 			}
 			moved = true
 			now := time.Now()
+			p.lastRead.Store(now.UnixNano())
 			// A process that streams in small writes (4 KiB from
 			// head or cat) would wake this copy for every one:
 			// while it streams, let its writes gather in the pipe
-			// first, far from filling it (256 KiB) and blocking the
-			// process.
+			// first, far from filling it and blocking the process.
 			if n < batchBelow && now.Sub(last) < streaming {
-				unix.Nanosleep(&unix.Timespec{Nsec: int64(batchWait)}, nil) //nolint:errcheck // a shorter wait is harmless
+				time.Sleep(wait)
 			}
 			last = now
-			p.lastRead.Store(now.UnixNano())
 		}
 	})
 	if broken {
@@ -331,6 +349,19 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 		dst.Write([]byte{0}) //nolint:errcheck // it fails: nothing reads dst
 	}
 	return handled
+}
+
+// spliceNow moves what it can from pipe in to pipe out, up to spliceMax,
+// without waiting. It is a raw system call: one that never blocks need
+// not tell the Go runtime, which would otherwise hand this thread's
+// processor to another thread (waking it) when a large splice takes a
+// while.
+func spliceNow(in, out int) (int, error) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, spliceMax, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // waitFor waits in poll(2) until fd is ready as asked, or wake is. It

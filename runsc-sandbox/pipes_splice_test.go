@@ -62,7 +62,7 @@ func TestPipesIntoStuckPipe(t *testing.T) {
 	}
 	defer syscall.Close(held)
 	// More than both pipes hold: some stays in the process's.
-	go p.Child[1].Write(make([]byte, 1<<20))
+	go p.Child[1].Write(make([]byte, 4*pipeSize()))
 	time.Sleep(200 * time.Millisecond)
 	done := make(chan struct{})
 	go func() {

@@ -34,6 +34,9 @@ type config struct {
 	warmup      int
 	streamBytes int64
 	settle      time.Duration
+	// only, if "stream", runs the streaming exec alone and prints its
+	// table, leaving -out alone.
+	only string
 	// command is how this run was invoked, for the report.
 	command string
 }
@@ -53,8 +56,9 @@ func main() {
 	flag.IntVar(&c.warmup, "warmup", 2, "untimed runs per side before each benchmark")
 	flag.Int64Var(&c.streamBytes, "stream-bytes", 1<<30, "bytes written to stdout by the streaming exec")
 	flag.DurationVar(&c.settle, "settle", time.Second, "wait after starting an idle sandbox before reading its memory")
+	flag.StringVar(&c.only, "only", "", `"stream": run only the streaming exec (after creating its sandbox) and print its table, writing no file`)
 	flag.Parse()
-	if flag.NArg() != 0 || c.n < 1 || c.execN < 1 || c.streamN < 1 || c.memN < 1 || c.warmup < 0 || c.streamBytes < 1 {
+	if flag.NArg() != 0 || (c.only != "" && c.only != "stream") || c.n < 1 || c.execN < 1 || c.streamN < 1 || c.memN < 1 || c.warmup < 0 || c.streamBytes < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -83,6 +87,15 @@ func run(c config) error {
 			b.cleanup()
 		}
 		return err
+	}
+	if c.only == "stream" {
+		res, err := b.measureStream(ctx)
+		b.cleanup()
+		if err != nil {
+			return err
+		}
+		fmt.Print(renderStream(res))
+		return nil
 	}
 	res, err := b.measure(ctx)
 	b.cleanup()

@@ -269,39 +269,8 @@ func render(r *report) string {
 		ms(r.cliFloor.median))
 
 	// Memory.
-	s := r.stream
 	p("### Memory\n\n")
-	p("Streaming exec: `head -c %d /dev/zero` in the sandbox (busybox `head` writes 4 KiB at a time), and the same bytes from `dd bs=1048576`, "+
-		"stdout read and counted by the benchmark through a pipe; %d run(s) per side (median), the two sides in turn, no warm-up: it follows the exec benchmarks in the same sandbox. "+
-		"sbx relays the output through its own pipe, spliced (splice(2)) into the caller's when that is a pipe; raw runsc hands the benchmark's pipe to the sandbox.\n\n",
-		r.cfg.streamBytes, r.cfg.streamN)
-	dd := r.streamDD.sbxRate.median > 0
-	if dd {
-		p("| measurement | sbx | runsc | sbx, `dd` | runsc, `dd` |\n")
-		p("|---|---:|---:|---:|---:|\n")
-	} else {
-		p("| measurement | sbx | runsc |\n")
-		p("|---|---:|---:|\n")
-	}
-	line := func(name string, f func(streamResult) (string, string)) {
-		a, b := f(s)
-		p("| %s | %s | %s |", name, a, b)
-		if dd {
-			a, b := f(r.streamDD)
-			p(" %s | %s |", a, b)
-		}
-		p("\n")
-	}
-	line("peak RSS of the `sbx` process itself (VmHWM, sampled every 10 ms)", func(s streamResult) (string, string) { return mib(s.sbxHWM.median), "—" })
-	line("getrusage ru_maxrss of the CLI child (sbx: the sbx process, which starts no runsc; runsc: `runsc exec`)", func(s streamResult) (string, string) {
-		return mib(s.sbxMaxRSS.median), mib(s.rawMaxRSS.median)
-	})
-	line("CPU time of the CLI child (user + system)", func(s streamResult) (string, string) { return ms(s.sbxCPU.median), ms(s.rawCPU.median) })
-	line("time to stream it", func(s streamResult) (string, string) { return ms(s.sbxTime.median), ms(s.rawTime.median) })
-	line("throughput", func(s streamResult) (string, string) {
-		return fmt.Sprintf("%.0f MB/s", s.sbxRate.median), fmt.Sprintf("%.0f MB/s", s.rawRate.median)
-	})
-	p("\n")
+	w.WriteString(renderStream(r))
 
 	i := r.idle
 	p("Idle sandbox, host side: a fresh `sbx create` (`%s` as init) against `runsc run --detach` "+
@@ -372,4 +341,44 @@ func describeResources(res *specs.LinuxResources) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// renderStream is the streaming exec's table and the words around it.
+func renderStream(r *report) string {
+	var w strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
+	s := r.stream
+	p("Streaming exec: `head -c %d /dev/zero` in the sandbox (busybox `head` writes 4 KiB at a time), and the same bytes from `dd bs=1048576`, "+
+		"stdout read and counted by the benchmark through a pipe; %d run(s) per side (median), the two sides in turn, no warm-up: it follows the exec benchmarks in the same sandbox. "+
+		"sbx relays the output through its own pipe (1 MiB, as root), spliced (splice(2)) into the caller's when that is a pipe, which it grows to as much; "+
+		"raw runsc hands the benchmark's pipe (64 KiB) to the sandbox.\n\n",
+		r.cfg.streamBytes, r.cfg.streamN)
+	dd := r.streamDD.sbxRate.median > 0
+	if dd {
+		p("| measurement | sbx | runsc | sbx, `dd` | runsc, `dd` |\n")
+		p("|---|---:|---:|---:|---:|\n")
+	} else {
+		p("| measurement | sbx | runsc |\n")
+		p("|---|---:|---:|\n")
+	}
+	line := func(name string, f func(streamResult) (string, string)) {
+		a, b := f(s)
+		p("| %s | %s | %s |", name, a, b)
+		if dd {
+			a, b := f(r.streamDD)
+			p(" %s | %s |", a, b)
+		}
+		p("\n")
+	}
+	line("peak RSS of the `sbx` process itself (VmHWM, sampled every 10 ms)", func(s streamResult) (string, string) { return mib(s.sbxHWM.median), "—" })
+	line("getrusage ru_maxrss of the CLI child (sbx: the sbx process, which starts no runsc; runsc: `runsc exec`)", func(s streamResult) (string, string) {
+		return mib(s.sbxMaxRSS.median), mib(s.rawMaxRSS.median)
+	})
+	line("CPU time of the CLI child (user + system)", func(s streamResult) (string, string) { return ms(s.sbxCPU.median), ms(s.rawCPU.median) })
+	line("time to stream it", func(s streamResult) (string, string) { return ms(s.sbxTime.median), ms(s.rawTime.median) })
+	line("throughput", func(s streamResult) (string, string) {
+		return fmt.Sprintf("%.0f MB/s", s.sbxRate.median), fmt.Sprintf("%.0f MB/s", s.rawRate.median)
+	})
+	p("\n")
+	return w.String()
 }
