@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -188,6 +190,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		return nil, err
 	}
 	sb.Rootfs = rootfs
+	// A rootless store keeps the image's owners as a list: the agent
+	// sets them inside the sandbox before anything else runs there.
+	owners := ""
+	if e.rootless {
+		owners = e.images.OwnersFile(rootfs)
+	}
 	// Exec needs the image's environment and directory every time: keep
 	// them in the record rather than reading the image store per exec.
 	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
@@ -209,6 +217,9 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		}
 		undo.Add(cmd.close)
 		init = cmd.proc
+		if owners != "" {
+			init = withOwners(init)
+		}
 		sb.OneShot = true
 	}
 
@@ -232,6 +243,12 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		CgroupsPath:      e.sandboxCgroup(sb),
 		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
 	})
+	if owners != "" {
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: agent.OwnersPath, Type: "bind", Source: owners,
+			Options: []string{"rbind", "ro"},
+		})
+	}
 	if len(pr.Secrets) > 0 || req.pool != "" {
 		// A pool's sandbox may be claimed with secrets.
 		spec.Mounts = append(spec.Mounts, secretsMount())
@@ -288,6 +305,11 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 		}
 		sb.BootID = bootID()
+		if owners != "" {
+			if err := e.applyOwners(ctx, sb); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(pr.Secrets) > 0 {
 		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
@@ -452,4 +474,46 @@ func readPidFile(path string) (int, error) {
 		return 0, fmt.Errorf("bad pid file %s: %q", path, b)
 	}
 	return pid, nil
+}
+
+// applyOwners has the agent give the files of sb's rootfs the owners its
+// image gives them (a rootless sandbox's: agent.OwnersPath), before any
+// other command runs in it.
+func (e *Engine) applyOwners(ctx context.Context, sb *record) error {
+	var stderr bytes.Buffer
+	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	p, err := e.runscFor(sb).Exec(ctx, sb.ID, specs.Process{
+		Args: []string{agent.MountPath, agent.CmdApplyOwners}, Cwd: "/",
+		Env:          []string{"PATH=/usr/bin:/bin"},
+		Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
+	}, runsc.ExecOpts{Stderr: &stderr})
+	if err != nil {
+		return fmt.Errorf("setting the image's file owners: %w", err)
+	}
+	if code, err := p.Wait(); err != nil || code != 0 {
+		return fmt.Errorf("setting the image's file owners failed (status %d): %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if stderr.Len() > 0 {
+		log.G(ctx).WithField("output", strings.TrimSpace(stderr.String())).Debug("image file owners")
+	}
+	return nil
+}
+
+// withOwners wraps proc, a rootless sandbox's init command, so that the
+// agent sets the image's file owners first, as root, and then runs it as
+// proc's user.
+func withOwners(proc specs.Process) specs.Process {
+	args := []string{agent.MountPath, agent.CmdApplyOwners}
+	if proc.User.UID != 0 || proc.User.GID != 0 {
+		args = append(args, "--user", fmt.Sprintf("%d:%d", proc.User.UID, proc.User.GID))
+	}
+	proc.Args = append(append(args, "--"), proc.Args...)
+	proc.User = specs.User{}
+	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	if proc.Capabilities != nil && len(proc.Capabilities.Effective) == 0 {
+		// A non-root user: the agent needs root's capabilities to
+		// change owners and user; setuid to non-root clears them again.
+		proc.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	}
+	return proc
 }

@@ -105,7 +105,9 @@ func (s *Store) gc(ctx context.Context) (int64, error) {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if chains[n] || !(strings.HasPrefix(n, ".") || len(n) == 64) {
+		// A chain's owners file (owners.go) goes with its chain.
+		chain := strings.TrimSuffix(n, ownersSuffix)
+		if chains[chain] || !(strings.HasPrefix(n, ".") || len(chain) == 64) {
 			continue
 		}
 		p := filepath.Join(s.rootfsDir(), n)

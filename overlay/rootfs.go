@@ -46,7 +46,8 @@ import (
 // a sandbox ID (^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$); recording the same lease
 // again is a no-op, and recording it for another image moves it. When not
 // running as root, file ownership in layers is not preserved (files belong to
-// the caller) and device nodes are skipped.
+// the caller; OwnersFile lists the owners the layers give) and device nodes
+// are skipped.
 func (s *Store) Rootfs(ctx context.Context, img Image, leaseID string) (string, error) {
 	if err := validLeaseID(leaseID); err != nil {
 		return "", err
@@ -135,6 +136,15 @@ func (s *Store) ensureChain(ctx context.Context, img Image, chainIDs []digest.Di
 	}()
 
 	u := newUnpacker(tmp)
+	if u.rootless {
+		// Owners stay metadata: see owners.go.
+		u.owners = newOwnerLog()
+		if parent != "" {
+			if u.owners, err = readOwners(parent + ownersSuffix); err != nil {
+				return "", fmt.Errorf("owners of parent chain %s: %w", chainIDs[n-2], err)
+			}
+		}
+	}
 	if parent != "" {
 		if err := u.copyTree(parent); err != nil {
 			return "", fmt.Errorf("copy parent chain %s: %w", chainIDs[n-2], err)
@@ -145,6 +155,12 @@ func (s *Store) ensureChain(ctx context.Context, img Image, chainIDs []digest.Di
 	}
 	if err := u.finish(); err != nil {
 		return "", err
+	}
+	if u.owners != nil {
+		// Before the chain appears: a chain without it has none.
+		if err := u.owners.write(final + ownersSuffix); err != nil {
+			return "", fmt.Errorf("record owners of rootfs %s: %w", chainIDs[n-1], err)
+		}
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("commit rootfs %s: %w", chainIDs[n-1], err)
@@ -161,6 +177,9 @@ type unpacker struct {
 	// dirModes holds, when rootless, the wanted permissions of directories
 	// (by path inside root) that are kept owner-writable while being built.
 	dirModes map[string]uint32
+	// owners, when rootless, records the owners the layers give entries
+	// (owners.go).
+	owners *ownerLog
 }
 
 func newUnpacker(root string) *unpacker {
@@ -295,6 +314,9 @@ func (u *unpacker) filter(ctx context.Context) archive.Filter {
 	return func(hdr *tar.Header) (bool, error) {
 		name := filepath.Clean("/" + hdr.Name)
 		if strings.HasPrefix(filepath.Base(name), ".wh.") {
+			if u.owners != nil {
+				u.owners.record(name, hdr)
+			}
 			return true, nil
 		}
 		switch hdr.Typeflag {
@@ -324,6 +346,9 @@ func (u *unpacker) filter(ctx context.Context) archive.Filter {
 			}
 		}
 		created[name] = true
+		if u.owners != nil {
+			u.owners.record(name, hdr)
+		}
 		return true, nil
 	}
 }
