@@ -1,13 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -480,40 +478,12 @@ func readPidFile(path string) (int, error) {
 // image gives them (a rootless sandbox's: agent.OwnersPath), before any
 // other command runs in it.
 func (e *Engine) applyOwners(ctx context.Context, sb *record) error {
-	var stderr bytes.Buffer
-	caps := append([]string(nil), runsc.DefaultCapabilities...)
-	p, err := e.runscFor(sb).Exec(ctx, sb.ID, specs.Process{
-		Args: []string{agent.MountPath, agent.CmdApplyOwners}, Cwd: "/",
-		Env:          []string{"PATH=/usr/bin:/bin"},
-		Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
-	}, runsc.ExecOpts{Stderr: &stderr})
-	if err != nil {
-		return fmt.Errorf("setting the image's file owners: %w", err)
-	}
-	if code, err := p.Wait(); err != nil || code != 0 {
-		return fmt.Errorf("setting the image's file owners failed (status %d): %s", code, strings.TrimSpace(stderr.String()))
-	}
-	if stderr.Len() > 0 {
-		log.G(ctx).WithField("output", strings.TrimSpace(stderr.String())).Debug("image file owners")
-	}
-	return nil
+	return e.agentAsRoot(ctx, sb, agent.CmdApplyOwners, nil, "setting the image's file owners")
 }
 
 // withOwners wraps proc, a rootless sandbox's init command, so that the
 // agent sets the image's file owners first, as root, and then runs it as
 // proc's user.
 func withOwners(proc specs.Process) specs.Process {
-	args := []string{agent.MountPath, agent.CmdApplyOwners}
-	if proc.User.UID != 0 || proc.User.GID != 0 {
-		args = append(args, "--user", fmt.Sprintf("%d:%d", proc.User.UID, proc.User.GID))
-	}
-	proc.Args = append(append(args, "--"), proc.Args...)
-	proc.User = specs.User{}
-	caps := append([]string(nil), runsc.DefaultCapabilities...)
-	if proc.Capabilities != nil && len(proc.Capabilities.Effective) == 0 {
-		// A non-root user: the agent needs root's capabilities to
-		// change owners and user; setuid to non-root clears them again.
-		proc.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
-	}
-	return proc
+	return agentFirst(proc, agent.CmdApplyOwners)
 }

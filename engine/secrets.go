@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -94,18 +95,26 @@ func (e *Engine) writeSecrets(ctx context.Context, sb *record, secrets []policy.
 	if err != nil {
 		return err
 	}
+	return e.agentAsRoot(ctx, sb, agent.CmdWriteSecrets, bytes.NewReader(payload), "writing secrets into the sandbox")
+}
+
+// agentAsRoot runs the agent's cmd in sb as root with all of runsc's
+// default capabilities, whatever the sandbox's user, stdin its input,
+// and turns a failure into an error saying what (its stderr, which the
+// agent keeps free of values).
+func (e *Engine) agentAsRoot(ctx context.Context, sb *record, cmd string, stdin io.Reader, what string) error {
 	var stderr bytes.Buffer
 	caps := append([]string(nil), runsc.DefaultCapabilities...)
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, specs.Process{
-		Args: []string{agent.MountPath, agent.CmdWriteSecrets}, Cwd: "/",
+		Args: []string{agent.MountPath, cmd}, Cwd: "/",
 		Env:          []string{"PATH=/usr/bin:/bin"},
 		Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
-	}, runsc.ExecOpts{Stdin: bytes.NewReader(payload), Stderr: &stderr})
+	}, runsc.ExecOpts{Stdin: stdin, Stderr: &stderr})
 	if err != nil {
-		return fmt.Errorf("writing secrets: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if code, err := p.Wait(); err != nil || code != 0 {
-		return fmt.Errorf("writing secrets into the sandbox failed (status %d): %s", code, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s failed (status %d): %s", what, code, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
@@ -114,7 +123,13 @@ func (e *Engine) writeSecrets(ctx context.Context, sb *record, secrets []policy.
 // its environment. The agent starts as root to read them and drops to
 // proc's user itself.
 func withSecrets(proc specs.Process) specs.Process {
-	args := []string{agent.MountPath, agent.CmdWithSecrets}
+	return agentFirst(proc, agent.CmdWithSecrets)
+}
+
+// agentFirst wraps proc so that the agent's cmd runs first, as root with
+// root's capabilities, and then becomes proc as proc's user.
+func agentFirst(proc specs.Process, cmd string) specs.Process {
+	args := []string{agent.MountPath, cmd}
 	if proc.User.UID != 0 || proc.User.GID != 0 {
 		args = append(args, "--user", fmt.Sprintf("%d:%d", proc.User.UID, proc.User.GID))
 	}
@@ -122,8 +137,8 @@ func withSecrets(proc specs.Process) specs.Process {
 	proc.User = specs.User{}
 	caps := append([]string(nil), runsc.DefaultCapabilities...)
 	if proc.Capabilities != nil && len(proc.Capabilities.Effective) == 0 {
-		// A non-root user: the agent needs root's capabilities to
-		// change user; setuid to non-root clears them again.
+		// A non-root user: the agent needs root's capabilities for its
+		// work and to change user; setuid to non-root clears them again.
 		proc.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	return proc

@@ -216,17 +216,8 @@ func unescapeMountinfo(s string) string {
 // runsc starts it itself.
 func execAs(uid, gid int, args []string) int {
 	if uid >= 0 {
-		if err := syscall.Setgroups(nil); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setgroups: %v\n", err)
-			return 126
-		}
-		if err := syscall.Setresgid(gid, gid, gid); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setgid %d: %v\n", gid, err)
-			return 126
-		}
-		if err := syscall.Setresuid(uid, uid, uid); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setuid %d: %v\n", uid, err)
-			return 126
+		if st := becomeUser(uid, gid); st != 0 {
+			return st
 		}
 	}
 	switch LookPath(args[0]) {

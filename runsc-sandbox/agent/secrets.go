@@ -119,17 +119,8 @@ func withSecrets(args []string) int {
 	}
 	env := append(os.Environ(), secrets...)
 	if uid >= 0 {
-		if err := syscall.Setgroups(nil); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setgroups: %v\n", err)
-			return 126
-		}
-		if err := syscall.Setresgid(gid, gid, gid); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setgid %d: %v\n", gid, err)
-			return 126
-		}
-		if err := syscall.Setresuid(uid, uid, uid); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: setuid %d: %v\n", uid, err)
-			return 126
+		if st := becomeUser(uid, gid); st != 0 {
+			return st
 		}
 	}
 	if st := LookPath(args[0]); st != StatusFound {
@@ -144,4 +135,22 @@ func withSecrets(args []string) int {
 	err = syscall.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "sbx-init: exec %s: %v\n", args[0], err)
 	return StatusNotExecutable
+}
+
+// becomeUser drops this process to uid:gid with no supplementary groups;
+// it returns 0, or 126 (the shell's "cannot run") having said why.
+func becomeUser(uid, gid int) int {
+	if err := syscall.Setgroups(nil); err != nil {
+		fmt.Fprintf(os.Stderr, "sbx-init: setgroups: %v\n", err)
+		return 126
+	}
+	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+		fmt.Fprintf(os.Stderr, "sbx-init: setgid %d: %v\n", gid, err)
+		return 126
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		fmt.Fprintf(os.Stderr, "sbx-init: setuid %d: %v\n", uid, err)
+		return 126
+	}
+	return 0
 }
