@@ -435,13 +435,23 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 	r := e.runscFor(sb)
 	var errs []error
 	stopForwarder(sb)
-	if err := r.Delete(ctx, sb.ID, true); err != nil {
-		errs = append(errs, err)
-	}
+	derr := r.Delete(ctx, sb.ID, true)
 	// If runsc itself was killed mid-create, its sandbox and gofer may
 	// remain without state runsc knows about, and may still be setting up
 	// the cgroup: they must be gone before it is removed.
 	killOrphans(sb.ID)
+	if derr != nil {
+		// A state runsc delete could not act on (a runsc killed while
+		// writing it): with every process of the sandbox gone, once
+		// more, then runsc's files go.
+		if derr = r.Delete(ctx, sb.ID, true); derr != nil {
+			log.G(ctx).WithError(derr).WithField("sandbox", sb.ShortID()).Warn("runsc delete failed; removing its state")
+			derr = r.ForgetState(sb.ID)
+		}
+	}
+	if derr != nil {
+		errs = append(errs, derr)
+	}
 	if !e.rootless {
 		if err := assembly.RemoveCgroup(cgroupPath(sb.ID)); err != nil {
 			errs = append(errs, err)

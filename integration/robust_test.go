@@ -175,6 +175,14 @@ exec "$REAL" "$@"`},
 exec "$REAL" "$@"`},
 		{"runsc run fails", `case " $* " in *" run "*) echo "run: injected failure" >&2; exit 1;; esac
 exec "$REAL" "$@"`},
+		// runsc killed once the sandbox runs, and runsc delete unable to
+		// act on its state: the sandbox's processes and runsc's files
+		// still go.
+		{"runsc delete fails", `case " $* " in *" delete "*) echo "delete: cannot act on this state" >&2; exit 1;; esac
+case " $* " in *" run "*)
+  case " $* " in *" --detach "*) "$REAL" "$@"; kill -9 $$;; esac
+  "$REAL" "$@" & p=$!; sleep 0.15; kill -9 $p; kill -9 $$;; esac
+exec "$REAL" "$@"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -406,6 +406,21 @@ func (r *Runsc) Delete(ctx context.Context, id string, force bool) error {
 	return err
 }
 
+// ForgetState removes runsc's state and lock files for container id,
+// for a sandbox none of whose processes is left but whose state runsc
+// delete could not act on (a runsc killed while creating it). A missing
+// file is not an error.
+func (r *Runsc) ForgetState(id string) error {
+	m, _ := filepath.Glob(filepath.Join(r.Root, globEscape(id)+"_sandbox:*.state"))
+	var errs []error
+	for _, f := range m {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, r.removeStaleLocks(id))...)
+}
+
 // removeStaleLocks removes the lock files runsc keeps beside a container's
 // state, for a container that has no state: a runsc killed during create
 // leaves its lock behind.
