@@ -35,7 +35,7 @@ var (
 // benchSide is one backend's server and what was measured through it.
 type benchSide struct {
 	name    string
-	s       *servedSbx
+	s       *kubeServe
 	c       *client.Client
 	kube    bool
 	create  []float64 // seconds
@@ -59,7 +59,7 @@ func TestBenchServeKube(t *testing.T) {
 		{name: "`sbx serve --backend kubernetes`", s: kube, kube: true},
 	}
 	for _, b := range sides {
-		b.c = &client.Client{APIURL: "http://" + b.s.addr, APIKey: b.s.key}
+		b.c = &client.Client{APIURL: "http://" + b.s.addr(), APIKey: b.s.key}
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command(filepath.Join(cl.bin, "sbx"), "--root", filepath.Join(local.dir, "root"), "ls", "-q").Output(); err == nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -27,114 +25,27 @@ import (
 // shows that each ran exactly once. Afterwards no sandbox is listed and no
 // pod is left. It runs only with SBX_K8S_LOAD=1 (`make k8s-load`).
 
-// servedSbx is an `sbx serve` process of a test, on either backend.
-type servedSbx struct {
-	t      *testing.T
-	dir    string
-	key    string // the API key of its one tenant
-	addr   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    string
-}
-
-// startServedSbx starts `sbx serve` with one tenant and args after the
-// common flags, and waits until it answers.
-func startServedSbx(t *testing.T, args ...string) *servedSbx {
+// startServedSbx starts `sbx serve` with one tenant (its key in key) and
+// args after the common flags, and waits until it answers.
+func startServedSbx(t *testing.T, args ...string) *kubeServe {
 	t.Helper()
-	dir := t.TempDir()
-	s := &servedSbx{t: t, dir: dir, log: filepath.Join(dir, "serve.log")}
-	tenants := filepath.Join(dir, "tenants")
-	s.key = strings.TrimSpace(s.sbx("tenant", "add", "--tenants", tenants, "load"))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = l.Addr().String()
-	l.Close()
-	logf, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(cl.bin, "sbx"), append([]string{"--root", filepath.Join(dir, "root"), "serve",
-		"--listen", s.addr, "--tenants", tenants, "--domain", "e2e.sbx.test", "--audit-log", "-"}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s.exited = make(chan struct{})
-	go func() { s.cmd.Wait(); close(s.exited) }() //nolint:errcheck // read from ProcessState
-	t.Cleanup(s.stop)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		select {
-		case <-s.exited:
-			t.Fatalf("sbx serve exited: %v\n%s", s.cmd.ProcessState, s.logTail())
-		default:
-		}
-		if resp, err := http.Get("http://" + s.addr + "/health"); err == nil {
-			resp.Body.Close()
-			return s
-		}
-	}
-	t.Fatalf("sbx serve did not answer within 30s\n%s", s.logTail())
-	return nil
+	s := newKubeServe(t)
+	s.key = s.tenantAdd("load")
+	s.start(args...)
+	return s
 }
 
 // startKubeBackend starts `sbx serve --backend kubernetes` on the test
 // cluster, templates base and busybox mapped to busybox, with more flags.
-func startKubeBackend(t *testing.T, flags ...string) *servedSbx {
+func startKubeBackend(t *testing.T, flags ...string) *kubeServe {
 	t.Helper()
-	return startServedSbx(t, append([]string{"--backend", "kubernetes", "--kubeconfig", cl.kubeconfig, "--namespace", "default",
-		"--template", "base=" + busyboxImage, "--template", "busybox=" + busyboxImage, "--image-pull-policy", "Never"}, flags...)...)
-}
-
-func (s *servedSbx) sbx(args ...string) string {
-	s.t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(cl.bin, "sbx"), append([]string{"--root", filepath.Join(s.dir, "root")}, args...)...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		s.t.Fatalf("sbx %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
-	}
-	return string(out)
-}
-
-// stop stops the server with SIGTERM (once) and fails the test unless it
-// exits cleanly.
-func (s *servedSbx) stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // waited for below
-	select {
-	case <-s.exited:
-		if !s.cmd.ProcessState.Success() {
-			s.t.Errorf("sbx serve did not exit cleanly on SIGTERM: %v\n%s", s.cmd.ProcessState, s.logTail())
-		}
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill() //nolint:errcheck // it is stuck
-		<-s.exited
-		s.t.Errorf("sbx serve did not stop within 30s of SIGTERM")
-	}
-}
-
-func (s *servedSbx) logTail() string {
-	b, _ := os.ReadFile(s.log)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	return strings.Join(lines, "\n")
+	return startServedSbx(t, kubeBackend(append([]string{"--template", "base=" + busyboxImage, "--template", "busybox=" + busyboxImage}, flags...)...)...)
 }
 
 // list is the IDs GET /sandboxes answers for the server's tenant.
-func (s *servedSbx) list() []string {
+func (s *kubeServe) list() []string {
 	s.t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+s.addr+"/sandboxes", nil)
+	req, _ := http.NewRequest("GET", "http://"+s.addr()+"/sandboxes", nil)
 	req.Header.Set("X-API-Key", s.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -280,7 +191,7 @@ func TestServeKubeLoad(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), "CLIENTS="+strconv.Itoa(clients), "COMMANDS="+strconv.Itoa(commands), "E2B_API_KEY="+s.key,
-		"E2B_API_URL=http://"+s.addr, "E2B_SANDBOX_URL=http://"+s.addr, "E2B_DOMAIN=e2e.sbx.test")
+		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.sbx.test")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()

@@ -28,15 +28,24 @@ import (
 // commands, files, list, setTimeout, kill, and tenants that never see
 // each other's sandboxes, across a restart of the server.
 
-// kubeServe is an `sbx serve --kubeconfig` of a test.
+// kubeServe is an `sbx serve` of a test, on the Kubernetes backend
+// (kubeBackend) or the local one.
 type kubeServe struct {
 	t       *testing.T
 	dir     string
 	tenants string
+	key     string // of the tenant startServedSbx adds
 	port    int
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	log     string
+}
+
+// kubeBackend is the flags of `sbx serve --backend kubernetes` on the test
+// cluster, then more.
+func kubeBackend(more ...string) []string {
+	return append([]string{"--backend", "kubernetes", "--kubeconfig", cl.kubeconfig, "--namespace", "default",
+		"--image-pull-policy", "Never"}, more...)
 }
 
 func newKubeServe(t *testing.T) *kubeServe {
@@ -62,8 +71,9 @@ func (s *kubeServe) tenantAdd(name string, flags ...string) string {
 	return strings.TrimSpace(s.sbx(append(append([]string{"tenant", "add", "--tenants", s.tenants}, flags...), name)...))
 }
 
-// start starts the server and waits until it answers.
-func (s *kubeServe) start() {
+// start starts the server with args after the common flags and waits
+// until it answers.
+func (s *kubeServe) start(args ...string) {
 	s.t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,11 +86,8 @@ func (s *kubeServe) start() {
 		s.t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(cl.bin, "sbx"), "--root", filepath.Join(s.dir, "root"), "serve",
-		"--listen", s.addr(), "--tenants", s.tenants, "--domain", "e2e.sbx.test", "--audit-log", "-",
-		"--kubeconfig", cl.kubeconfig, "--namespace", "default",
-		"--template", "base="+busyboxImage, "--image-pull-policy", "Never",
-		"--pod-cpus", "0.25", "--pod-memory", "256m")
+	s.cmd = exec.Command(filepath.Join(cl.bin, "sbx"), append([]string{"--root", filepath.Join(s.dir, "root"), "serve",
+		"--listen", s.addr(), "--tenants", s.tenants, "--domain", "e2e.sbx.test", "--audit-log", "-"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -364,7 +371,7 @@ func TestServeOnKubernetes(t *testing.T) {
 	keyA := s.tenantAdd("alpha")
 	keyB := s.tenantAdd("beta")
 	keyC := s.tenantAdd("gamma", "--max-cpus", "0.1")
-	s.start()
+	s.start(kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")...)
 
 	// Bad creates leave no pod: a template the server does not map, a
 	// tenant's quota (a pod takes 0.25 CPUs).
@@ -452,7 +459,7 @@ func TestServeOnKubernetes(t *testing.T) {
 	// A new server finds the sandbox in the cluster, with the same
 	// access token.
 	s.stop()
-	s.start()
+	s.start(kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")...)
 	s.sdk("again", keyA, id)
 
 	s.sdk("kill", keyA, id)
