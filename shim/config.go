@@ -38,6 +38,12 @@ const (
 	AnnotationCPUs   = "dev.sbx.cpus"
 	AnnotationMemory = "dev.sbx.memory"
 	AnnotationPids   = "dev.sbx.pids"
+	// AnnotationRestore names a checkpoint to restore the pod from: 32
+	// lowercase hex digits, the name of a directory below the config's
+	// CheckpointDir in the pod's namespace's directory. The pod's
+	// sandbox and each of its containers, matched by container name,
+	// resume from it instead of starting afresh.
+	AnnotationRestore = "dev.sbx.restore"
 )
 
 // CRI annotations that say how a container relates to its pod.
@@ -46,7 +52,14 @@ const (
 	criSandboxID     = "io.kubernetes.cri.sandbox-id"
 	criTypeSandbox   = "sandbox"
 	criTypeContainer = "container"
+	// criSandboxNamespace is the pod's Kubernetes namespace and
+	// criContainerName the container's name in its pod.
+	criSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
+	criContainerName    = "io.kubernetes.cri.container-name"
 )
+
+// DefaultCheckpointDir is the default CheckpointDir.
+const DefaultCheckpointDir = "/var/lib/sbx/checkpoints"
 
 // DefaultConfigPath is read when containerd passes no runtime options.
 const DefaultConfigPath = "/etc/sbx/containerd-shim-sbx-v1.toml"
@@ -90,6 +103,11 @@ type Config struct {
 	// it, as gVisor honours it per process. Default false: no setuid
 	// binary elevates in any pod. A pod cannot raise it.
 	AllowSUID bool `toml:"allow_suid"`
+	// CheckpointDir holds the checkpoints pods can be restored from
+	// (AnnotationRestore): CheckpointDir/NAMESPACE/NAME, one directory
+	// per checkpoint, as a checkpoint through containerd's task API
+	// with that image path writes it. Default DefaultCheckpointDir.
+	CheckpointDir string `toml:"checkpoint_dir"`
 }
 
 // loadConfig reads the runtime options containerd passed with a create:
@@ -157,6 +175,11 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 	}
 	if c.RunscRoot == "" {
 		c.RunscRoot = "/run/sbx/containerd"
+	}
+	if c.CheckpointDir == "" {
+		c.CheckpointDir = DefaultCheckpointDir
+	} else if !filepath.IsAbs(c.CheckpointDir) {
+		return c, fmt.Errorf("runtime config %s: checkpoint_dir %q: %w: want an absolute path", path, c.CheckpointDir, errdefs.ErrInvalidArgument)
 	}
 	return c, nil
 }

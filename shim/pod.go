@@ -50,6 +50,11 @@ type pod struct {
 	// agent is the sbx-init binary mounted into each container, for
 	// terminals of the sandbox's own; "" if there is none.
 	agent string
+	// restore is the checkpoint the pod resumes from (AnnotationRestore),
+	// "" if none; restored are the names of its containers restored
+	// from it so far (guarded by service.mu).
+	restore  string
+	restored map[string]bool
 }
 
 // record is what the shim leaves in each container's bundle so that

@@ -231,10 +231,15 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		if err != nil {
 			return nil, err
 		}
+		restore, err := restoreDir(cfg, spec)
+		if err != nil {
+			return nil, err
+		}
 		p, err := newPod(ctx, ns, r.ID, cfg, spec)
 		if err != nil {
 			return nil, err
 		}
+		p.restore = restore
 		s.pod = p
 		undo.Add(func() {
 			p.teardown(context.Background()) //nolint:errcheck // best effort undo
@@ -459,7 +464,7 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	case c.checkpoint != "":
 		err = s.restore(ctx, r2, c, p)
 	case c.root:
-		err = r2.Start(ctx, c.id)
+		err = s.startSandbox(ctx, r2, c)
 	default:
 		err = s.startSubcontainer(ctx, r2, c, p)
 	}
@@ -491,7 +496,7 @@ func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *cont
 	if p.pio != nil {
 		o = runsc.StartOpts{Stdin: p.pio.procIn, Stdout: p.pio.procOut, Stderr: p.pio.procErr}
 	}
-	if err := r.StartIO(ctx, c.id, o); err != nil {
+	if err := s.startOrRestore(ctx, r, c, o); err != nil {
 		return err
 	}
 	if p.pio != nil {
@@ -642,6 +647,19 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 	if r.ExecID == "" && st == stateCreated {
 		// Killing a task that never started: its exit follows no start.
 		p.markStarted()
+		if !c.root {
+			// A container that joins the sandbox has no process before
+			// its start (runsc runs its init at start): killed, it has
+			// exited, as runc's waiting init does. CRI waits for that
+			// exit after a failed start.
+			p.mu.Lock()
+			if p.pio != nil {
+				p.pio.closeProcessEnds()
+			}
+			p.mu.Unlock()
+			go s.processExited(p, exitLost)
+			return empty, nil
+		}
 	}
 	if r.ExecID != "" {
 		if st == stateCreated {
