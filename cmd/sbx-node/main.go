@@ -8,6 +8,12 @@
 //	sbx-node wait-handler NAME present|absent TIMEOUT
 //	sbx-node label KEY=VALUE               set a label of the node
 //	sbx-node label KEY-                    remove it
+//	sbx-node serve --key-file FILE [--listen ADDR] [--containerd SOCKET] [--checkpoint-dir DIR] [--host-root DIR]
+//	                                       run the node service (package kubenode/nodesvc)
+//
+// serve needs neither the node's name nor the API server: it answers
+// sbx serve's checkpoint requests until SIGTERM. FILE holds the node key,
+// 64 hex digits, which sbx serve holds too.
 //
 // The node is $NODE_NAME. The API server is $SBX_KUBE_API when set (a URL;
 // for nodes where the kubernetes Service's address is not reachable from the
@@ -34,7 +40,7 @@ import (
 const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // errUsage marks a command line sbx-node does not understand.
-var errUsage = errors.New("usage: sbx-node has-handler NAME | wait-handler NAME present|absent TIMEOUT | label KEY=VALUE | label KEY-")
+var errUsage = errors.New("usage: sbx-node has-handler NAME | wait-handler NAME present|absent TIMEOUT | label KEY=VALUE | label KEY- | serve --key-file FILE [--listen ADDR] [--containerd SOCKET] [--checkpoint-dir DIR] [--host-root DIR]")
 
 func main() {
 	code, err := run(os.Args[1:])
@@ -47,6 +53,9 @@ func main() {
 func run(args []string) (int, error) {
 	if len(args) == 0 {
 		return 2, errUsage
+	}
+	if args[0] == "serve" {
+		return serve(args[1:])
 	}
 	c, err := newClient()
 	if err != nil {

@@ -4,7 +4,9 @@
 # the node it runs on with install-node.sh, into the host's / mounted at
 # $HOST, has containerd load the change, and sets or removes the node's
 # label sbx.dev/runtime, which the RuntimeClass's nodeSelector asks for.
-# Then it stays (the DaemonSet's pod is Ready once the node is done).
+# Then it stays (the DaemonSet's pod is Ready once the node is done):
+# after an install, as sbx's node service (sbx-node serve) when the node
+# key file is there, else asleep.
 #
 #   installer.sh install     install sbx, restart containerd if the runtime
 #                            handler "sbx" is new or its drop-in changed, wait
@@ -21,6 +23,12 @@
 #   HOST_PID            a host process whose namespaces CONTAINERD_RESTART
 #                       runs in (default 1, the host's init)
 #   WAIT                how long to wait for the runtime handler (default 10m)
+#   NODE_KEY_FILE       the node service's key (64 hex digits); unset or
+#                       missing: no node service
+#   CONTAINERD_SOCKET   containerd's socket on the host (default
+#                       /run/containerd/containerd.sock)
+#   CHECKPOINT_DIR      the checkpoints' directory on the host, the shim's
+#                       checkpoint_dir (default /var/lib/sbx/checkpoints)
 #   PREFIX, SBX_ETC, CONTAINERD_CONF_D, CONTAINERD_CONFIG: as install-node.sh
 set -eu
 # The installer's own programs (sbx-node) come first.
@@ -79,6 +87,15 @@ uninstall)
 esac
 mkdir -p "$(dirname "$ready")"
 touch "$ready"
+if [ "$mode" = install ]; then
+	if [ -n "${NODE_KEY_FILE:-}" ] && [ -e "$NODE_KEY_FILE" ]; then
+		say "running the node service"
+		exec sbx-node serve --key-file "$NODE_KEY_FILE" --host-root "$HOST" \
+			--containerd "$HOST${CONTAINERD_SOCKET:-/run/containerd/containerd.sock}" \
+			--checkpoint-dir "${CHECKPOINT_DIR:-/var/lib/sbx/checkpoints}"
+	fi
+	say "no node key (${NODE_KEY_FILE:-NODE_KEY_FILE unset}): no node service; sbx serve cannot pause sandboxes on this node"
+fi
 # Stay, so that the DaemonSet's pod stays Ready; SIGTERM ends it at once.
 trap 'exit 0' TERM INT
 while :; do

@@ -58,11 +58,14 @@ type cluster struct {
 	kubeconfig        string
 	sock              string
 	shimConfig        string
-	cgroupName        string
-	procs             []*proc
-	sysctls           map[string]string
-	logLinksBefore    []string
-	logDirCreated     bool
+	// checkpoints is the node's checkpoint directory (the shim's
+	// checkpoint_dir, sbx-node's --checkpoint-dir).
+	checkpoints    string
+	cgroupName     string
+	procs          []*proc
+	sysctls        map[string]string
+	logLinksBefore []string
+	logDirCreated  bool
 }
 
 // proc is one daemon of the cluster.
@@ -261,6 +264,7 @@ func (c *cluster) setUpNode() error {
 		return fmt.Errorf("install-node.sh: %w: %s", err, out)
 	}
 	c.shimConfig = c.path("node", "etc", "sbx", "containerd-shim-sbx-v1.toml")
+	c.checkpoints = c.path("checkpoints")
 	if err := c.setPolicy(""); err != nil {
 		return err
 	}
@@ -284,7 +288,7 @@ func (c *cluster) setUpNode() error {
 // setPolicy writes the operator's policy: the shim's options file, which a
 // pod's shim reads when the pod is created.
 func (c *cluster) setPolicy(policy string) error {
-	body := fmt.Sprintf("runsc_root = %q\n%s\n", c.path("runsc"), policy)
+	body := fmt.Sprintf("runsc_root = %q\ncheckpoint_dir = %q\n%s\n", c.path("runsc"), c.checkpoints, policy)
 	return os.WriteFile(c.shimConfig, []byte(body), 0o644)
 }
 

@@ -2,7 +2,11 @@ package k8s
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,6 +19,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/kubenode"
+	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
 )
 
 // installerImage is the name `make installer-image` gives the installer.
@@ -83,7 +90,20 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 			"-f", filepath.Join(cl.repo, "deploy", "kubernetes", "uninstall.yaml"),
 			"-f", filepath.Join(cl.repo, "deploy", "kubernetes", "daemonset.yaml"))
 	})
-	applyDeploy(t, "daemonset.yaml", vars(sup.pid()))
+	// With the Secret sbx-node-key, the installer's pod then runs the
+	// node service.
+	nodeKey := make([]byte, 32)
+	rand.Read(nodeKey) //nolint:errcheck // never fails
+	keyFile := filepath.Join(t.TempDir(), "node.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(nodeKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "create", "namespace", "sbx-system")
+	kubectl(t, "-n", "sbx-system", "create", "secret", "generic", "sbx-node-key", "--from-file=key="+keyFile)
+	install := vars(sup.pid())
+	install["CONTAINERD_SOCKET"] = cl.sock
+	install["CHECKPOINT_DIR"] = cl.checkpoints
+	applyDeploy(t, "daemonset.yaml", install)
 	if out, err := cl.kubectl(nil, "-n", "sbx-system", "rollout", "status", "daemonset/sbx-installer", "--timeout=170s"); err != nil {
 		t.Fatalf("installer not ready: %v\n%s\ninstaller log:\n%s", err, out, installerLog(t, "sbx-installer"))
 	}
@@ -128,6 +148,32 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 	waitPod(t, "after-daemonset", 3*time.Minute, "running", running)
 	if out := kubectl(t, "exec", "after-daemonset", "--", "dmesg"); !strings.Contains(out, "gVisor") {
 		t.Fatalf("dmesg in the pod: want gVisor's kernel log, got %q", out)
+	}
+
+	// The node service answers only its key's holder, and checkpoints
+	// the pod through the node's containerd into the node's directory.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := strings.Repeat("5a", 16)
+	bad := &kubenode.Client{Key: make([]byte, 32), Timeout: 30 * time.Second}
+	if err := bad.Remove(ctx, "127.0.0.1", kubenode.RemoveRequest{Namespace: "default", Name: name}); !errors.Is(err, agentnet.ErrAuth) {
+		t.Fatalf("the node service with another key: %v, want an authentication failure", err)
+	}
+	nodes := &kubenode.Client{Key: nodeKey, Timeout: time.Minute}
+	uid := kubectl(t, "get", "pod", "after-daemonset", "-o", "jsonpath={.metadata.uid}")
+	res, err := nodes.Checkpoint(ctx, "127.0.0.1", kubenode.CheckpointRequest{Namespace: "default", Pod: "after-daemonset", PodUID: uid, Name: name})
+	if err != nil {
+		t.Fatalf("checkpoint through the DaemonSet's node service: %v\ninstaller log:\n%s", err, installerLog(t, "sbx-installer"))
+	}
+	if _, err := os.Stat(filepath.Join(cl.checkpoints, "default", name, "checkpoint.img")); err != nil {
+		t.Fatalf("the checkpoint is not in the node's directory: %v", err)
+	}
+	t.Logf("checkpoint of a pod through the DaemonSet's node service: %d bytes in %s", res.Bytes, res.Duration)
+	if err := nodes.Remove(ctx, "127.0.0.1", kubenode.RemoveRequest{Namespace: "default", Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cl.checkpoints, "default", name)); !os.IsNotExist(err) {
+		t.Fatalf("the removed checkpoint is still there: %v", err)
 	}
 	kubectl(t, "delete", "pod", "after-daemonset", "--grace-period=1", "--timeout=90s")
 
