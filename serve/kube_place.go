@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/kubenode"
 	"sbx.dev/sbx/policy"
 	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
 	"sbx.dev/sbx/serve/kube"
@@ -58,6 +59,9 @@ type KubeConfig struct {
 	// pods are Guaranteed); zero: sbx's defaults for a sandbox.
 	CPUs   float64
 	Memory int64
+	// Nodes reaches sbx's node service on each node, which pause and
+	// resume need (kube_pause.go); nil: they answer 501.
+	Nodes *kubenode.Client
 }
 
 // Names of what the server keeps on its pods.
@@ -297,15 +301,38 @@ func (k *kubePlacement) list(ctx context.Context, tenantName string) ([]*engine.
 	if err != nil {
 		return nil, err
 	}
+	recs, err := k.c.ListSecrets(ctx, k.cfg.Namespace, k.selector(tenantName)+","+kubeLabelPaused+"=true")
+	if err != nil {
+		return nil, err
+	}
+	paused := map[string]*engine.Sandbox{}
+	for i := range recs {
+		if sb, _ := pausedSandbox(&recs[i]); sb != nil {
+			paused[sb.ID] = sb
+		}
+	}
 	var out []*engine.Sandbox
 	for i := range pods {
 		if pods[i].Metadata.DeletionTimestamp != nil {
 			// Being deleted: gone for the API.
 			continue
 		}
-		if sb := podSandbox(&pods[i]); sb != nil {
-			out = append(out, sb)
+		sb := podSandbox(&pods[i])
+		if sb == nil {
+			continue
 		}
+		if _, ok := paused[sb.ID]; ok {
+			if sb.State != engine.StateRunning || pods[i].Metadata.Annotations[kubeAnnPausing] != "" {
+				// Being paused, or being resumed and not yet running.
+				continue
+			}
+			// Resumed: running again, its record about to go.
+			delete(paused, sb.ID)
+		}
+		out = append(out, sb)
+	}
+	for _, sb := range paused {
+		out = append(out, sb)
 	}
 	slices.SortFunc(out, func(a, b *engine.Sandbox) int { return a.Created.Compare(b.Created) })
 	return out, nil
@@ -314,11 +341,29 @@ func (k *kubePlacement) list(ctx context.Context, tenantName string) ([]*engine.
 // get is sandbox id; ErrNotFound if the server has no such pod.
 func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, error) {
 	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(id))
+	if err != nil && !errdefs.IsNotFound(err) {
+		return nil, err
+	}
+	var sb *engine.Sandbox
+	if err == nil && p.Metadata.DeletionTimestamp == nil {
+		if sb = podSandbox(p); sb != nil && sb.ID != id {
+			sb = nil
+		}
+		if sb != nil && sb.State == engine.StateRunning && p.Metadata.Annotations[kubeAnnPausing] == "" {
+			return sb, nil
+		}
+	}
+	// No pod, or one that does not run: the sandbox may be paused.
+	rec, err := k.pausedRecord(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	sb := podSandbox(p)
-	if sb == nil || sb.ID != id || p.Metadata.DeletionTimestamp != nil {
+	if rec != nil {
+		if psb, _ := pausedSandbox(rec); psb != nil && psb.ID == id {
+			return psb, nil
+		}
+	}
+	if sb == nil {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
 	return sb, nil
@@ -326,6 +371,13 @@ func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, er
 
 func (k *kubePlacement) remove(ctx context.Context, id string) error {
 	k.remember(id, nil)
+	rec, err := k.pausedRecord(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		return k.removePaused(ctx, rec)
+	}
 	if err := k.c.DeletePod(ctx, k.cfg.Namespace, kubePodName(id), 1); err != nil {
 		return err
 	}
@@ -388,37 +440,48 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 			return nil, fmt.Errorf("sandbox %s: the agent's key: %w", req.ID, err)
 		}
 	}
+	p, err := k.waitRunning(ctx, pod.Metadata.Name)
+	if err != nil {
+		return nil, err
+	}
+	sb := podSandbox(p)
+	if req.AgentKey && p.Status.PodIP != "" {
+		kb, _ := hex.DecodeString(key)
+		k.remember(req.ID, &kubeEndpoint{addr: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentnet.Port)), key: kb})
+	}
+	if req.Timeout > 0 {
+		// Its life counts from now, as a sandbox's on a host from the
+		// end of its create.
+		if sb, err = k.setTimeout(ctx, req.ID, req.Timeout); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return sb, nil
+}
+
+// waitRunning waits until pod name's container runs; a pod that does not
+// run in time (an image that cannot be pulled, a node that refuses it)
+// is an error with the kubelet's reason.
+func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod, error) {
 	deadline := time.Now().Add(k.cfg.StartTimeout)
 	why := "not scheduled yet"
 	for {
-		p, err := k.c.GetPod(ctx, k.cfg.Namespace, pod.Metadata.Name)
+		p, err := k.c.GetPod(ctx, k.cfg.Namespace, name)
 		if err != nil {
 			return nil, err
 		}
 		if p.Running(kubeContainer) {
-			sb := podSandbox(p)
-			if req.AgentKey && p.Status.PodIP != "" {
-				kb, _ := hex.DecodeString(key)
-				k.remember(req.ID, &kubeEndpoint{addr: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentnet.Port)), key: kb})
-			}
-			if req.Timeout > 0 {
-				// Its life counts from now, as a sandbox's on a host
-				// from the end of its create.
-				if sb, err = k.setTimeout(ctx, req.ID, req.Timeout); err != nil {
-					return nil, err
-				}
-			}
-			ok = true
-			return sb, nil
+			return p, nil
 		}
 		if p.Status.Phase == "Failed" || p.Status.Phase == "Succeeded" {
-			return nil, fmt.Errorf("sandbox pod %s ended at start (%s): %s: %w", pod.Metadata.Name, p.Status.Phase, p.Status.Message, errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("sandbox pod %s ended at start (%s): %s: %w", name, p.Status.Phase, p.Status.Message, errdefs.ErrUnavailable)
 		}
 		if reason, msg := p.Waiting(kubeContainer); reason != "" {
 			why = reason + ": " + msg
 			switch reason {
 			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return nil, fmt.Errorf("sandbox pod %s cannot start: %s: %w", pod.Metadata.Name, why, errdefs.ErrFailedPrecondition)
+				return nil, fmt.Errorf("sandbox pod %s cannot start: %s: %w", name, why, errdefs.ErrFailedPrecondition)
 			}
 		} else if msg := p.Unschedulable(); msg != "" {
 			why = "unschedulable: " + msg
@@ -426,7 +489,7 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 			why = "pod " + p.Status.Phase
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("sandbox pod %s did not run within %s (%s): %w", pod.Metadata.Name, k.cfg.StartTimeout, why, errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("sandbox pod %s did not run within %s (%s): %w", name, k.cfg.StartTimeout, why, errdefs.ErrUnavailable)
 		}
 		select {
 		case <-ctx.Done():
@@ -451,7 +514,7 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 		}
 	}
 	if req.AutoPause != nil && *req.AutoPause {
-		return 0, nil, fmt.Errorf("autoPause is not supported when sbx serve places sandboxes on Kubernetes (pods do not pause): %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("autoPause is not supported when sbx serve places sandboxes on Kubernetes (a sandbox ends at its timeout; pause it by the API): %w", errdefs.ErrNotImplemented)
 	}
 	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
 	if err != nil {

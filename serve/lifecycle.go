@@ -29,6 +29,12 @@ func (s *Server) pauseSandbox(r *http.Request, tenantName string) (int, any, err
 		return 0, nil, fmt.Errorf("sandbox %s is already paused: %w", sb.ID, errdefs.ErrConflict)
 	}
 	s.forget(sb.ID)
+	if s.kube != nil {
+		if err := s.kubePause(context.WithoutCancel(r.Context()), sb, tenantName); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, nil
+	}
 	if _, err := s.eng.Pause(context.WithoutCancel(r.Context()), sb.ID); err != nil {
 		return 0, nil, err
 	}

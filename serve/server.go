@@ -358,7 +358,11 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 		return cur, nil
 	}
 	start := time.Now()
-	cur, err = s.eng.Resume(context.WithoutCancel(ctx), sb.ID)
+	if s.kube != nil {
+		cur, err = s.kube.resume(context.WithoutCancel(ctx), sb.ID)
+	} else {
+		cur, err = s.eng.Resume(context.WithoutCancel(ctx), sb.ID)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -277,6 +277,43 @@ case 'again': {
   assert.equal((await sbx.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
   break
 }
+case 'pause': {
+  // A process counting in memory, files in /tmp and the root
+  // filesystem, then a pause.
+  const sbx = await Sandbox.connect(id)
+  const bg = await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
+  out.pid = String(bg.pid)
+  await sbx.files.write('/var/before-pause.txt', 'kept across pause\n')
+  let n = 0
+  for (const end = Date.now() + 20_000; n < 20 && Date.now() < end; await new Promise((r) => setTimeout(r, 200))) {
+    n = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  }
+  assert.ok(n >= 20, 'the counter did not count: ' + n)
+  assert.equal(await sbx.pause(), true)
+  out.before = String(n)
+  const info = await Sandbox.getInfo(id)
+  assert.equal(info.state, 'paused')
+  const paused = (await listAll()).filter((s) => s.sandboxId === id)
+  assert.equal(paused.length, 1, 'list shows the paused sandbox ' + paused.length + ' times')
+  assert.equal(paused[0].state, 'paused')
+  assert.equal(await Sandbox.pause(id), false, 'pausing a paused sandbox must answer false')
+  break
+}
+case 'resume': {
+  const sbx = await Sandbox.connect(id, { timeoutMs: 600_000 })
+  const info = await sbx.getInfo()
+  assert.equal(info.state, 'running')
+  const count = async () => Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  const a = await count()
+  await new Promise((r) => setTimeout(r, 1_500))
+  const b = await count()
+  out.after = String(a)
+  out.later = String(b)
+  assert.ok(b > a, 'the counter started before the pause does not count after resume: ' + a + ', then ' + b)
+  assert.equal((await sbx.commands.run('cat /var/before-pause.txt')).stdout, 'kept across pause\n')
+  out.ps = (await sbx.commands.run('ps -o pid,args')).stdout
+  break
+}
 case 'kill': {
   assert.equal(await Sandbox.kill(id), true, 'kill answered false')
   const ids = (await listAll()).map((s) => s.sandboxId)

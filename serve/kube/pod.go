@@ -87,10 +87,12 @@ type Resources struct {
 
 // PodStatus is what the kubelet reports of a pod.
 type PodStatus struct {
-	Phase      string     `json:"phase,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	Message    string     `json:"message,omitempty"`
-	PodIP      string     `json:"podIP,omitempty"`
+	Phase   string `json:"phase,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	PodIP   string `json:"podIP,omitempty"`
+	// HostIP is the address of the pod's node.
+	HostIP     string     `json:"hostIP,omitempty"`
 	StartTime  *time.Time `json:"startTime,omitempty"`
 	Conditions []struct {
 		Type    string `json:"type"`

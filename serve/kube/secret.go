@@ -37,6 +37,28 @@ func (c *Client) GetSecret(ctx context.Context, ns, name string) (*Secret, error
 	return &out, nil
 }
 
+// ListSecrets lists the Secrets of namespace ns that match the label
+// selector.
+func (c *Client) ListSecrets(ctx context.Context, ns, selector string) ([]Secret, error) {
+	var out struct {
+		Items []Secret `json:"items"`
+	}
+	q := url.Values{}
+	if selector != "" {
+		q.Set("labelSelector", selector)
+	}
+	if err := c.do(ctx, http.MethodGet, secretsPath(ns), q, "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
+// PatchSecret applies the JSON merge patch patch to secret name (a nil
+// value removes a key; []byte values of data go as base64).
+func (c *Client) PatchSecret(ctx context.Context, ns, name string, patch any) error {
+	return c.do(ctx, http.MethodPatch, secretsPath(ns)+"/"+url.PathEscape(name), nil, "application/merge-patch+json", patch, nil)
+}
+
 // SetSecretOwner makes pod owner the owner of secret name: the cluster
 // deletes the secret with the pod.
 func (c *Client) SetSecretOwner(ctx context.Context, ns, name string, owner *Pod) error {

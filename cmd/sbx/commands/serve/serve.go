@@ -19,6 +19,7 @@ import (
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/kubenode"
 	"sbx.dev/sbx/policy"
 	"sbx.dev/sbx/serve"
 	"sbx.dev/sbx/serve/kube"
@@ -54,6 +55,8 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
 		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
 		&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
+		&cli.StringFlag{Name: "node-key", Usage: "with --backend kubernetes: FILE holding the key (64 hex digits) of sbx's node service on the nodes, which pause and resume need (without it they answer 501)"},
+		&cli.IntFlag{Name: "node-port", Value: kubenode.Port, Usage: "with --backend kubernetes: the port of sbx's node service on each node"},
 	},
 	Action: run,
 }
@@ -65,7 +68,7 @@ const (
 )
 
 // kubeFlags are the flags that only the kubernetes backend takes.
-var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "image-pull-policy", "pod-cpus", "pod-memory"}
+var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "image-pull-policy", "pod-cpus", "pod-memory", "node-key", "node-port"}
 
 // backend is the backend the flags ask for: --backend, else kubernetes
 // when --kubeconfig is given, else local. A flag of the kubernetes backend
@@ -220,6 +223,16 @@ func kubeConfig(c *cli.Context, path string) (*serve.KubeConfig, error) {
 	}
 	if len(kc.Templates) == 0 {
 		return nil, errors.New("--backend kubernetes: give at least one --template NAME=IMAGE (the image a templateID's pods run)")
+	}
+	if f := c.String("node-key"); f != "" {
+		key, err := kubenode.ReadKeyFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--node-key: %w", err)
+		}
+		if p := c.Int("node-port"); p <= 0 || p > 65535 {
+			return nil, fmt.Errorf("--node-port %d: want a port of 1-65535", p)
+		}
+		kc.Nodes = &kubenode.Client{Key: key, Port: c.Int("node-port")}
 	}
 	return kc, nil
 }

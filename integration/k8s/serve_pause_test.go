@@ -1,0 +1,169 @@
+package k8s
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Pause and resume on the Kubernetes backend: sbx's node service
+// checkpoints a sandbox's pod into a directory of its node, the pod goes,
+// and a resume makes the pod again on that node, restored by the shim
+// from the checkpoint: processes keep running, files stay, and no other
+// tenant sees or resumes it.
+
+// startNodeService runs `sbx-node serve` for the test cluster's node with
+// a new key, and returns the key's file and the service's port.
+func startNodeService(t *testing.T, hostIP string) (keyFile string, port int) {
+	t.Helper()
+	key := make([]byte, 32)
+	rand.Read(key) //nolint:errcheck // never fails
+	keyFile = filepath.Join(t.TempDir(), "node-key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(hostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port = l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	if err := cl.run("sbx-node", filepath.Join(cl.bin, "sbx-node"), nil, "serve", "--key-file", keyFile,
+		"--listen", net.JoinHostPort(hostIP, strconv.Itoa(port)), "--containerd", cl.sock,
+		"--checkpoint-dir", cl.checkpoints); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.stopProc("sbx-node") })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c, err := net.Dial("tcp", net.JoinHostPort(hostIP, strconv.Itoa(port)))
+		if err == nil {
+			c.Close()
+			return keyFile, port
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(cl.path("sbx-node.log"))
+			t.Fatalf("sbx-node serve did not listen: %v\n%s", err, b)
+		}
+	}
+}
+
+// checkpointsOf lists the checkpoint directories of namespace ns.
+func checkpointsOf(t *testing.T, ns string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(cl.checkpoints, ns))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestServePauseOnKubernetes(t *testing.T) {
+	s := newKubeServe(t)
+	keyA := s.tenantAdd("alpha")
+	keyB := s.tenantAdd("beta")
+	flags := kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")
+	s.start(flags...)
+
+	res := s.sdk("create", keyA, "")
+	id, short, none := res["id"], res["short"], res["none"]
+	pod := "sbx-" + id
+	t.Cleanup(func() {
+		cl.kubectl(nil, "delete", "pod", pod, "sbx-"+short, "sbx-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "secret", pod, "sbx-"+none, "--ignore-not-found")                                                 //nolint:errcheck // best effort
+	})
+	for _, p := range []string{pod, "sbx-" + none} {
+		kubectl(t, "exec", p, "--", "sh", "-c", `printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash && chmod +x /bin/bash`)
+	}
+
+	// Without the node service's key, pause says what it needs.
+	if code, body := s.api("POST", "/sandboxes/"+id+"/pause", keyA, ""); code != http.StatusNotImplemented || !strings.Contains(body, "--node-key") {
+		t.Errorf("pause without --node-key: %d %s, want 501 naming --node-key", code, body)
+	}
+
+	var p sandboxPod
+	if err := json.Unmarshal([]byte(kubectl(t, "get", "pod", pod, "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	hostIP := strings.TrimSpace(kubectl(t, "get", "pod", pod, "-o", "jsonpath={.status.hostIP}"))
+	oldIP := p.Status.PodIP
+	keyFile, port := startNodeService(t, hostIP)
+	s.stop()
+	s.start(append(flags, "--node-key", keyFile, "--node-port", strconv.Itoa(port))...)
+
+	// Another tenant cannot pause it.
+	if code, body := s.api("POST", "/sandboxes/"+id+"/pause", keyB, ""); code != http.StatusNotFound {
+		t.Errorf("another tenant's pause: %d %s, want 404", code, body)
+	}
+
+	t0 := time.Now()
+	res = s.sdk("pause", keyA, id)
+	t.Logf("paused with the counter at %s (SDK step %s)", res["before"], time.Since(t0).Round(time.Millisecond))
+	before, _ := strconv.Atoi(res["before"])
+	waitGone(t, pod, 60*time.Second)
+	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
+		t.Fatalf("checkpoints on the node after one pause: %v, want one", cps)
+	}
+	if out := kubectl(t, "get", "secret", pod, "-o", "jsonpath={.metadata.ownerReferences}"); strings.TrimSpace(out) != "" {
+		t.Errorf("the paused sandbox's record is still owned (the cluster would delete it): %s", out)
+	}
+
+	// Paused, it is another tenant's to neither see, resume nor kill.
+	s.sdk("intrude", keyB, id)
+	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
+		t.Fatalf("another tenant's calls changed the checkpoints: %v", cps)
+	}
+
+	// A new server finds it paused, and resumes it.
+	s.stop()
+	s.start(append(flags, "--node-key", keyFile, "--node-port", strconv.Itoa(port))...)
+	t0 = time.Now()
+	res = s.sdk("resume", keyA, id)
+	t.Logf("resumed: counter %s then %s (SDK step %s)\n%s", res["after"], res["later"], time.Since(t0).Round(time.Millisecond), res["ps"])
+	if after, _ := strconv.Atoi(res["after"]); after < before {
+		t.Errorf("after resume the counter is at %d, below %d where it was at the pause: the sandbox was not restored", after, before)
+	}
+	if err := json.Unmarshal([]byte(kubectl(t, "get", "pod", pod, "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod address %s before the pause, %s after", oldIP, p.Status.PodIP)
+	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
+		t.Errorf("checkpoints left on the node after resume: %v", cps)
+	}
+	if out := kubectl(t, "get", "secret", pod, "-o", "jsonpath={.metadata.labels}"); strings.Contains(out, "paused") {
+		t.Errorf("the resumed sandbox's Secret is still labelled paused: %s", out)
+	}
+
+	// The sandbox without network pauses and is killed paused: its
+	// checkpoint and record go.
+	if code, body := s.api("POST", "/sandboxes/"+none+"/pause", keyA, ""); code != http.StatusNoContent {
+		t.Fatalf("pause of the sandbox without network: %d %s\n%s", code, body, s.logTail())
+	}
+	waitGone(t, "sbx-"+none, 60*time.Second)
+	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
+		t.Fatalf("checkpoints after pausing the sandbox without network: %v, want one", cps)
+	}
+	if code, body := s.api("DELETE", "/sandboxes/"+none, keyA, ""); code != http.StatusNoContent {
+		t.Errorf("kill of a paused sandbox: %d %s", code, body)
+	}
+	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
+		t.Errorf("the killed paused sandbox's checkpoint is left: %v", cps)
+	}
+	if out := kubectl(t, "get", "secret", "sbx-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("the killed paused sandbox's record is left: %s", out)
+	}
+
+	s.sdk("kill", keyA, id)
+	waitGone(t, pod, 90*time.Second)
+}

@@ -1,0 +1,306 @@
+package serve
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/kubenode"
+	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"sbx.dev/sbx/serve/kube"
+)
+
+// Pause and resume on Kubernetes placement. Kubernetes has no restore of
+// a checkpoint, so sbx does it: sbx's node service (kubenode, run on
+// every node by the installer DaemonSet) checkpoints the pod's gVisor
+// sandbox, memory and filesystem, through the node's containerd into a
+// directory of that node, named by a fresh random name; the server then
+// deletes the pod. The sandbox, paused, is a Secret (the one holding its
+// agent's key, or a new one for a sandbox without network) that no pod
+// owns any more, labelled paused and holding the pod to make again, the
+// node and the checkpoint's name. Resume creates that pod on that node
+// with the shim's annotation dev.sbx.restore naming the checkpoint: the
+// shim restores the sandbox from it instead of booting it, in the pod's
+// own namespace only. The processes of the sandbox go on where they
+// stopped, with the same agent key, at the new pod's address.
+
+// Names of the paused record (on the sandbox's Secret) and of what the
+// server keeps on a pod while it is paused or resumed.
+const (
+	// kubeLabelPaused marks a Secret that is a paused sandbox.
+	kubeLabelPaused = "sbx.dev/paused"
+	// kubeAnnCheckpoint is the checkpoint's name on the node.
+	kubeAnnCheckpoint = "sbx.dev/checkpoint"
+	// kubeAnnNode and kubeAnnHostIP are the node holding it and its
+	// address, where its node service listens.
+	kubeAnnNode   = "sbx.dev/node"
+	kubeAnnHostIP = "sbx.dev/host-ip"
+	// kubeAnnCreated is when the sandbox was first created: its pod is
+	// made anew at each resume.
+	kubeAnnCreated = "sbx.dev/created"
+	// kubeAnnPausing marks a pod whose sandbox is being checkpointed: it
+	// counts as paused from then on.
+	kubeAnnPausing = "sbx.dev/pausing"
+	// kubePausedPodKey is the Secret's data key holding the pod (JSON).
+	kubePausedPodKey = "pod"
+	// kubeShimRestore is the shim's annotation naming the checkpoint a
+	// pod's sandbox is restored from.
+	kubeShimRestore = "dev.sbx.restore"
+)
+
+// errNoNodeService is why pause answers 501 on a server without the node
+// service's key.
+var errNoNodeService = fmt.Errorf("pause on Kubernetes placement needs sbx's node service on the nodes (deploy/kubernetes/daemonset.yaml with the Secret sbx-node-key) and its key given to sbx serve with --node-key FILE: %w", errdefs.ErrNotImplemented)
+
+// pausedSandbox is the sandbox a paused record (a Secret labelled paused)
+// stands for; nil if sec is no paused record of the server.
+func pausedSandbox(sec *kube.Secret) (*engine.Sandbox, *kube.Pod) {
+	l := sec.Metadata.Labels
+	if l[kubeLabelPaused] != "true" || l[kubeLabelManaged] != kubeManagedBy {
+		return nil, nil
+	}
+	var p kube.Pod
+	if json.Unmarshal(sec.Data[kubePausedPodKey], &p) != nil {
+		return nil, nil
+	}
+	p.Status = kube.PodStatus{}
+	sb := podSandbox(&p)
+	if sb == nil || sb.ID != l[kubeLabelID] || sb.Labels[labelTenant] != l[kubeLabelTenant] {
+		return nil, nil
+	}
+	sb.State = engine.StatePaused
+	sb.Deadline = nil
+	return sb, &p
+}
+
+// pausedRecord reads sandbox id's paused record: nil, nil if it is not
+// paused.
+func (k *kubePlacement) pausedRecord(ctx context.Context, id string) (*kube.Secret, error) {
+	sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, kubePodName(id))
+	if errdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sec.Metadata.Labels[kubeLabelPaused] != "true" {
+		return nil, nil
+	}
+	return sec, nil
+}
+
+// kubePause is a pause on Kubernetes placement, one at a time per
+// sandbox with its resumes.
+func (s *Server) kubePause(ctx context.Context, sb *engine.Sandbox, tenantName string) error {
+	unlock := s.lockResume(sb.ID)
+	defer unlock()
+	res, err := s.kube.pause(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	s.log.Info("paused", "sandbox", sb.ID, "tenant", tenantName, "checkpoint_bytes", res.Bytes, "checkpoint", res.Duration)
+	return nil
+}
+
+// pause checkpoints sandbox id on its node and deletes its pod.
+func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.CheckpointResult, error) {
+	if k.cfg.Nodes == nil {
+		return nil, errNoNodeService
+	}
+	name := kubePodName(id)
+	p, err := k.c.GetPod(ctx, k.cfg.Namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Running(kubeContainer) || p.Metadata.Annotations[kubeAnnPausing] != "" {
+		return nil, fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrConflict)
+	}
+	if p.Status.HostIP == "" || p.Spec.NodeName == "" {
+		return nil, fmt.Errorf("sandbox %s: its pod has no node address: %w", id, errdefs.ErrUnavailable)
+	}
+	ckpt := kubeNewID()
+	networked := !podOnAPIExec(p)
+
+	// The pod as it is to be made again: what the server wrote, with its
+	// deadline dropped (a paused sandbox does not expire; resume sets one).
+	again := kube.Pod{APIVersion: "v1", Kind: "Pod", Metadata: kube.Meta{
+		Name: p.Metadata.Name, Namespace: p.Metadata.Namespace,
+		Labels: maps.Clone(p.Metadata.Labels), Annotations: maps.Clone(p.Metadata.Annotations),
+	}, Spec: p.Spec}
+	delete(again.Metadata.Annotations, kubeAnnDeadline)
+	delete(again.Metadata.Annotations, kubeAnnPausing)
+	if _, ok := again.Metadata.Annotations[kubeAnnCreated]; !ok && p.Metadata.CreationTimestamp != nil {
+		again.Metadata.Annotations[kubeAnnCreated] = p.Metadata.CreationTimestamp.UTC().Format(time.RFC3339Nano)
+	}
+	podJSON, err := json.Marshal(again)
+	if err != nil {
+		return nil, err
+	}
+
+	// Paused from here on for every reader of the server's sandboxes.
+	pausing := "true"
+	if _, err := k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, name, map[string]*string{kubeAnnPausing: &pausing}); err != nil {
+		return nil, err
+	}
+	// The record, before the checkpoint: no longer owned by the pod, so
+	// that it outlives it.
+	meta := map[string]any{
+		"labels":      map[string]string{kubeLabelManaged: kubeManagedBy, kubeLabelID: id, kubeLabelTenant: p.Metadata.Labels[kubeLabelTenant], kubeLabelPaused: "true"},
+		"annotations": map[string]string{kubeAnnCheckpoint: ckpt, kubeAnnNode: p.Spec.NodeName, kubeAnnHostIP: p.Status.HostIP},
+	}
+	if networked {
+		meta["ownerReferences"] = nil
+		err = k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{"metadata": meta, "data": map[string][]byte{kubePausedPodKey: podJSON}})
+	} else {
+		sec := k.agentSecret(id, p.Metadata.Labels[kubeLabelTenant], "")
+		sec.Data = map[string][]byte{kubePausedPodKey: podJSON}
+		sec.Metadata.Labels[kubeLabelPaused] = "true"
+		sec.Metadata.Annotations = meta["annotations"].(map[string]string)
+		err = k.c.CreateSecret(ctx, k.cfg.Namespace, sec)
+	}
+	if err != nil {
+		k.unpause(context.WithoutCancel(ctx), p, networked)
+		return nil, fmt.Errorf("sandbox %s: record its pause: %w", id, err)
+	}
+	res, err := k.cfg.Nodes.Checkpoint(ctx, p.Status.HostIP, kubenode.CheckpointRequest{
+		Namespace: k.cfg.Namespace, Pod: name, PodUID: p.Metadata.UID, Name: ckpt,
+	})
+	if err != nil {
+		k.unpause(context.WithoutCancel(ctx), p, networked)
+		return nil, fmt.Errorf("sandbox %s: checkpoint on node %s: %w", id, p.Spec.NodeName, err)
+	}
+	k.remember(id, nil)
+	if err := k.c.DeletePod(context.WithoutCancel(ctx), k.cfg.Namespace, name, 0); err != nil {
+		return nil, fmt.Errorf("sandbox %s: checkpointed, but its pod stays: %w", id, err)
+	}
+	return res, nil
+}
+
+// unpause undoes a pause that did not checkpoint: the record goes, the
+// Secret is the pod's again.
+func (k *kubePlacement) unpause(ctx context.Context, p *kube.Pod, networked bool) {
+	name := p.Metadata.Name
+	if networked {
+		k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{ //nolint:errcheck // best effort: the sweep removes a sandbox that ended
+			"metadata": map[string]any{
+				"labels":          map[string]any{kubeLabelPaused: nil},
+				"annotations":     map[string]any{kubeAnnCheckpoint: nil, kubeAnnNode: nil, kubeAnnHostIP: nil},
+				"ownerReferences": []kube.OwnerRef{{APIVersion: "v1", Kind: "Pod", Name: name, UID: p.Metadata.UID}},
+			},
+			"data": map[string]any{kubePausedPodKey: nil},
+		})
+	} else {
+		k.c.DeleteSecret(ctx, k.cfg.Namespace, name) //nolint:errcheck // best effort
+	}
+	k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, name, map[string]*string{kubeAnnPausing: nil}) //nolint:errcheck // best effort
+}
+
+// resume makes paused sandbox id's pod again on the node holding its
+// checkpoint, restored from it, and waits until it runs. A resume that
+// fails leaves the sandbox paused.
+func (k *kubePlacement) resume(ctx context.Context, id string) (*engine.Sandbox, error) {
+	if k.cfg.Nodes == nil {
+		return nil, errNoNodeService
+	}
+	sec, err := k.pausedRecord(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sec == nil {
+		return nil, fmt.Errorf("sandbox %s is not paused: %w", id, errdefs.ErrConflict)
+	}
+	sb, p := pausedSandbox(sec)
+	if sb == nil {
+		return nil, fmt.Errorf("sandbox %s: its paused record %s is unreadable: %w", id, sec.Metadata.Name, errdefs.ErrFailedPrecondition)
+	}
+	a := sec.Metadata.Annotations
+	ckpt, node, hostIP := a[kubeAnnCheckpoint], a[kubeAnnNode], a[kubeAnnHostIP]
+	if !validID(ckpt) || node == "" || hostIP == "" {
+		return nil, fmt.Errorf("sandbox %s: its paused record names no checkpoint: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	name := kubePodName(id)
+	p.Metadata.Annotations[kubeShimRestore] = ckpt
+	p.Spec.NodeName = node
+	// The pod of the pause may still be going.
+	var created *kube.Pod
+	for wait := time.Now().Add(k.cfg.StartTimeout); ; {
+		created, err = k.c.CreatePod(ctx, k.cfg.Namespace, p)
+		if !errdefs.IsAlreadyExists(err) || time.Now().After(wait) {
+			break
+		}
+		if old, gerr := k.c.GetPod(ctx, k.cfg.Namespace, name); gerr == nil && old.Metadata.Annotations[kubeShimRestore] == ckpt {
+			// Another server's resume of the same sandbox made it.
+			created, err = old, nil
+			break
+		}
+		k.c.DeletePod(ctx, k.cfg.Namespace, name, 0) //nolint:errcheck // the create's retry says
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: make its pod again: %w", id, err)
+	}
+	running, err := k.waitRunning(ctx, name)
+	if err != nil {
+		k.c.DeletePod(context.WithoutCancel(ctx), k.cfg.Namespace, name, 0) //nolint:errcheck // best effort; the sandbox stays paused
+		return nil, fmt.Errorf("sandbox %s: restore on node %s: %w", id, node, err)
+	}
+	networked := !podOnAPIExec(running)
+	// Running: the record goes; the Secret is the new pod's.
+	if networked {
+		err = k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{
+			"metadata": map[string]any{
+				"labels":          map[string]any{kubeLabelPaused: nil},
+				"annotations":     map[string]any{kubeAnnCheckpoint: nil, kubeAnnNode: nil, kubeAnnHostIP: nil},
+				"ownerReferences": []kube.OwnerRef{{APIVersion: "v1", Kind: "Pod", Name: name, UID: created.Metadata.UID}},
+			},
+			"data": map[string]any{kubePausedPodKey: nil},
+		})
+	} else {
+		err = k.c.DeleteSecret(ctx, k.cfg.Namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: resumed, but its record stays: %w", id, err)
+	}
+	if err := k.cfg.Nodes.Remove(ctx, hostIP, kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: ckpt}); err != nil {
+		// The sandbox runs; only the node's disk keeps the checkpoint.
+		return nil, fmt.Errorf("sandbox %s: resumed, but its checkpoint on node %s stays: %w", id, node, err)
+	}
+	if networked && running.Status.PodIP != "" {
+		if key, err := hex.DecodeString(string(sec.Data[kubeAgentSecretKey])); err == nil && len(key) == agentnet.KeySize {
+			k.remember(id, &kubeEndpoint{addr: net.JoinHostPort(running.Status.PodIP, strconv.Itoa(agentnet.Port)), key: key})
+		}
+	}
+	sb = podSandbox(running)
+	if d, err := time.ParseDuration(running.Metadata.Annotations[kubeAnnTimeout]); err == nil && d > 0 {
+		// Its life counts from now again.
+		return k.setTimeout(ctx, id, d)
+	}
+	return sb, nil
+}
+
+// removePaused deletes paused sandbox id: its checkpoint on its node,
+// then its record.
+func (k *kubePlacement) removePaused(ctx context.Context, sec *kube.Secret) error {
+	a := sec.Metadata.Annotations
+	if k.cfg.Nodes != nil && validID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
+		if err := k.cfg.Nodes.Remove(ctx, a[kubeAnnHostIP], kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: a[kubeAnnCheckpoint]}); err != nil {
+			return fmt.Errorf("sandbox %s: its checkpoint on node %s: %w", sec.Metadata.Labels[kubeLabelID], a[kubeAnnNode], err)
+		}
+	}
+	if err := k.c.DeletePod(ctx, k.cfg.Namespace, sec.Metadata.Name, 0); err != nil {
+		return err
+	}
+	return k.c.DeleteSecret(ctx, k.cfg.Namespace, sec.Metadata.Name)
+}
