@@ -117,7 +117,7 @@ func responseError(r *Response) error {
 }
 
 // CheckpointRequest asks for a checkpoint of a pod's sandbox. The
-// sandbox stops once it is saved.
+// sandbox stops once it is saved, unless LeaveRunning.
 type CheckpointRequest struct {
 	// Namespace, Pod and PodUID name the pod (its metadata).
 	Namespace string `json:"namespace"`
@@ -127,6 +127,9 @@ type CheckpointRequest struct {
 	// checkpoint is the directory <checkpoint dir>/<Namespace>/<Name> on
 	// the node.
 	Name string `json:"name"`
+	// LeaveRunning keeps the sandbox running after the checkpoint (a
+	// snapshot); otherwise it stops (a pause).
+	LeaveRunning bool `json:"leaveRunning,omitempty"`
 }
 
 // CheckpointResult is a checkpoint's size and how long it took.

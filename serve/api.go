@@ -37,6 +37,13 @@ func (s *Server) routes() http.Handler {
 		}
 		return h
 	}
+	// onKube is h, or kh on Kubernetes placement.
+	onKube := func(h, kh apiHandler) apiHandler {
+		if s.kube != nil {
+			return kh
+		}
+		return h
+	}
 	handle("POST /sandboxes", true, s.createSandbox)
 	handle("POST /v2/sandboxes", true, s.createSandbox)
 	handle("GET /sandboxes", false, s.listSandboxesV1)
@@ -50,14 +57,14 @@ func (s *Server) routes() http.Handler {
 	handle("POST /sandboxes/{id}/timeout", true, s.setTimeout)
 	handle("POST /sandboxes/{id}/refreshes", true, s.refresh)
 	handle("POST /sandboxes/{id}/fork", true, local("fork", s.forkSandbox))
-	handle("POST /sandboxes/{id}/snapshots", true, local("snapshots", s.snapshotSandbox))
-	handle("GET /snapshots", false, local("snapshots", s.listSnapshots))
+	handle("POST /sandboxes/{id}/snapshots", true, onKube(s.snapshotSandbox, s.kubeSnapshotSandbox))
+	handle("GET /snapshots", false, onKube(s.listSnapshots, s.kubeListSnapshots))
 	handle("PUT /sandboxes/{id}/network", true, local("changing a sandbox's network", s.updateNetwork))
 	handle("GET /sandboxes/{id}/metrics", false, local("sandbox metrics", s.sandboxMetrics))
 	handle("GET /sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
 	handle("GET /v2/sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
 	handle("GET /templates", false, local("listing templates", s.listTemplates))
-	handle("DELETE /templates/{id}", true, local("deleting templates", s.deleteTemplate))
+	handle("DELETE /templates/{id}", true, onKube(s.deleteTemplate, s.kubeDeleteTemplate))
 	handle("POST /volumes", true, local("volumes", s.createVolume))
 	handle("GET /volumes", false, local("volumes", s.listVolumes))
 	handle("GET /volumes/{volumeID}", false, local("volumes", s.getVolume))

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net"
 	"strconv"
 	"time"
@@ -58,7 +57,7 @@ const (
 
 // errNoNodeService is why pause answers 501 on a server without the node
 // service's key.
-var errNoNodeService = fmt.Errorf("pause on Kubernetes placement needs sbx's node service on the nodes (deploy/kubernetes/daemonset.yaml with the Secret sbx-node-key) and its key given to sbx serve with --node-key FILE: %w", errdefs.ErrNotImplemented)
+var errNoNodeService = fmt.Errorf("pause, resume and snapshots on Kubernetes placement need sbx's node service on the nodes (deploy/kubernetes/daemonset.yaml with the Secret sbx-node-key) and its key given to sbx serve with --node-key FILE: %w", errdefs.ErrNotImplemented)
 
 // pausedSandbox is the sandbox a paused record (a Secret labelled paused)
 // stands for; nil if sec is no paused record of the server.
@@ -131,12 +130,7 @@ func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.Checkpo
 
 	// The pod as it is to be made again: what the server wrote, with its
 	// deadline dropped (a paused sandbox does not expire; resume sets one).
-	again := kube.Pod{APIVersion: "v1", Kind: "Pod", Metadata: kube.Meta{
-		Name: p.Metadata.Name, Namespace: p.Metadata.Namespace,
-		Labels: maps.Clone(p.Metadata.Labels), Annotations: maps.Clone(p.Metadata.Annotations),
-	}, Spec: p.Spec}
-	delete(again.Metadata.Annotations, kubeAnnDeadline)
-	delete(again.Metadata.Annotations, kubeAnnPausing)
+	again := recreated(p)
 	if _, ok := again.Metadata.Annotations[kubeAnnCreated]; !ok && p.Metadata.CreationTimestamp != nil {
 		again.Metadata.Annotations[kubeAnnCreated] = p.Metadata.CreationTimestamp.UTC().Format(time.RFC3339Nano)
 	}

@@ -164,6 +164,9 @@ type kubeSandbox struct {
 	// Timeout is the sandbox's life from now; zero: no deadline.
 	Timeout time.Duration
 	Now     time.Time
+	// Restore, if set, makes the pod on the node holding a snapshot's
+	// checkpoint, restored from it.
+	Restore *kubeRestore
 }
 
 // renderPod is the pod of a sandbox: one container running the agent as
@@ -413,9 +416,20 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 		return nil, err
 	}
 	var key string
+	if req.Restore != nil {
+		// On the checkpoint's node, its agent holding the key it had.
+		pod.Spec.NodeName = req.Restore.Node
+		pod.Metadata.Annotations[kubeShimRestore] = req.Restore.Checkpoint
+		if req.AgentKey && req.Restore.Key == "" {
+			return nil, fmt.Errorf("sandbox %s: the snapshot holds no agent key: %w", req.ID, errdefs.ErrFailedPrecondition)
+		}
+	}
 	if req.AgentKey {
 		// The Secret first: the kubelet needs it to start the pod.
 		key = newAgentKey()
+		if req.Restore != nil {
+			key = req.Restore.Key
+		}
 		if err := k.c.CreateSecret(ctx, k.cfg.Namespace, k.agentSecret(req.ID, req.Tenant, key)); err != nil {
 			return nil, fmt.Errorf("sandbox %s: the agent's key: %w", req.ID, err)
 		}
@@ -521,9 +535,18 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 		return 0, nil, err
 	}
 	image, ok := s.kube.cfg.Templates[req.TemplateID]
+	var snap *kube.Secret
 	if !ok {
-		return 0, nil, fmt.Errorf("template %q not found: this server places sandboxes on Kubernetes from templates %s: %w",
-			req.TemplateID, strings.Join(slices.Sorted(maps.Keys(s.kube.cfg.Templates)), ", "), errdefs.ErrNotFound)
+		if err := checkTemplateID(req.TemplateID); err != nil {
+			return 0, nil, err
+		}
+		if snap, err = s.kube.snapshotRecord(r.Context(), tenantName, req.TemplateID); err != nil {
+			return 0, nil, err
+		}
+		if snap == nil {
+			return 0, nil, fmt.Errorf("template %q not found: this server places sandboxes on Kubernetes from templates %s and the tenant's snapshots: %w",
+				req.TemplateID, strings.Join(slices.Sorted(maps.Keys(s.kube.cfg.Templates)), ", "), errdefs.ErrNotFound)
+		}
 	}
 	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
 	if err != nil {
@@ -553,6 +576,19 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 		Metadata: req.Metadata, Env: req.EnvVars, CPUs: s.kube.cfg.CPUs, Memory: s.kube.cfg.Memory,
 		Network: mode, Timeout: timeout, Now: time.Now(),
 		Private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
+	}
+	if snap != nil {
+		// The snapshot's processes carry on: its image, environment,
+		// limits and network are the sandbox's it was made of.
+		if len(req.EnvVars) > 0 {
+			return 0, nil, fmt.Errorf("envVars: a sandbox made from snapshot %q on Kubernetes placement carries on the snapshot's processes with their environment; give none: %w", req.TemplateID, errdefs.ErrInvalidArgument)
+		}
+		if err := fromSnapshot(&ks, snap); err != nil {
+			return 0, nil, err
+		}
+		if (req.AllowInternetAccess != nil || req.Network != nil) && mode != ks.Network {
+			return 0, nil, fmt.Errorf("network %s: snapshot %q has network %s, which a sandbox made from it keeps: %w", mode, req.TemplateID, ks.Network, errdefs.ErrInvalidArgument)
+		}
 	}
 	release, err := s.admit(r.Context(), tenantName, usageOf(engine.CreateRequest{CPUs: ks.CPUs, Memory: ks.Memory}))
 	if err != nil {

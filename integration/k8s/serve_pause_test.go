@@ -18,7 +18,8 @@ import (
 // checkpoints a sandbox's pod into a directory of its node, the pod goes,
 // and a resume makes the pod again on that node, restored by the shim
 // from the checkpoint: processes keep running, files stay, and no other
-// tenant sees or resumes it.
+// tenant sees or resumes it. A snapshot is such a checkpoint with the
+// sandbox left running, from which new sandboxes are restored.
 
 // startNodeService runs `sbx-node serve` for the test cluster's node with
 // a new key, and returns the key's file and the service's port.
@@ -144,6 +145,30 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	if out := kubectl(t, "get", "secret", pod, "-o", "jsonpath={.metadata.labels}"); strings.Contains(out, "paused") {
 		t.Errorf("the resumed sandbox's Secret is still labelled paused: %s", out)
 	}
+
+	// A snapshot of the running sandbox, and a sandbox made from it on
+	// the same node, restored from the checkpoint the snapshot keeps.
+	res = s.sdk("snapshot", keyA, id)
+	snap, clone := res["snapshot"], res["clone"]
+	t.Logf("snapshot %s; counters source, then new sandbox twice: %s", snap, res["counts"])
+	t.Cleanup(func() {
+		cl.kubectl(nil, "delete", "pod", "sbx-"+clone, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+	})
+	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
+		t.Errorf("checkpoints on the node with one snapshot: %v, want one", cps)
+	}
+	s.sdk("snap-intrude", keyB, "", "SNAPSHOT_ID="+snap)
+	if code, body := s.api("POST", "/sandboxes", keyA, `{"templateID":"`+snap+`","envVars":{"X":"1"}}`); code != http.StatusBadRequest || !strings.Contains(body, "envVars") {
+		t.Errorf("create from a snapshot with envVars: %d %s, want 400 naming envVars", code, body)
+	}
+	if code, body := s.api("DELETE", "/sandboxes/"+clone, keyA, ""); code != http.StatusNoContent {
+		t.Errorf("kill of the sandbox made from the snapshot: %d %s", code, body)
+	}
+	s.sdk("snap-delete", keyA, "", "SNAPSHOT_ID="+snap)
+	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
+		t.Errorf("checkpoints left after the snapshot's delete: %v", cps)
+	}
+	waitGone(t, "sbx-"+clone, 90*time.Second)
 
 	// The sandbox without network pauses and is killed paused: its
 	// checkpoint and record go.

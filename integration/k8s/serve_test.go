@@ -314,6 +314,51 @@ case 'resume': {
   out.ps = (await sbx.commands.run('ps -o pid,args')).stdout
   break
 }
+case 'snapshot': {
+  // A snapshot of a running sandbox, which runs on; a sandbox made from
+  // it carries on its processes and files, and is a sandbox of its own.
+  const sbx = await Sandbox.connect(id)
+  const count = async (s) => Number((await s.commands.run('cat /tmp/count')).stdout)
+  await sbx.files.write('/var/in-snapshot.txt', 'snapshotted\n')
+  const snap = await sbx.createSnapshot({ requestTimeoutMs: 120_000 })
+  assert.ok(snap.snapshotId, 'no snapshotId')
+  out.snapshot = snap.snapshotId
+  const p = sbx.listSnapshots()
+  const listed = []
+  for (let i = 0; p.hasNext && i < 20; i++) listed.push(...(await p.nextItems()))
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), 'listSnapshots lacks ' + snap.snapshotId + ': ' + JSON.stringify(listed))
+  assert.equal((await sbx.getInfo()).state, 'running', 'the source must run on after the snapshot')
+  const a = await count(sbx)
+  const from = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000, requestTimeoutMs: 180_000 })
+  out.clone = from.sandboxId
+  assert.notEqual(from.sandboxId, id)
+  assert.equal(await from.files.read('/var/in-snapshot.txt'), 'snapshotted\n')
+  const c1 = await count(from)
+  await new Promise((r) => setTimeout(r, 1_500))
+  const c2 = await count(from)
+  assert.ok(c1 >= a - 50 && c2 > c1, 'the snapshot\'s counter does not carry on in the new sandbox: ' + c1 + ', then ' + c2)
+  assert.ok(await count(sbx) > a, 'the source stopped counting')
+  await from.files.write('/var/only-in-clone.txt', 'clone\n')
+  const there = await sbx.commands.run('test -e /var/only-in-clone.txt').catch((e) => e)
+  assert.equal(there.exitCode, 1, 'a file written in the new sandbox shows in the source')
+  out.counts = a + ' ' + c1 + ' ' + c2
+  break
+}
+case 'snap-intrude': {
+  // Another tenant neither makes a sandbox from the snapshot nor deletes it.
+  const err = await Sandbox.create(process.env.SNAPSHOT_ID, { requestTimeoutMs: 60_000 }).catch((e) => e)
+  assert.ok(err instanceof Error, 'another tenant made a sandbox from the snapshot')
+  out.createError = String(err)
+  assert.equal(await Sandbox.deleteSnapshot(process.env.SNAPSHOT_ID), false, 'another tenant deleted the snapshot')
+  break
+}
+case 'snap-delete': {
+  assert.equal(await Sandbox.deleteSnapshot(process.env.SNAPSHOT_ID), true)
+  assert.equal(await Sandbox.deleteSnapshot(process.env.SNAPSHOT_ID), false)
+  const err = await Sandbox.create(process.env.SNAPSHOT_ID, { requestTimeoutMs: 60_000 }).catch((e) => e)
+  assert.ok(err instanceof Error, 'a sandbox was made from a deleted snapshot')
+  break
+}
 case 'kill': {
   assert.equal(await Sandbox.kill(id), true, 'kill answered false')
   const ids = (await listAll()).map((s) => s.sandboxId)
@@ -325,7 +370,7 @@ console.log('RESULT ' + JSON.stringify(out))
 `
 
 // sdk runs one step of sdkScript with key and returns its result.
-func (s *kubeServe) sdk(step, key, id string) map[string]string {
+func (s *kubeServe) sdk(step, key, id string, env ...string) map[string]string {
 	s.t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -344,6 +389,7 @@ func (s *kubeServe) sdk(step, key, id string) map[string]string {
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), "STEP="+step, "SANDBOX_ID="+id, "E2B_API_KEY="+key,
 		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.sbx.test")
+	cmd.Env = append(cmd.Env, env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()

@@ -258,7 +258,7 @@ func (s *Server) Checkpoint(ctx context.Context, r *kubenode.CheckpointRequest) 
 			os.RemoveAll(path) //nolint:errcheck // best effort: the error says what failed
 		}
 	}()
-	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{Exit: true, ImagePath: hostPath})
+	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{Exit: !r.LeaveRunning, ImagePath: hostPath})
 	if err != nil {
 		return nil, err
 	}

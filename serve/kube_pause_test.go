@@ -1,0 +1,73 @@
+package serve
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/serve/kube"
+)
+
+// A paused record stands for the sandbox of the pod it holds, and only if
+// its labels say the same: a record whose labels name another tenant or
+// sandbox than its pod is no sandbox.
+func TestPausedRecord(t *testing.T) {
+	kc := testKubeConfig(t)
+	id := "0123456789abcdef0123456789abcdef"
+	p, err := renderPod(kc, kubeSandbox{ID: id, Tenant: "acme", Template: "base", Image: "img", CPUs: 1, Memory: 1 << 30,
+		Network: "open", AgentKey: true, Timeout: time.Minute, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p.Metadata.CreationTimestamp = &created
+	p.Status.Phase = "Running"
+	again := recreated(p)
+	if _, ok := again.Metadata.Annotations[kubeAnnDeadline]; ok {
+		t.Error("the pod made again keeps the old deadline")
+	}
+	b, _ := json.Marshal(again)
+	rec := func(tenant, sid string) *kube.Secret {
+		return &kube.Secret{
+			Metadata: kube.Meta{Labels: map[string]string{kubeLabelManaged: kubeManagedBy, kubeLabelID: sid, kubeLabelTenant: tenant, kubeLabelPaused: "true"}},
+			Data:     map[string][]byte{kubePausedPodKey: b},
+		}
+	}
+	sb, pod := pausedSandbox(rec("acme", id))
+	if sb == nil || sb.ID != id || sb.State != engine.StatePaused || sb.Deadline != nil || sb.Labels[labelTenant] != "acme" || pod.Status.Phase != "" {
+		t.Fatalf("paused record: %+v", sb)
+	}
+	for _, bad := range []*kube.Secret{rec("other", id), rec("acme", "fedcba9876543210fedcba9876543210")} {
+		if sb, _ := pausedSandbox(bad); sb != nil {
+			t.Errorf("a record labelled %v stands for sandbox %s of %s", bad.Metadata.Labels, sb.ID, sb.Labels[labelTenant])
+		}
+	}
+	notPaused := rec("acme", id)
+	delete(notPaused.Metadata.Labels, kubeLabelPaused)
+	if sb, _ := pausedSandbox(notPaused); sb != nil {
+		t.Error("a Secret not labelled paused is a paused sandbox")
+	}
+
+	// A snapshot's record gives a create the pod's image, limits,
+	// network and environment, and where to restore it.
+	snap := &kube.Secret{
+		Metadata: kube.Meta{Annotations: map[string]string{kubeAnnSnapshot: "s1", kubeAnnCheckpoint: id, kubeAnnNode: "n1"}},
+		Data:     map[string][]byte{kubePausedPodKey: b, kubeAgentSecretKey: []byte("k")},
+	}
+	var ks kubeSandbox
+	if err := fromSnapshot(&ks, snap); err != nil {
+		t.Fatal(err)
+	}
+	if ks.Image != "img" || ks.CPUs != 1 || ks.Memory != 1<<30 || ks.Network != "open" || ks.Restore == nil ||
+		*ks.Restore != (kubeRestore{Checkpoint: id, Node: "n1", Key: "k"}) {
+		t.Errorf("create from snapshot: %+v (restore %+v)", ks, ks.Restore)
+	}
+	snap.Metadata.Annotations[kubeAnnCheckpoint] = "../x"
+	if err := fromSnapshot(&ks, snap); err == nil {
+		t.Error("a snapshot naming checkpoint ../x was accepted")
+	}
+	if a, b := snapshotSecretName("t1", "s"), snapshotSecretName("t2", "s"); a == b || len(a) > 63 {
+		t.Errorf("snapshot Secret names %q, %q: want distinct per tenant, at most 63 characters", a, b)
+	}
+}

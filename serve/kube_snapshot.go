@@ -1,0 +1,272 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"sort"
+
+	"github.com/containerd/errdefs"
+
+	"sbx.dev/sbx/engine"
+	"sbx.dev/sbx/kubenode"
+	"sbx.dev/sbx/serve/kube"
+)
+
+// Snapshots on Kubernetes placement: a checkpoint of a running sandbox,
+// memory and files, taken by its node's node service with the sandbox
+// left running, and kept on that node. A create from the snapshot's ID
+// makes a pod on that node restored from it (the shim's
+// dev.sbx.restore), as a resume does, as many times as asked: each new
+// sandbox carries on the snapshot's processes and files. The snapshot is
+// a Secret of the server (its ID's hash names it, so two snapshots of one
+// name cannot both be made) holding the pod to make, the node, the
+// checkpoint's name and the source's agent key, which the restored agent
+// holds in its memory.
+
+const (
+	// kubeLabelKind marks a Secret of the server that is not a sandbox's.
+	kubeLabelKind    = "sbx.dev/kind"
+	kubeKindSnapshot = "snapshot"
+	// kubeLabelSnapshotOf is the ID of the sandbox a snapshot was made of.
+	kubeLabelSnapshotOf = "sbx.dev/snapshot-of"
+	// kubeAnnSnapshot is the snapshot's ID (its templateID).
+	kubeAnnSnapshot = "sbx.dev/snapshot"
+)
+
+// kubeRestore is what a create restores a new sandbox's pod from.
+type kubeRestore struct {
+	// Checkpoint is the checkpoint's name on Node (HostIP).
+	Checkpoint, Node string
+	// Key is the agent key the checkpoint's agent holds ("": no network).
+	Key string
+}
+
+// snapshotSecretName is the name of tenant's snapshot id's Secret.
+func snapshotSecretName(tenantName, id string) string {
+	h := sha256.Sum256([]byte(tenantName + "\x00" + id))
+	return "sbx-snap-" + hex.EncodeToString(h[:20])
+}
+
+// recreated is pod p as the server makes it again from a checkpoint: what
+// the server wrote, without its deadline or what marks a pause.
+func recreated(p *kube.Pod) kube.Pod {
+	again := kube.Pod{APIVersion: "v1", Kind: "Pod", Metadata: kube.Meta{
+		Name: p.Metadata.Name, Namespace: p.Metadata.Namespace,
+		Labels: maps.Clone(p.Metadata.Labels), Annotations: maps.Clone(p.Metadata.Annotations),
+	}, Spec: p.Spec}
+	delete(again.Metadata.Annotations, kubeAnnDeadline)
+	delete(again.Metadata.Annotations, kubeAnnPausing)
+	delete(again.Metadata.Annotations, kubeShimRestore)
+	return again
+}
+
+// snapshotRecord is tenant's snapshot id, nil if there is none.
+func (k *kubePlacement) snapshotRecord(ctx context.Context, tenantName, id string) (*kube.Secret, error) {
+	sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, snapshotSecretName(tenantName, id))
+	if errdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := sec.Metadata.Labels
+	if l[kubeLabelManaged] != kubeManagedBy || l[kubeLabelKind] != kubeKindSnapshot || l[kubeLabelTenant] != tenantName ||
+		sec.Metadata.Annotations[kubeAnnSnapshot] != id {
+		return nil, nil
+	}
+	return sec, nil
+}
+
+// snapshot checkpoints running sandbox id, left running, as tenant's
+// snapshot name.
+func (k *kubePlacement) snapshot(ctx context.Context, id, tenantName, name string) error {
+	if k.cfg.Nodes == nil {
+		return errNoNodeService
+	}
+	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(id))
+	if err != nil {
+		return err
+	}
+	if !p.Running(kubeContainer) || p.Metadata.Annotations[kubeAnnPausing] != "" {
+		return fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrConflict)
+	}
+	if p.Status.HostIP == "" || p.Spec.NodeName == "" {
+		return fmt.Errorf("sandbox %s: its pod has no node address: %w", id, errdefs.ErrUnavailable)
+	}
+	data := map[string][]byte{}
+	if !podOnAPIExec(p) {
+		sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, kubePodName(id))
+		if err != nil {
+			return fmt.Errorf("sandbox %s: the agent's key: %w", id, err)
+		}
+		data[kubeAgentSecretKey] = sec.Data[kubeAgentSecretKey]
+	}
+	again := recreated(p)
+	if data[kubePausedPodKey], err = json.Marshal(again); err != nil {
+		return err
+	}
+	ckpt := kubeNewID()
+	if _, err := k.cfg.Nodes.Checkpoint(ctx, p.Status.HostIP, kubenode.CheckpointRequest{
+		Namespace: k.cfg.Namespace, Pod: p.Metadata.Name, PodUID: p.Metadata.UID, Name: ckpt, LeaveRunning: true,
+	}); err != nil {
+		return fmt.Errorf("sandbox %s: checkpoint on node %s: %w", id, p.Spec.NodeName, err)
+	}
+	sec := &kube.Secret{
+		APIVersion: "v1", Kind: "Secret", Type: "Opaque",
+		Metadata: kube.Meta{
+			Name: snapshotSecretName(tenantName, name), Namespace: k.cfg.Namespace,
+			Labels: map[string]string{kubeLabelManaged: kubeManagedBy, kubeLabelTenant: tenantName,
+				kubeLabelKind: kubeKindSnapshot, kubeLabelSnapshotOf: id},
+			Annotations: map[string]string{kubeAnnSnapshot: name, kubeAnnCheckpoint: ckpt,
+				kubeAnnNode: p.Spec.NodeName, kubeAnnHostIP: p.Status.HostIP},
+		},
+		Data: data,
+	}
+	if err := k.c.CreateSecret(ctx, k.cfg.Namespace, sec); err != nil {
+		k.cfg.Nodes.Remove(context.WithoutCancel(ctx), p.Status.HostIP, kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: ckpt}) //nolint:errcheck // best effort
+		if errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
+		}
+		return err
+	}
+	return nil
+}
+
+// removeSnapshot deletes snapshot sec: its checkpoint, then its Secret.
+func (k *kubePlacement) removeSnapshot(ctx context.Context, sec *kube.Secret) error {
+	a := sec.Metadata.Annotations
+	if k.cfg.Nodes == nil {
+		return errNoNodeService
+	}
+	if validID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
+		if err := k.cfg.Nodes.Remove(ctx, a[kubeAnnHostIP], kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: a[kubeAnnCheckpoint]}); err != nil {
+			return fmt.Errorf("snapshot %q: its checkpoint on node %s: %w", a[kubeAnnSnapshot], a[kubeAnnNode], err)
+		}
+	}
+	return k.c.DeleteSecret(ctx, k.cfg.Namespace, sec.Metadata.Name)
+}
+
+// fromSnapshot fills a create from snapshot sec: the pod of the sandbox
+// it was made of, restored on its node.
+func fromSnapshot(ks *kubeSandbox, sec *kube.Secret) error {
+	var p kube.Pod
+	a := sec.Metadata.Annotations
+	if json.Unmarshal(sec.Data[kubePausedPodKey], &p) != nil || len(p.Spec.Containers) == 0 || !validID(a[kubeAnnCheckpoint]) || a[kubeAnnNode] == "" {
+		return fmt.Errorf("snapshot %q: its record %s is unreadable: %w", a[kubeAnnSnapshot], sec.Metadata.Name, errdefs.ErrFailedPrecondition)
+	}
+	src := podSandbox(&p)
+	if src == nil {
+		return fmt.Errorf("snapshot %q: its record %s names no sandbox of the server: %w", a[kubeAnnSnapshot], sec.Metadata.Name, errdefs.ErrFailedPrecondition)
+	}
+	c := p.Spec.Containers[0]
+	ks.Image, ks.CPUs, ks.Memory, ks.Network = c.Image, src.CPUs, src.Memory, src.Network
+	ks.Private = src.Labels[labelPrivate] == "true"
+	ks.Env = map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			ks.Env[e.Name] = e.Value
+		}
+	}
+	ks.Restore = &kubeRestore{Checkpoint: a[kubeAnnCheckpoint], Node: a[kubeAnnNode], Key: string(sec.Data[kubeAgentSecretKey])}
+	return nil
+}
+
+// kubeSnapshotSandbox is POST /sandboxes/{id}/snapshots on Kubernetes
+// placement.
+func (s *Server) kubeSnapshotSandbox(r *http.Request, tenantName string) (int, any, error) {
+	var body struct {
+		Name string `json:"name"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	id := body.Name
+	if id == "" {
+		id = "snap-" + randomHex(8)
+	} else if err := checkTemplateID(id); err != nil {
+		return 0, nil, fmt.Errorf("name: %w", err)
+	}
+	if _, ok := s.kube.cfg.Templates[id]; ok {
+		return 0, nil, fmt.Errorf("name %q is a template of this server: %w", id, errdefs.ErrConflict)
+	}
+	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if s.kube.cfg.Nodes == nil {
+		return 0, nil, errNoNodeService
+	}
+	if sb.State == engine.StatePaused {
+		if sb, err = s.resume(r.Context(), sb, tenantName); err != nil {
+			return 0, nil, err
+		}
+	}
+	if rec, err := s.kube.snapshotRecord(r.Context(), tenantName, id); err != nil {
+		return 0, nil, err
+	} else if rec != nil {
+		return 0, nil, fmt.Errorf("snapshot %q already exists: %w", id, errdefs.ErrConflict)
+	}
+	unlock := s.lockResume(sb.ID)
+	defer unlock()
+	if err := s.kube.snapshot(context.WithoutCancel(r.Context()), sb.ID, tenantName, id); err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("snapshot", "sandbox", sb.ID, "tenant", tenantName, "snapshot", id)
+	return http.StatusCreated, snapshotJSON{SnapshotID: id, Names: []string{id}}, nil
+}
+
+// kubeListSnapshots is GET /snapshots on Kubernetes placement.
+func (s *Server) kubeListSnapshots(r *http.Request, tenantName string) (int, any, error) {
+	q := r.URL.Query()
+	sel := s.kube.selector(tenantName) + "," + kubeLabelKind + "=" + kubeKindSnapshot
+	if sid := q.Get("sandboxID"); sid != "" {
+		if !validID(sid) {
+			return http.StatusOK, []snapshotJSON{}, nil
+		}
+		sel += "," + kubeLabelSnapshotOf + "=" + sid
+	}
+	recs, err := s.kube.c.ListSecrets(r.Context(), s.kube.cfg.Namespace, sel)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := []snapshotJSON{}
+	for _, rec := range recs {
+		id := rec.Metadata.Annotations[kubeAnnSnapshot]
+		if id == "" || rec.Metadata.Name != snapshotSecretName(tenantName, id) || (q.Get("name") != "" && id != q.Get("name")) {
+			continue
+		}
+		out = append(out, snapshotJSON{SnapshotID: id, Names: []string{id}})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SnapshotID < out[j].SnapshotID })
+	return http.StatusOK, out, nil
+}
+
+// kubeDeleteTemplate is DELETE /templates/{id} on Kubernetes placement:
+// one of the tenant's snapshots. The server's --template mappings are not
+// the API's to delete.
+func (s *Server) kubeDeleteTemplate(r *http.Request, tenantName string) (int, any, error) {
+	id := r.PathValue("id")
+	if err := checkTemplateID(id); err != nil {
+		return 0, nil, err
+	}
+	rec, err := s.kube.snapshotRecord(r.Context(), tenantName, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rec == nil {
+		if _, ok := s.kube.cfg.Templates[id]; ok {
+			return 0, nil, fmt.Errorf("template %q is the server's (--template), not a snapshot: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		return 0, nil, fmt.Errorf("template %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	if err := s.kube.removeSnapshot(context.WithoutCancel(r.Context()), rec); err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("snapshot removed", "tenant", tenantName, "snapshot", id)
+	return http.StatusNoContent, nil, nil
+}
