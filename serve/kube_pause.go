@@ -45,8 +45,8 @@ const (
 	// kubeAnnCreated is when the sandbox was first created: its pod is
 	// made anew at each resume.
 	kubeAnnCreated = "sbx.dev/created"
-	// kubeAnnPausing marks a pod whose sandbox is being checkpointed: it
-	// counts as paused from then on.
+	// kubeAnnPausing marks a pod whose sandbox is being checkpointed
+	// (since when): it counts as paused from then on.
 	kubeAnnPausing = "sbx.dev/pausing"
 	// kubePausedPodKey is the Secret's data key holding the pod (JSON).
 	kubePausedPodKey = "pod"
@@ -140,7 +140,7 @@ func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.Checkpo
 	}
 
 	// Paused from here on for every reader of the server's sandboxes.
-	pausing := "true"
+	pausing := time.Now().UTC().Format(time.RFC3339Nano)
 	if _, err := k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, name, map[string]*string{kubeAnnPausing: &pausing}); err != nil {
 		return nil, err
 	}
@@ -297,4 +297,84 @@ func (k *kubePlacement) removePaused(ctx context.Context, sec *kube.Secret) erro
 		return err
 	}
 	return k.c.DeleteSecret(ctx, k.cfg.Namespace, sec.Metadata.Name)
+}
+
+// kubePauseAbandoned is how long a pause may run before the sweep takes
+// it for one its server abandoned (beyond the node service's own bound).
+const kubePauseAbandoned = 15 * time.Minute
+
+// kubeLeftovers is what a server that died mid-operation left among pods
+// and secrets (all of the server's): Secrets of sandboxes whose pod was
+// never made (no owner, no record, older than twice the start timeout),
+// pods of paused sandboxes that their pause did not delete (no longer
+// running), and pauses that never finished (still running long after).
+func kubeLeftovers(pods []kube.Pod, secrets []kube.Secret, now time.Time, startTimeout time.Duration) (secretsGone, podsGone []string, undo []*kube.Pod) {
+	podByName := map[string]*kube.Pod{}
+	for i := range pods {
+		podByName[pods[i].Metadata.Name] = &pods[i]
+	}
+	paused := map[string]bool{}
+	for _, sec := range secrets {
+		l := sec.Metadata.Labels
+		if l[kubeLabelManaged] != kubeManagedBy {
+			continue
+		}
+		if l[kubeLabelPaused] == "true" {
+			paused[sec.Metadata.Name] = true
+			continue
+		}
+		if l[kubeLabelKind] != "" || len(sec.Metadata.OwnerReferences) > 0 || sec.Metadata.CreationTimestamp == nil ||
+			now.Sub(*sec.Metadata.CreationTimestamp) < 2*startTimeout {
+			continue
+		}
+		if _, ok := podByName[sec.Metadata.Name]; !ok {
+			secretsGone = append(secretsGone, sec.Metadata.Name)
+		}
+	}
+	for i := range pods {
+		p := &pods[i]
+		since := p.Metadata.Annotations[kubeAnnPausing]
+		if since == "" || !paused[p.Metadata.Name] || p.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		if !p.Running(kubeContainer) {
+			podsGone = append(podsGone, p.Metadata.Name)
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, since); err != nil || now.Sub(t) > kubePauseAbandoned {
+			undo = append(undo, p)
+		}
+	}
+	return secretsGone, podsGone, undo
+}
+
+// kubeSweepLeftovers removes kubeLeftovers.
+func (s *Server) kubeSweepLeftovers(ctx context.Context) error {
+	k := s.kube
+	pods, err := k.c.ListPods(ctx, k.cfg.Namespace, k.selector(""))
+	if err != nil {
+		return err
+	}
+	secrets, err := k.c.ListSecrets(ctx, k.cfg.Namespace, k.selector(""))
+	if err != nil {
+		return err
+	}
+	secretsGone, podsGone, undo := kubeLeftovers(pods, secrets, time.Now(), k.cfg.StartTimeout)
+	for _, name := range secretsGone {
+		if err := k.c.DeleteSecret(ctx, k.cfg.Namespace, name); err != nil {
+			return err
+		}
+		s.log.Info("removed a sandbox's key whose pod was never made", "secret", name)
+	}
+	for _, name := range podsGone {
+		if err := k.c.DeletePod(ctx, k.cfg.Namespace, name, 0); err != nil {
+			return err
+		}
+		s.log.Info("removed the pod of a paused sandbox", "pod", name)
+	}
+	for _, p := range undo {
+		k.unpause(ctx, p, !podOnAPIExec(p))
+		s.log.Warn("a pause never finished; the sandbox runs on", "pod", p.Metadata.Name)
+	}
+	return nil
 }

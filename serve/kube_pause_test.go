@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,5 +70,63 @@ func TestPausedRecord(t *testing.T) {
 	}
 	if a, b := snapshotSecretName("t1", "s"), snapshotSecretName("t2", "s"); a == b || len(a) > 63 {
 		t.Errorf("snapshot Secret names %q, %q: want distinct per tenant, at most 63 characters", a, b)
+	}
+}
+
+// What a server that died mid-operation left is found, and nothing else.
+func TestKubeLeftovers(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	old, recent := now.Add(-time.Hour), now.Add(-time.Second)
+	man := func(name string, extra map[string]string) kube.Meta {
+		l := map[string]string{kubeLabelManaged: kubeManagedBy}
+		for k, v := range extra {
+			l[k] = v
+		}
+		return kube.Meta{Name: name, Labels: l, CreationTimestamp: &old, Annotations: map[string]string{}}
+	}
+	running := func(m kube.Meta) kube.Pod {
+		p := kube.Pod{Metadata: m}
+		p.Status.Phase = "Running"
+		p.Status.ContainerStatuses = []kube.ContainerStatus{{Name: kubeContainer}}
+		p.Status.ContainerStatuses[0].State.Running = &struct {
+			StartedAt time.Time `json:"startedAt"`
+		}{}
+		return p
+	}
+	secret := func(m kube.Meta) kube.Secret { return kube.Secret{Metadata: m} }
+
+	orphan := secret(man("sbx-orphan", nil))
+	young := secret(man("sbx-young", nil))
+	young.Metadata.CreationTimestamp = &recent
+	owned := secret(man("sbx-owned", nil))
+	owned.Metadata.OwnerReferences = []kube.OwnerRef{{Kind: "Pod", Name: "sbx-owned"}}
+	withPod := secret(man("sbx-withpod", nil))
+	snap := secret(man("sbx-snap-x", map[string]string{kubeLabelKind: kubeKindSnapshot}))
+	stranger := kube.Secret{Metadata: kube.Meta{Name: "sbx-stranger", CreationTimestamp: &old}}
+	pausedDone := secret(man("sbx-done", map[string]string{kubeLabelPaused: "true"}))
+	pausedStuck := secret(man("sbx-stuck", map[string]string{kubeLabelPaused: "true"}))
+	pausedNow := secret(man("sbx-now", map[string]string{kubeLabelPaused: "true"}))
+
+	podWith := running(man("sbx-withpod", nil))
+	done := kube.Pod{Metadata: man("sbx-done", nil)}
+	done.Metadata.Annotations[kubeAnnPausing] = old.Format(time.RFC3339Nano)
+	done.Status.Phase = "Failed"
+	stuck := running(man("sbx-stuck", nil))
+	stuck.Metadata.Annotations[kubeAnnPausing] = old.Format(time.RFC3339Nano)
+	pausingNow := running(man("sbx-now", nil))
+	pausingNow.Metadata.Annotations[kubeAnnPausing] = recent.Format(time.RFC3339Nano)
+
+	secretsGone, podsGone, undo := kubeLeftovers(
+		[]kube.Pod{podWith, done, stuck, pausingNow},
+		[]kube.Secret{orphan, young, owned, withPod, snap, stranger, pausedDone, pausedStuck, pausedNow},
+		now, 2*time.Minute)
+	if !slices.Equal(secretsGone, []string{"sbx-orphan"}) {
+		t.Errorf("Secrets swept: %v, want only the orphan", secretsGone)
+	}
+	if !slices.Equal(podsGone, []string{"sbx-done"}) {
+		t.Errorf("pods swept: %v, want only the paused sandbox's ended pod", podsGone)
+	}
+	if len(undo) != 1 || undo[0].Metadata.Name != "sbx-stuck" {
+		t.Errorf("pauses undone: %v, want only the one begun an hour ago", undo)
 	}
 }

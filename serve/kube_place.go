@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -288,7 +289,14 @@ type kubePlacement struct {
 	// epMu guards eps: how to reach each sandbox's agent, by ID.
 	epMu sync.Mutex
 	eps  map[string]*kubeEndpoint
+
+	// leftoversSwept is when kubeSweepLeftovers last ran (Unix ns).
+	leftoversSwept atomic.Int64
 }
+
+// kubeLeftoverInterval is how often the sweep looks for what a server
+// that died mid-operation left.
+const kubeLeftoverInterval = 30 * time.Second
 
 func (k *kubePlacement) selector(tenantName string) string {
 	sel := kubeLabelManaged + "=" + kubeManagedBy
@@ -606,7 +614,7 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 }
 
 // kubeRecover deletes the server's pods whose deadline passed or that
-// ended.
+// ended, and what a server that died mid-operation left.
 func (s *Server) kubeRecover(ctx context.Context) (int, error) {
 	all, err := s.kube.list(ctx, "")
 	if err != nil {
@@ -631,7 +639,11 @@ func (s *Server) kubeRecover(ctx context.Context) (int, error) {
 		n++
 		s.log.Info("removed sandbox", "sandbox", sb.ID, "tenant", sb.Labels[labelTenant], "expired", expired, "state", sb.State)
 	}
-	return n, nil
+	if last := s.kube.leftoversSwept.Load(); now.UnixNano()-last < int64(kubeLeftoverInterval) {
+		return n, nil
+	}
+	s.kube.leftoversSwept.Store(now.UnixNano())
+	return n, s.kubeSweepLeftovers(ctx)
 }
 
 // notOnKube answers a call that Kubernetes placement does not serve.
