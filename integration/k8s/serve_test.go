@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -507,6 +508,7 @@ func TestServeOnKubernetes(t *testing.T) {
 		t.Errorf("the sandbox's processes see the agent's key (or no environment at all):\n%s", res["environ"])
 	}
 	agentRefusesStrangers(t, pod, key)
+	agentListenerComesBack(t, pod, key)
 
 	// A sandbox without network has no endpoint: pods/exec reaches it,
 	// and it stays without network.
@@ -595,6 +597,43 @@ func agentExec(addr string, key []byte, args ...string) (int, string, error) {
 	var out bytes.Buffer
 	code, err := agentnet.Exec(context.Background(), c, args, nil, &out, &out)
 	return code, out.String(), err
+}
+
+// agentListenerComesBack: a process of the sandbox that kills the
+// agent's listener takes the sandbox's endpoint away only for a moment:
+// the init, which keeps the key, starts it again.
+func agentListenerComesBack(t *testing.T, pod, hexKey string) {
+	t.Helper()
+	key, _ := hex.DecodeString(hexKey)
+	ip := strings.TrimSpace(kubectl(t, "get", "pod", pod, "-o", "jsonpath={.status.podIP}"))
+	addr := net.JoinHostPort(ip, strconv.Itoa(agentnet.Port))
+	listener := func() (string, error) {
+		code, out, err := agentExec(addr, key, "sh", "-c", "ps -o pid,args | grep '[l]isten-serve' | awk '{print $1}'")
+		if err != nil || code != 0 || strings.TrimSpace(out) == "" {
+			return "", fmt.Errorf("exit %d, %q, %v", code, out, err)
+		}
+		return strings.TrimSpace(out), nil
+	}
+	before, err := listener()
+	if err != nil {
+		t.Fatalf("the agent's listener: %v", err)
+	}
+	if code, out, err := agentExec(addr, key, "sh", "-c", "(sleep 1; kill -9 "+before+") >/dev/null 2>&1 &"); err != nil || code != 0 {
+		t.Fatalf("kill the listener from inside: exit %d %q %v", code, out, err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	var after string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if after, err = listener(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's endpoint did not come back within 20 s of its listener being killed: %v", err)
+		}
+	}
+	if after == before {
+		t.Fatalf("the listener %s was not killed", before)
+	}
 }
 
 // agentRefusesStrangers: another pod on the pod network reaches the

@@ -136,7 +136,9 @@ func reap() {
 		if pid <= 0 || err != nil {
 			return
 		}
-		childExited(pid, ws)
+		if !netListener.exited(pid, ws) {
+			childExited(pid, ws)
+		}
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
 )
@@ -25,6 +27,8 @@ import (
 // each running one command as runsc exec would (see package agentnet):
 // its children are its own to wait for, so that the init's reaping never
 // takes their exit statuses; what they leave behind goes to the init.
+// When the listener ends (a crash, or a process of the sandbox killing
+// it), the init, which keeps the key, starts it again.
 
 func init() {
 	subcommands["listen"] = listenInit
@@ -39,31 +43,83 @@ func listenInit(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: sbx-init listen (the key in $"+agentnet.EnvKey+")")
 		return 2
 	}
-	if err := startListener(key); err != nil {
+	if _, err := parseKey(key); err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-init: no network endpoint:", err)
+		return initLoop()
+	}
+	netListener.mu.Lock()
+	netListener.key = key
+	if err := netListener.start(); err != nil {
 		fmt.Fprintln(os.Stderr, "sbx-init: no network endpoint:", err)
 	}
+	netListener.mu.Unlock()
 	return initLoop()
 }
 
-// startListener starts the listener process with key on its stdin.
-func startListener(key string) error {
-	if _, err := parseKey(key); err != nil {
-		return err
-	}
+// netListener is the listener the init keeps running.
+var netListener listener
+
+type listener struct {
+	mu sync.Mutex
+	// key is the sandbox's key; "": no endpoint.
+	key     string
+	pid     int
+	started time.Time
+}
+
+// listenerRestartDelay is how long the init waits before starting again a
+// listener that ended within listenerMinLife of its start.
+const (
+	listenerRestartDelay = time.Second
+	listenerMinLife      = 5 * time.Second
+)
+
+// start starts the listener process with the key on its stdin; the init
+// reaps it (initLoop). l.mu is held, so that the reaper knows its PID
+// before it can exit.
+func (l *listener) start() error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	if _, err := io.WriteString(w, key); err != nil {
+	if _, err := io.WriteString(w, l.key); err != nil {
 		w.Close()
 		return err
 	}
 	w.Close()
 	cmd := exec.Command(MountPath, "listen-serve")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, os.Stdout, os.Stderr
-	// The init reaps it (initLoop): no Wait here.
-	return cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	l.pid, l.started = cmd.Process.Pid, time.Now()
+	return nil
+}
+
+// exited tells whether pid was the listener; if so, it starts it again
+// (after listenerRestartDelay if it lived less than listenerMinLife, so
+// that one that cannot run does not spin).
+func (l *listener) exited(pid int, ws syscall.WaitStatus) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.key == "" || pid != l.pid {
+		return false
+	}
+	l.pid = 0
+	logLine("init", fmt.Sprintf("network endpoint %d ended (status %d, signal %d); starting it again", pid, ws.ExitStatus(), ws.Signal()))
+	var delay time.Duration
+	if time.Since(l.started) < listenerMinLife {
+		delay = listenerRestartDelay
+	}
+	time.AfterFunc(delay, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if err := l.start(); err != nil {
+			logLine("init", "network endpoint: "+err.Error())
+		}
+	})
+	return true
 }
 
 func parseKey(s string) ([]byte, error) {
