@@ -37,6 +37,18 @@ func checkTemplateID(id string) error {
 	return nil
 }
 
+// snapshotID is the ID of a new snapshot asked to be named name: name,
+// or a new one if empty.
+func snapshotID(name string) (string, error) {
+	if name == "" {
+		return "snap-" + randomHex(8), nil
+	}
+	if err := checkTemplateID(name); err != nil {
+		return "", fmt.Errorf("name: %w", err)
+	}
+	return name, nil
+}
+
 func tenantImage(tenantName, id string) string {
 	return tenantRepo + "/" + tenantName + "/" + id
 }
@@ -80,11 +92,9 @@ func (s *Server) snapshotSandbox(r *http.Request, tenantName string) (int, any, 
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	id := body.Name
-	if id == "" {
-		id = "snap-" + randomHex(8)
-	} else if err := checkTemplateID(id); err != nil {
-		return 0, nil, fmt.Errorf("name: %w", err)
+	id, err := snapshotID(body.Name)
+	if err != nil {
+		return 0, nil, err
 	}
 	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
 	if err != nil {

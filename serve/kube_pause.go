@@ -181,20 +181,27 @@ func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.Checkpo
 // unpause undoes a pause that did not checkpoint: the record goes, the
 // Secret is the pod's again.
 func (k *kubePlacement) unpause(ctx context.Context, p *kube.Pod, networked bool) {
+	// Best effort: the sweep removes a sandbox that ended.
+	_ = k.dropRecord(ctx, p, networked)
+	_, _ = k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, p.Metadata.Name, map[string]*string{kubeAnnPausing: nil})
+}
+
+// dropRecord ends pod p's sandbox's paused record: the Secret of a
+// sandbox with network is p's again (its owner, no longer labelled
+// paused); one without network had no Secret but the record.
+func (k *kubePlacement) dropRecord(ctx context.Context, p *kube.Pod, networked bool) error {
 	name := p.Metadata.Name
-	if networked {
-		k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{ //nolint:errcheck // best effort: the sweep removes a sandbox that ended
-			"metadata": map[string]any{
-				"labels":          map[string]any{kubeLabelPaused: nil},
-				"annotations":     map[string]any{kubeAnnCheckpoint: nil, kubeAnnNode: nil, kubeAnnHostIP: nil},
-				"ownerReferences": []kube.OwnerRef{{APIVersion: "v1", Kind: "Pod", Name: name, UID: p.Metadata.UID}},
-			},
-			"data": map[string]any{kubePausedPodKey: nil},
-		})
-	} else {
-		k.c.DeleteSecret(ctx, k.cfg.Namespace, name) //nolint:errcheck // best effort
+	if !networked {
+		return k.c.DeleteSecret(ctx, k.cfg.Namespace, name)
 	}
-	k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, name, map[string]*string{kubeAnnPausing: nil}) //nolint:errcheck // best effort
+	return k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{
+		"metadata": map[string]any{
+			"labels":          map[string]any{kubeLabelPaused: nil},
+			"annotations":     map[string]any{kubeAnnCheckpoint: nil, kubeAnnNode: nil, kubeAnnHostIP: nil},
+			"ownerReferences": []kube.OwnerRef{{APIVersion: "v1", Kind: "Pod", Name: name, UID: p.Metadata.UID}},
+		},
+		"data": map[string]any{kubePausedPodKey: nil},
+	})
 }
 
 // resume makes paused sandbox id's pod again on the node holding its
@@ -252,19 +259,7 @@ func (k *kubePlacement) resume(ctx context.Context, id string) (*engine.Sandbox,
 	}
 	networked := !podOnAPIExec(running)
 	// Running: the record goes; the Secret is the new pod's.
-	if networked {
-		err = k.c.PatchSecret(ctx, k.cfg.Namespace, name, map[string]any{
-			"metadata": map[string]any{
-				"labels":          map[string]any{kubeLabelPaused: nil},
-				"annotations":     map[string]any{kubeAnnCheckpoint: nil, kubeAnnNode: nil, kubeAnnHostIP: nil},
-				"ownerReferences": []kube.OwnerRef{{APIVersion: "v1", Kind: "Pod", Name: name, UID: created.Metadata.UID}},
-			},
-			"data": map[string]any{kubePausedPodKey: nil},
-		})
-	} else {
-		err = k.c.DeleteSecret(ctx, k.cfg.Namespace, name)
-	}
-	if err != nil {
+	if err := k.dropRecord(ctx, created, networked); err != nil {
 		return nil, fmt.Errorf("sandbox %s: resumed, but its record stays: %w", id, err)
 	}
 	if err := k.cfg.Nodes.Remove(ctx, hostIP, kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: ckpt}); err != nil {

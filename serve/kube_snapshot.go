@@ -185,11 +185,9 @@ func (s *Server) kubeSnapshotSandbox(r *http.Request, tenantName string) (int, a
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	id := body.Name
-	if id == "" {
-		id = "snap-" + randomHex(8)
-	} else if err := checkTemplateID(id); err != nil {
-		return 0, nil, fmt.Errorf("name: %w", err)
+	id, err := snapshotID(body.Name)
+	if err != nil {
+		return 0, nil, err
 	}
 	if _, ok := s.kube.cfg.Templates[id]; ok {
 		return 0, nil, fmt.Errorf("name %q is a template of this server: %w", id, errdefs.ErrConflict)
