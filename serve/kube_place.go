@@ -488,6 +488,7 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod, error) {
 	deadline := time.Now().Add(k.cfg.StartTimeout)
 	why := "not scheduled yet"
+	var lastEvents time.Time
 	for {
 		p, err := k.c.GetPod(ctx, k.cfg.Namespace, name)
 		if err != nil {
@@ -495,6 +496,15 @@ func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod
 		}
 		if p.Running(kubeContainer) {
 			return p, nil
+		}
+		if p.Metadata.Annotations[kubeShimRestore] != "" && p.Status.Phase == "Pending" && time.Since(lastEvents) > time.Second {
+			// A sandbox restored from a checkpoint that the shim cannot
+			// restore never will be: the kubelet would retry it until
+			// the start timeout.
+			lastEvents = time.Now()
+			if msg := k.sandboxFailed(ctx, p); msg != "" {
+				return nil, fmt.Errorf("sandbox pod %s cannot be restored: %s: %w", name, msg, errdefs.ErrFailedPrecondition)
+			}
 		}
 		if p.Status.Phase == "Failed" || p.Status.Phase == "Succeeded" {
 			return nil, fmt.Errorf("sandbox pod %s ended at start (%s): %s: %w", name, p.Status.Phase, p.Status.Message, errdefs.ErrUnavailable)
@@ -519,6 +529,21 @@ func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// sandboxFailed is the kubelet's message when it failed to make pod p's
+// sandbox ("" if it did not, or the server may not read events).
+func (k *kubePlacement) sandboxFailed(ctx context.Context, p *kube.Pod) string {
+	evs, err := k.c.PodEvents(ctx, k.cfg.Namespace, p.Metadata.Name)
+	if err != nil {
+		return ""
+	}
+	for _, e := range evs {
+		if e.InvolvedObject.UID == p.Metadata.UID && e.Reason == "FailedCreatePodSandBox" {
+			return e.Message
+		}
+	}
+	return ""
 }
 
 // kubeCreate is POST /sandboxes on Kubernetes placement.

@@ -176,8 +176,30 @@ func TestServePauseOnKubernetes(t *testing.T) {
 		t.Fatalf("pause of the sandbox without network: %d %s\n%s", code, body, s.logTail())
 	}
 	waitGone(t, "sbx-"+none, 60*time.Second)
-	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
+	cps := checkpointsOf(t, "default")
+	if len(cps) != 1 {
 		t.Fatalf("checkpoints after pausing the sandbox without network: %v, want one", cps)
+	}
+	// Its checkpoint lost (a node's disk wiped), its resume fails at once
+	// with the shim's reason, and it stays paused.
+	lost := filepath.Join(cl.checkpoints, "default", cps[0])
+	if err := os.Rename(lost, lost+".away"); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	code, body := s.api("POST", "/sandboxes/"+none+"/resume", keyA, "")
+	if code != http.StatusConflict || !strings.Contains(body, "no checkpoint of that name") {
+		t.Errorf("resume without its checkpoint: %d %s, want 409 with the shim's reason", code, body)
+	}
+	if d := time.Since(t0); d > time.Minute {
+		t.Errorf("resume without its checkpoint took %s to fail", d)
+	}
+	t.Logf("resume without its checkpoint failed in %s", time.Since(t0).Round(time.Millisecond))
+	if code, body := s.api("GET", "/sandboxes/"+none, keyA, ""); code != http.StatusOK || !strings.Contains(body, `"paused"`) {
+		t.Errorf("after a failed resume: %d %s, want it paused", code, body)
+	}
+	if err := os.Rename(lost+".away", lost); err != nil {
+		t.Fatal(err)
 	}
 	if code, body := s.api("DELETE", "/sandboxes/"+none, keyA, ""); code != http.StatusNoContent {
 		t.Errorf("kill of a paused sandbox: %d %s", code, body)

@@ -309,6 +309,19 @@ func (c *Client) ListPods(ctx context.Context, ns, selector string) ([]Pod, erro
 	return out.Items, nil
 }
 
+// PodEvents lists the events of pod name of namespace ns.
+func (c *Client) PodEvents(ctx context.Context, ns, name string) ([]Event, error) {
+	var out struct {
+		Items []Event `json:"items"`
+	}
+	q := url.Values{}
+	q.Set("fieldSelector", "involvedObject.kind=Pod,involvedObject.name="+name)
+	if err := c.do(ctx, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", q, "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
 // PatchPodAnnotations sets (or, for a nil value, removes) annotations of
 // pod name, with a JSON merge patch.
 func (c *Client) PatchPodAnnotations(ctx context.Context, ns, name string, set map[string]*string) (*Pod, error) {

@@ -156,3 +156,16 @@ func (p *Pod) Waiting(name string) (reason, message string) {
 	}
 	return "", ""
 }
+
+// Event is the part of a core/v1 Event that sbx serve reads: what the
+// kubelet reported of an object.
+type Event struct {
+	Reason         string `json:"reason"`
+	Message        string `json:"message"`
+	Type           string `json:"type"`
+	InvolvedObject struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"involvedObject"`
+}
