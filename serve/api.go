@@ -56,7 +56,7 @@ func (s *Server) routes() http.Handler {
 	handle("POST /v2/sandboxes/{id}/connect", true, s.connectSandbox)
 	handle("POST /sandboxes/{id}/timeout", true, s.setTimeout)
 	handle("POST /sandboxes/{id}/refreshes", true, s.refresh)
-	handle("POST /sandboxes/{id}/fork", true, local("fork", s.forkSandbox))
+	handle("POST /sandboxes/{id}/fork", true, s.forkSandbox)
 	handle("POST /sandboxes/{id}/snapshots", true, onKube(s.snapshotSandbox, s.kubeSnapshotSandbox))
 	handle("GET /snapshots", false, onKube(s.listSnapshots, s.kubeListSnapshots))
 	handle("PUT /sandboxes/{id}/network", true, local("changing a sandbox's network", s.updateNetwork))

@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net/http"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -159,9 +161,19 @@ func fromSnapshot(ks *kubeSandbox, sec *kube.Secret) error {
 	if json.Unmarshal(sec.Data[kubePausedPodKey], &p) != nil || len(p.Spec.Containers) == 0 || !validID(a[kubeAnnCheckpoint]) || a[kubeAnnNode] == "" {
 		return fmt.Errorf("snapshot %q: its record %s is unreadable: %w", a[kubeAnnSnapshot], sec.Metadata.Name, errdefs.ErrFailedPrecondition)
 	}
-	src := podSandbox(&p)
-	if src == nil {
+	if !fromPod(ks, &p, kubeRestore{Checkpoint: a[kubeAnnCheckpoint], Node: a[kubeAnnNode], Key: string(sec.Data[kubeAgentSecretKey])}) {
 		return fmt.Errorf("snapshot %q: its record %s names no sandbox of the server: %w", a[kubeAnnSnapshot], sec.Metadata.Name, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// fromPod fills a create of a sandbox restored by r from a checkpoint of
+// pod p's: p's image, limits, network and environment; false if p is no
+// sandbox of the server.
+func fromPod(ks *kubeSandbox, p *kube.Pod, r kubeRestore) bool {
+	src := podSandbox(p)
+	if src == nil || len(p.Spec.Containers) == 0 {
+		return false
 	}
 	c := p.Spec.Containers[0]
 	ks.Image, ks.CPUs, ks.Memory, ks.Network = c.Image, src.CPUs, src.Memory, src.Network
@@ -172,8 +184,73 @@ func fromSnapshot(ks *kubeSandbox, sec *kube.Secret) error {
 			ks.Env[e.Name] = e.Value
 		}
 	}
-	ks.Restore = &kubeRestore{Checkpoint: a[kubeAnnCheckpoint], Node: a[kubeAnnNode], Key: string(sec.Data[kubeAgentSecretKey])}
-	return nil
+	ks.Restore = &r
+	return true
+}
+
+// fork makes count sandboxes restored from one checkpoint of running
+// sandbox parent (left running), on its node, each with timeout; the
+// checkpoint goes once they run. An error is one of the checkpoint: the
+// children's own are in the results.
+func (s *Server) kubeFork(ctx context.Context, parent *engine.Sandbox, tenantName string, count int, timeout time.Duration) ([]forkResult, error) {
+	k := s.kube
+	if k.cfg.Nodes == nil {
+		return nil, errNoNodeService
+	}
+	unlock := s.lockResume(parent.ID)
+	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(parent.ID))
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if !p.Running(kubeContainer) || p.Metadata.Annotations[kubeAnnPausing] != "" || p.Status.HostIP == "" {
+		unlock()
+		return nil, fmt.Errorf("sandbox %s is not running: %w", parent.ID, errdefs.ErrConflict)
+	}
+	r := kubeRestore{Checkpoint: kubeNewID(), Node: p.Spec.NodeName}
+	if !podOnAPIExec(p) {
+		sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, p.Metadata.Name)
+		if err != nil {
+			unlock()
+			return nil, fmt.Errorf("sandbox %s: the agent's key: %w", parent.ID, err)
+		}
+		r.Key = string(sec.Data[kubeAgentSecretKey])
+	}
+	_, err = k.cfg.Nodes.Checkpoint(ctx, p.Status.HostIP, kubenode.CheckpointRequest{
+		Namespace: k.cfg.Namespace, Pod: p.Metadata.Name, PodUID: p.Metadata.UID, Name: r.Checkpoint, LeaveRunning: true,
+	})
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: checkpoint on node %s: %w", parent.ID, p.Spec.NodeName, err)
+	}
+	defer func() {
+		// The children hold the checkpoint's files open once restored.
+		if err := k.cfg.Nodes.Remove(context.WithoutCancel(ctx), p.Status.HostIP, kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: r.Checkpoint}); err != nil {
+			s.log.Warn("remove a fork's checkpoint", "sandbox", parent.ID, "node", p.Spec.NodeName, "err", err)
+		}
+	}()
+	var meta map[string]string
+	json.Unmarshal([]byte(p.Metadata.Annotations[kubeAnnMetadata]), &meta) //nolint:errcheck // none is none
+	out := make([]forkResult, count)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ks := kubeSandbox{ID: kubeNewID(), Tenant: tenantName, Template: p.Metadata.Annotations[kubeAnnTemplate],
+				Metadata: meta, Timeout: timeout, Now: time.Now()}
+			fromPod(&ks, p, r)
+			kid, err := k.create(ctx, ks)
+			if err != nil {
+				out[i] = forkResult{Error: &apiError{Code: httpStatus(err), Message: message(err)}}
+				return
+			}
+			sj := s.sandboxJSON(kid)
+			out[i] = forkResult{Sandbox: &sj}
+		}()
+	}
+	wg.Wait()
+	return out, nil
 }
 
 // kubeSnapshotSandbox is POST /sandboxes/{id}/snapshots on Kubernetes

@@ -206,6 +206,13 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 		return 0, nil, err
 	}
 	defer release()
+	if s.kube != nil {
+		out, err := s.kubeFork(context.WithoutCancel(r.Context()), parent, tenantName, count, timeout)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusCreated, out, nil
+	}
 	kids, err := s.eng.Fork(context.WithoutCancel(r.Context()), parent.ID, engine.ForkRequest{Count: count})
 	if err != nil {
 		return 0, nil, err

@@ -170,6 +170,45 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	}
 	waitGone(t, "sbx-"+clone, 90*time.Second)
 
+	// A fork of two: each carries on the parent's counter, on its own.
+	code, body := s.api("POST", "/sandboxes/"+id+"/fork", keyA, `{"count":2,"timeout":300}`)
+	if code != http.StatusCreated {
+		t.Fatalf("fork: %d %s\n%s", code, body, s.logTail())
+	}
+	var forks []struct {
+		Sandbox *struct {
+			SandboxID string `json:"sandboxID"`
+		} `json:"sandbox"`
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &forks); err != nil || len(forks) != 2 {
+		t.Fatalf("fork answer %s: %v", body, err)
+	}
+	for _, f := range forks {
+		if f.Sandbox == nil {
+			t.Fatalf("a fork failed: %+v", f.Error)
+		}
+		kid := f.Sandbox.SandboxID
+		t.Cleanup(func() {
+			cl.kubectl(nil, "delete", "pod", "sbx-"+kid, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		})
+		c := strings.Fields(s.sdk("count", keyA, kid)["counts"])
+		a, _ := strconv.Atoi(c[0])
+		b, _ := strconv.Atoi(c[1])
+		t.Logf("fork %s: counter %d, then %d", kid, a, b)
+		if a < before || b <= a {
+			t.Errorf("fork %s: counter %d then %d, want it carrying on from past %d", kid, a, b, before)
+		}
+		if code, body := s.api("DELETE", "/sandboxes/"+kid, keyA, ""); code != http.StatusNoContent {
+			t.Errorf("kill of fork %s: %d %s", kid, code, body)
+		}
+	}
+	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
+		t.Errorf("a fork left its checkpoint: %v", cps)
+	}
+
 	// The sandbox without network pauses and is killed paused: its
 	// checkpoint and record go.
 	if code, body := s.api("POST", "/sandboxes/"+none+"/pause", keyA, ""); code != http.StatusNoContent {
@@ -187,7 +226,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 = time.Now()
-	code, body := s.api("POST", "/sandboxes/"+none+"/resume", keyA, "")
+	code, body = s.api("POST", "/sandboxes/"+none+"/resume", keyA, "")
 	if code != http.StatusConflict || !strings.Contains(body, "no checkpoint of that name") {
 		t.Errorf("resume without its checkpoint: %d %s, want 409 with the shim's reason", code, body)
 	}

@@ -345,6 +345,15 @@ case 'snapshot': {
   out.counts = a + ' ' + c1 + ' ' + c2
   break
 }
+case 'count': {
+  // The counter of the pause step, read twice.
+  const sbx = await Sandbox.connect(id)
+  const count = async () => Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  const a = await count()
+  await new Promise((r) => setTimeout(r, 1_500))
+  out.counts = a + ' ' + (await count())
+  break
+}
 case 'snap-intrude': {
   // Another tenant neither makes a sandbox from the snapshot nor deletes it.
   const err = await Sandbox.create(process.env.SNAPSHOT_ID, { requestTimeoutMs: 60_000 }).catch((e) => e)
