@@ -2,7 +2,6 @@ package shim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,8 +12,6 @@ import (
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
-	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/runtime"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -25,7 +22,6 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
-	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -343,106 +339,6 @@ func (s *service) runscCreate(ctx context.Context, pd *pod, c *container, p *pro
 	return nil
 }
 
-// reapSandbox waits for the sandbox process, a child of this shim (a
-// subreaper) since `runsc create` exited: its exit status is the status of
-// the sandbox container's init, and its end is the end of every process
-// of the pod.
-func (s *service) reapSandbox(c *container, hp runsc.HostPids) {
-	if hp.Gofer > 0 {
-		go reap(hp.Gofer)
-	}
-	status := reap(hp.Sandbox)
-	s.mu.Lock()
-	if s.pod != nil {
-		close(s.pod.gone)
-	}
-	s.mu.Unlock()
-	s.sandboxExited(c, status)
-}
-
-// reap waits for a child process and returns a shell's view of its exit.
-func reap(pid int) int {
-	var ws syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return exitLost
-		}
-		break
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
-
-// sandboxExited handles the end of the sandbox: every other process of
-// the pod is gone with it and exits first, then the OOM event if the
-// sandbox's cgroup saw an OOM kill, then the sandbox container's exit.
-func (s *service) sandboxExited(root *container, status int) {
-	<-root.init.started
-	s.mu.Lock()
-	if s.containers[root.id] != root {
-		s.mu.Unlock()
-		return
-	}
-	var others []*process
-	for _, c := range s.containers {
-		for _, e := range c.execs {
-			others = append(others, e)
-		}
-	}
-	for _, c := range s.containers {
-		if c != root {
-			others = append(others, c.init)
-		}
-	}
-	pd := s.pod
-	s.mu.Unlock()
-	// An OOM kill of the sandbox's cgroup is every container's OOM:
-	// they share one gVisor kernel and its memory.
-	oom := pd != nil && oomKills(pd.oomCgroup) > pd.oomBase
-	for _, p := range others {
-		if p.getState() == stateCreated {
-			continue
-		}
-		if oom && p.execID == "" {
-			s.send(&eventstypes.TaskOOM{ContainerID: p.cid})
-		}
-		s.processExited(p, exitLost)
-	}
-	if oom {
-		s.send(&eventstypes.TaskOOM{ContainerID: root.id})
-	}
-	s.processExited(root.init, status)
-}
-
-// processExited records p's exit and publishes it once its output is
-// drained.
-func (s *service) processExited(p *process, status int) {
-	<-p.started
-	if !p.setExited(status) {
-		return
-	}
-	p.drainIO(ioDrain)
-	code, at := p.exited()
-	s.send(&eventstypes.TaskExit{
-		ContainerID: p.cid, ID: p.idOrCID(), Pid: uint32(p.getPid()),
-		ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at),
-	})
-	p.finish()
-}
-
-func (p *process) idOrCID() string {
-	if p.execID != "" {
-		return p.execID
-	}
-	return p.cid
-}
-
 // Start starts a created init (or restores it from a checkpoint), or an
 // exec'd process.
 func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
@@ -629,195 +525,4 @@ func (s *service) deleteContainer(ctx context.Context, c *container) error {
 	}
 	c.init.transition(evDelete) //nolint:errcheck // deleted once; the exit above came first
 	return errors.Join(errs...)
-}
-
-// Kill signals the init (all of the container's processes with All) or
-// one exec'd process.
-func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Empty, error) {
-	c, p, err := s.getProcess(r.ID, r.ExecID)
-	if err != nil {
-		return nil, err
-	}
-	st := p.getState()
-	if st == stateStopped || st == stateDeleted {
-		return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "process %s already finished", p.idOrCID())
-	}
-	rs := s.runsc()
-	sig := syscall.Signal(r.Signal)
-	if r.ExecID == "" && st == stateCreated {
-		// Killing a task that never started: its exit follows no start.
-		p.markStarted()
-		if !c.root {
-			// A container that joins the sandbox has no process before
-			// its start (runsc runs its init at start): killed, it has
-			// exited, as runc's waiting init does. CRI waits for that
-			// exit after a failed start.
-			p.mu.Lock()
-			if p.pio != nil {
-				p.pio.closeProcessEnds()
-			}
-			p.mu.Unlock()
-			go s.processExited(p, exitLost)
-			return empty, nil
-		}
-	}
-	if r.ExecID != "" {
-		if st == stateCreated {
-			return nil, errgrpc.ToGRPC(transitionError("kill", st))
-		}
-		err = s.killExec(ctx, rs, c, p, sig)
-	} else {
-		err = rs.Kill(ctx, c.id, sig, runsc.KillOpts{All: r.All})
-	}
-	if err != nil {
-		// A kill that races the exit finds no process: NotFound, as
-		// containerd's runc shim answers, which CRI's stop takes as done.
-		if errors.Is(err, runsc.ErrProcessGone) || p.getState() == stateStopped {
-			return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "process %s already finished", p.idOrCID())
-		}
-		return nil, errgrpc.ToGRPC(err)
-	}
-	return empty, nil
-}
-
-// Wait waits for a process to exit.
-func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
-	_, p, err := s.getProcess(r.ID, r.ExecID)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		return nil, errgrpc.ToGRPC(ctx.Err())
-	}
-	code, at := p.exited()
-	return &taskAPI.WaitResponse{ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at)}, nil
-}
-
-// State reports a process's state as the shim tracks it.
-func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
-	c, p, err := s.getProcess(r.ID, r.ExecID)
-	if err != nil {
-		return nil, err
-	}
-	code, at := p.exited()
-	return &taskAPI.StateResponse{
-		ID: p.idOrCID(), Bundle: c.bundle, Pid: uint32(p.getPid()), Status: p.getState().proto(),
-		Stdin: p.stdio.Stdin, Stdout: p.stdio.Stdout, Stderr: p.stdio.Stderr, Terminal: p.stdio.Terminal,
-		ExitStatus: uint32(code), ExitedAt: protobuf.ToTimestamp(at), ExecID: r.ExecID,
-	}, nil
-}
-
-// Pids lists the container's processes by their PIDs inside the sandbox.
-func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
-	c, err := s.getContainer(r.ID)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := s.runsc().Ps(ctx, c.id)
-	if err != nil {
-		return nil, errgrpc.ToGRPC(err)
-	}
-	s.mu.Lock()
-	byPid := map[int]string{}
-	for id, e := range c.execs {
-		byPid[e.getPid()] = id
-	}
-	s.mu.Unlock()
-	var out []*task.ProcessInfo
-	for _, p := range ps {
-		pi := &task.ProcessInfo{Pid: uint32(p.PID)}
-		if id, ok := byPid[p.PID]; ok {
-			a, err := typeurl.MarshalAnyToProto(&options.ProcessDetails{ExecID: id})
-			if err != nil {
-				return nil, err
-			}
-			pi.Info = a
-		}
-		out = append(out, pi)
-	}
-	return &taskAPI.PidsResponse{Processes: out}, nil
-}
-
-// Pause freezes the container's processes.
-func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.Empty, error) {
-	c, err := s.getContainer(r.ID)
-	if err != nil {
-		return nil, err
-	}
-	if st := c.init.getState(); st != stateRunning {
-		return nil, errgrpc.ToGRPC(transitionError("pause", st))
-	}
-	if err := s.runsc().Pause(ctx, c.id); err != nil {
-		return nil, errgrpc.ToGRPC(err)
-	}
-	if err := c.init.transition(evPause); err != nil {
-		// It exited while runsc paused it.
-		return nil, errgrpc.ToGRPC(err)
-	}
-	s.send(&eventstypes.TaskPaused{ContainerID: c.id})
-	return empty, nil
-}
-
-// Resume thaws a paused container.
-func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*emptypb.Empty, error) {
-	c, err := s.getContainer(r.ID)
-	if err != nil {
-		return nil, err
-	}
-	if st := c.init.getState(); st != statePaused {
-		return nil, errgrpc.ToGRPC(transitionError("resume", st))
-	}
-	if err := s.runsc().Resume(ctx, c.id); err != nil {
-		return nil, errgrpc.ToGRPC(err)
-	}
-	if err := c.init.transition(evResume); err != nil {
-		// It exited while runsc resumed it.
-		return nil, errgrpc.ToGRPC(err)
-	}
-	s.send(&eventstypes.TaskResumed{ContainerID: c.id})
-	return empty, nil
-}
-
-// Update applies new resource limits (a JSON LinuxResources) to the
-// pod's sandbox within the operator's ceiling (see service.update).
-func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*emptypb.Empty, error) {
-	c, err := s.getContainer(r.ID)
-	if err != nil {
-		return nil, err
-	}
-	if r.Resources == nil {
-		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "update %s: no resources", r.ID)
-	}
-	var res specs.LinuxResources
-	if err := json.Unmarshal(r.Resources.Value, &res); err != nil {
-		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "update %s: resources: %v", r.ID, err)
-	}
-	if err := s.update(c, &res); err != nil {
-		log.G(ctx).WithError(err).WithField("id", r.ID).Error("update")
-		return nil, errgrpc.ToGRPC(err)
-	}
-	return empty, nil
-}
-
-// Connect reports the shim's and the task's PIDs.
-func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {
-	var pid int
-	if c, err := s.getContainer(r.ID); err == nil {
-		pid = c.init.getPid()
-	}
-	return &taskAPI.ConnectResponse{ShimPid: uint32(os.Getpid()), TaskPid: uint32(pid)}, nil
-}
-
-// Shutdown stops the shim once it runs no container.
-func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*emptypb.Empty, error) {
-	s.mu.Lock()
-	n := len(s.containers)
-	s.mu.Unlock()
-	if n > 0 {
-		return empty, nil
-	}
-	s.sd.Shutdown()
-	return empty, nil
 }
