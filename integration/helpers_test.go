@@ -274,7 +274,12 @@ func assertOneLineError(t *testing.T, r result, want string) {
 // rootlessUser returns the unprivileged test user, creating it if needed.
 func rootlessUser(t *testing.T) *user.User {
 	t.Helper()
-	const name = "sbxtest"
+	return testUser(t, "sbxtest")
+}
+
+// testUser is the unprivileged user name, created if needed.
+func testUser(t *testing.T, name string) *user.User {
+	t.Helper()
 	u, err := user.Lookup(name)
 	if err != nil {
 		if out, err := exec.Command("useradd", "--create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
@@ -292,7 +297,14 @@ func rootlessUser(t *testing.T) *user.User {
 // directory it owns.
 func newRootlessEnv(t *testing.T) *env {
 	requiresRoot(t)
-	u := rootlessUser(t)
+	return userEnv(t, rootlessUser(t), "")
+}
+
+// userEnv runs sbx as user u with the binaries in bin ("": copies of the
+// test's, where u can read them) and XDG_DATA_HOME in a fresh directory
+// u owns.
+func userEnv(t *testing.T, u *user.User, bin string) *env {
+	t.Helper()
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	base, err := os.MkdirTemp("", "sbx-rootless-")
@@ -303,10 +315,12 @@ func newRootlessEnv(t *testing.T) *env {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(base, "bin")
-	src := binDir(t)
-	for _, f := range []string{"sbx", "sbx-init", "runsc", "images/busybox.tar"} {
-		copyFile(t, filepath.Join(src, f), filepath.Join(bin, f))
+	if bin == "" {
+		bin = filepath.Join(base, "bin")
+		src := binDir(t)
+		for _, f := range []string{"sbx", "sbx-init", "runsc", "images/busybox.tar"} {
+			copyFile(t, filepath.Join(src, f), filepath.Join(bin, f))
+		}
 	}
 	data := filepath.Join(base, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {

@@ -3,8 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,39 +16,7 @@ import (
 // of its own under a fresh XDG_DATA_HOME.
 func namedRootlessEnv(t *testing.T, e *env, name string) *env {
 	t.Helper()
-	u, err := user.Lookup(name)
-	if err != nil {
-		if out, err := exec.Command("useradd", "--create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd %s: %v: %s", name, err, out)
-		}
-		if u, err = user.Lookup(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	base, err := os.MkdirTemp("", "sbx-rootless-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(base, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(data, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	o := &env{
-		t: t, bin: e.bin, root: filepath.Join(data, "sbx"),
-		cred:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
-		extra: []string{"HOME=" + u.HomeDir, "XDG_DATA_HOME=" + data, "USER=" + name, "TMPDIR=" + data},
-	}
-	t.Cleanup(o.removeAll)
-	return o
+	return userEnv(t, testUser(t, name), e.bin)
 }
 
 // Two unprivileged users on one host: neither sees nor touches the
