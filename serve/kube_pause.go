@@ -128,13 +128,9 @@ func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.Checkpo
 	ckpt := kubeNewID()
 	networked := !podOnAPIExec(p)
 
-	// The pod as it is to be made again: what the server wrote, with its
-	// deadline dropped (a paused sandbox does not expire; resume sets one).
-	again := recreated(p)
-	if _, ok := again.Metadata.Annotations[kubeAnnCreated]; !ok && p.Metadata.CreationTimestamp != nil {
-		again.Metadata.Annotations[kubeAnnCreated] = p.Metadata.CreationTimestamp.UTC().Format(time.RFC3339Nano)
-	}
-	podJSON, err := json.Marshal(again)
+	// The pod as it is to be made again (a paused sandbox does not
+	// expire; resume sets its deadline).
+	podJSON, err := json.Marshal(recreated(p))
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,15 @@ func TestPausedRecord(t *testing.T) {
 	if sb == nil || sb.ID != id || sb.State != engine.StatePaused || sb.Deadline != nil || sb.Labels[labelTenant] != "acme" || pod.Status.Phase != "" {
 		t.Fatalf("paused record: %+v", sb)
 	}
+	if !sb.Created.Equal(created) {
+		t.Errorf("a paused sandbox was created at %s, want %s, when its first pod was", sb.Created, created)
+	}
+	// Resumed, its new pod is newer than it.
+	later := created.Add(time.Hour)
+	pod.Metadata.CreationTimestamp = &later
+	if got := podSandbox(pod).Created; !got.Equal(created) {
+		t.Errorf("a resumed sandbox was created at %s, want %s", got, created)
+	}
 	for _, bad := range []*kube.Secret{rec("other", id), rec("acme", "fedcba9876543210fedcba9876543210")} {
 		if sb, _ := pausedSandbox(bad); sb != nil {
 			t.Errorf("a record labelled %v stands for sandbox %s of %s", bad.Metadata.Labels, sb.ID, sb.Labels[labelTenant])

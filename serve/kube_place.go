@@ -261,7 +261,10 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 	if a[kubeAnnPrivate] == "true" {
 		sb.Labels[labelPrivate] = "true"
 	}
-	if p.Metadata.CreationTimestamp != nil {
+	if t, err := time.Parse(time.RFC3339Nano, a[kubeAnnCreated]); err == nil {
+		// A resumed sandbox's pod is newer than the sandbox.
+		sb.Created = t
+	} else if p.Metadata.CreationTimestamp != nil {
 		sb.Created = *p.Metadata.CreationTimestamp
 	}
 	if d, err := time.Parse(time.RFC3339Nano, a[kubeAnnDeadline]); err == nil {

@@ -55,7 +55,8 @@ func snapshotSecretName(tenantName, id string) string {
 }
 
 // recreated is pod p as the server makes it again from a checkpoint: what
-// the server wrote, without its deadline or what marks a pause.
+// the server wrote, without its deadline or what marks a pause, with when
+// the sandbox was first created (kubeAnnCreated).
 func recreated(p *kube.Pod) kube.Pod {
 	again := kube.Pod{APIVersion: "v1", Kind: "Pod", Metadata: kube.Meta{
 		Name: p.Metadata.Name, Namespace: p.Metadata.Namespace,
@@ -64,6 +65,9 @@ func recreated(p *kube.Pod) kube.Pod {
 	delete(again.Metadata.Annotations, kubeAnnDeadline)
 	delete(again.Metadata.Annotations, kubeAnnPausing)
 	delete(again.Metadata.Annotations, kubeShimRestore)
+	if _, ok := again.Metadata.Annotations[kubeAnnCreated]; !ok && p.Metadata.CreationTimestamp != nil {
+		again.Metadata.Annotations[kubeAnnCreated] = p.Metadata.CreationTimestamp.UTC().Format(time.RFC3339Nano)
+	}
 	return again
 }
 
