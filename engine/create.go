@@ -432,6 +432,7 @@ func (e *Engine) reserve(sb *record, undo *assembly.Undo) error {
 // on one that is already gone.
 func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 	stopWatchdog(sb)
+	stopFinisher(sb)
 	r := e.runscFor(sb)
 	var errs []error
 	stopForwarder(sb)

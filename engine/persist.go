@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -138,7 +140,12 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *record, name, history s
 // The checkpoint is taken with the sandbox left running and recorded
 // before the sandbox is stopped: if sbx dies halfway, the sandbox either
 // still runs (no checkpoint recorded, the partial one invisible) or is
-// paused.
+// paused. Pause returns once the sandbox process is killed; the rest of
+// its runtime (runsc's state, its cgroup, its network and helpers) is
+// removed by a detached sbx (FinishPause) while the kernel frees its
+// memory, as `runsc checkpoint` returns without waiting for the sandbox
+// it stops (docs/decisions/0029). Resume and Remove remove whatever is
+// left of it first.
 func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	sb, unlock, err := e.lockRunning(ctx, ref)
 	if err != nil {
@@ -152,24 +159,163 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb.Paused, sb.Checkpoint = true, ck.Digest
+	// The sandbox process is recorded no more: from here on its memory is
+	// in the checkpoint, and whatever is left of it goes with its runtime
+	// (destroyRuntime), which finds it by the sandbox's ID.
+	proc := *sb
+	sb.Paused, sb.Checkpoint, sb.Teardown = true, ck.Digest, true
+	sb.Pid, sb.PidStart = 0, 0
 	if err := e.save(sb); err != nil {
 		e.images.RemoveCheckpoint(context.Background(), ck.Digest) //nolint:errcheck // best effort
 		return nil, err
 	}
 	start := time.Now()
-	// Its memory is in the recorded checkpoint: kill the sandbox at
-	// once, so that the kernel frees that memory while runsc delete is
-	// still starting.
-	killSandboxProcess(sb)
-	if err := e.destroyRuntime(ctx, sb); err != nil {
+	// Kill it at once; the kernel frees its memory meanwhile.
+	killSandboxProcess(&proc)
+	sb.State = StatePaused
+	if pid := e.spawnFinishPause(sb); pid != 0 {
+		// Recorded so that whoever tears the runtime down first
+		// (resume, stop, rm) ends it (stopFinisher).
+		sb.FinisherPid = pid
+		sb.FinisherStart, _ = assembly.ProcessStart(pid)
+		phase(ctx, "pause: killed the sandbox, its end detached", start)
+		return sb.view(), e.save(sb)
+	}
+	if err := e.images.SealCheckpoint(ctx, sb.Checkpoint); err != nil {
+		return nil, fmt.Errorf("sandbox %s is paused, but checksumming its checkpoint failed: %w", sb.ShortID(), err)
+	}
+	if err := e.finishPause(ctx, sb); err != nil {
 		return nil, fmt.Errorf("sandbox %s is paused, but stopping its processes failed: %w", sb.ShortID(), err)
 	}
-	phase(ctx, "pause: stopped the sandbox", start)
+	phase(ctx, "pause: checksummed the checkpoint, stopped the sandbox", start)
+	return sb.view(), nil
+}
+
+// FinishPauseCommand is the sbx subcommand that removes what is left of a
+// paused sandbox's runtime (FinishPause): its arguments are the sandbox ID
+// and the digest of the checkpoint its pause recorded.
+const FinishPauseCommand = "__finish-pause"
+
+// RemoveDroppedCommand is the sbx subcommand that deletes the files of
+// checkpoints that are no longer used (RemoveDroppedCheckpoints).
+const RemoveDroppedCommand = "__remove-dropped-checkpoints"
+
+// spawnFinishPause starts a detached sbx that runs FinishPause for sb, and
+// returns its PID, or 0 if it did not start.
+func (e *Engine) spawnFinishPause(sb *record) int {
+	return e.spawnDetached(FinishPauseCommand, sb.ID, sb.Checkpoint.String())
+}
+
+// stopFinisher kills sb's pause finisher, if it still runs and is not the
+// calling process: the caller, which holds sb's lock, tears the runtime
+// down itself, and the finisher, kept from the lock, would only find that
+// done.
+func stopFinisher(sb *record) {
+	pid, start := sb.FinisherPid, sb.FinisherStart
+	if pid == 0 || pid == os.Getpid() {
+		return
+	}
+	sb.FinisherPid, sb.FinisherStart = 0, 0
+	if assembly.SameProcess(pid, start) {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		for i := 0; i < 200 && processAlive(pid) && !assembly.IsZombie(pid); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// spawnDetached starts this engine's sbx, with its root and runsc, running
+// hidden command args in a session of its own, and returns its PID, or 0
+// if it did not start.
+func (e *Engine) spawnDetached(args ...string) int {
+	cmd := exec.Command(e.opts.SbxPath, append([]string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		log.L.WithError(err).WithField("command", args[0]).Warn("starting a detached sbx")
+		return 0
+	}
+	// Reap it if it ends while we still run; it outlives us otherwise.
+	go cmd.Wait() //nolint:errcheck
+	return cmd.Process.Pid
+}
+
+// removeCheckpointLater makes checkpoint d invisible at once and has a
+// detached sbx delete its files: freeing the page cache and the disk
+// blocks of a large checkpoint takes the kernel tens of milliseconds that
+// a resume or a fork need not wait for.
+func (e *Engine) removeCheckpointLater(ctx context.Context, d digest.Digest) error {
+	if err := e.images.DropCheckpoint(ctx, d); err != nil {
+		return err
+	}
+	if e.spawnDetached(RemoveDroppedCommand) == 0 {
+		return e.images.RemoveDropped(ctx)
+	}
+	return nil
+}
+
+// RemoveDroppedCheckpoints deletes the files of the checkpoints that are
+// no longer used (dropped by a resume or a fork).
+func (e *Engine) RemoveDroppedCheckpoints(ctx context.Context) error {
+	return e.images.RemoveDropped(ctx)
+}
+
+// FinishPause ends the pause of sandbox id, which recorded checkpoint ck:
+// it checksums the checkpoint's files (overlay's SealCheckpoint) and,
+// meanwhile, removes what is left of the sandbox's runtime: runsc's state
+// and processes, its cgroup, its network and host helpers. Each part does
+// nothing if it has been done already (a resume seals the checkpoint
+// itself, and tears the runtime down) or the sandbox is gone.
+func (e *Engine) FinishPause(ctx context.Context, id string, ck digest.Digest) error {
+	if err := ck.Validate(); err != nil {
+		return fmt.Errorf("checkpoint %q: %v: %w", ck, err, errdefs.ErrInvalidArgument)
+	}
+	sealed := make(chan error, 1)
+	go func() {
+		err := e.images.SealCheckpoint(ctx, ck)
+		if errdefs.IsNotFound(err) || errors.Is(err, fs.ErrNotExist) {
+			err = nil // resumed and removed, or the sandbox removed
+		}
+		sealed <- err
+	}()
+	return errors.Join(e.teardownPaused(ctx, id, ck), <-sealed)
+}
+
+// teardownPaused removes what is left of the runtime of sandbox id, paused
+// with checkpoint ck, unless that has been done.
+func (e *Engine) teardownPaused(ctx context.Context, id string, ck digest.Digest) error {
+	unlock, err := e.lockSandbox(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sb, err := e.load(id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !sb.Paused || !sb.Teardown || sb.Checkpoint != ck {
+		return nil
+	}
+	return e.finishPause(ctx, sb)
+}
+
+// finishPause removes the runtime of sb, paused and killed, and records
+// that it is gone. The caller holds sb's lock.
+func (e *Engine) finishPause(ctx context.Context, sb *record) error {
+	if err := e.destroyRuntime(ctx, sb); err != nil {
+		return err
+	}
 	sb.Pid, sb.PidStart, sb.Deadline = 0, 0, nil
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
-	sb.State = StatePaused
-	return sb.view(), e.save(sb)
+	sb.FinisherPid, sb.FinisherStart = 0, 0
+	sb.Teardown = false
+	return e.save(sb)
 }
 
 // killSandboxProcess sends SIGKILL to sb's sandbox process (the sentry),
@@ -222,7 +368,8 @@ func (e *Engine) lockRunning(ctx context.Context, ref string) (*record, func(), 
 }
 
 // checkpoint stores a checkpoint of running sandbox sb, leaving it
-// running.
+// running. Its files are not yet checksummed (overlay's CommitUnsealed):
+// a pause has that done after it returns, a fork never needs it.
 func (e *Engine) checkpoint(ctx context.Context, sb *record) (overlay.Checkpoint, error) {
 	ci, err := e.images.NewCheckpoint(ctx)
 	if err != nil {
@@ -234,8 +381,8 @@ func (e *Engine) checkpoint(ctx context.Context, sb *record) (overlay.Checkpoint
 		return overlay.Checkpoint{}, fmt.Errorf("checkpoint sandbox %s: %w", sb.ShortID(), err)
 	}
 	start = phase(ctx, "runsc checkpoint", start)
-	ck, err := ci.Commit(ctx, map[string]string{"sandbox": sb.ID})
-	phase(ctx, "checkpoint: checksummed and stored", start)
+	ck, err := ci.CommitUnsealed(ctx, map[string]string{"sandbox": sb.ID})
+	phase(ctx, "checkpoint: stored", start)
 	return ck, err
 }
 
@@ -246,6 +393,18 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	sb, err := e.get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	// The checkpoint is verified before the sandbox's lock is taken, as a
+	// stored checkpoint never changes: meanwhile the detached end of the
+	// pause may still hold the lock (FinishPause). Under the lock, the
+	// record must still name it; if it does not, the one it names is
+	// verified there.
+	start := time.Now()
+	var ck overlay.Checkpoint
+	if sb.State == StatePaused {
+		if ck, err = e.images.OpenCheckpoint(ctx, sb.Checkpoint); err != nil {
+			ck = overlay.Checkpoint{}
+		}
 	}
 	unlock, err := e.lockSandbox(sb.ID)
 	if err != nil {
@@ -261,10 +420,10 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.checkVolumesPresent(sb.ID); err != nil {
 		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 	}
-	start := time.Now()
-	ck, err := e.images.OpenCheckpoint(ctx, sb.Checkpoint)
-	if err != nil {
-		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+	if ck.Digest != sb.Checkpoint {
+		if ck, err = e.images.OpenCheckpoint(ctx, sb.Checkpoint); err != nil {
+			return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+		}
 	}
 	start = phase(ctx, "resume: verified the checkpoint", start)
 	// Whatever a pause interrupted after recording its checkpoint.
@@ -283,14 +442,14 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	start = phase(ctx, "resume: restored", start)
 	undo.Release()
 	old := sb.Checkpoint
-	sb.Paused, sb.Checkpoint = false, ""
+	sb.Paused, sb.Checkpoint, sb.Teardown = false, "", false
 	if err := e.startWatchdog(sb); err != nil {
 		log.G(ctx).WithError(err).Warn("lifetime watchdog")
 	}
 	if err := e.save(sb); err != nil {
 		return nil, err
 	}
-	if err := e.images.RemoveCheckpoint(ctx, old); err != nil {
+	if err := e.removeCheckpointLater(ctx, old); err != nil {
 		log.G(ctx).WithError(err).Warn("remove used checkpoint")
 	}
 	phase(ctx, "resume: recorded, checkpoint removed", start)
@@ -366,6 +525,7 @@ func (e *Engine) recordProcess(sb *record, pidFile string) error {
 // dropCheckpoint forgets and deletes a paused sandbox's checkpoint (on stop
 // and rm).
 func (e *Engine) dropCheckpoint(ctx context.Context, sb *record) error {
+	sb.Teardown = false // its caller, stop or rm, has removed the runtime
 	if sb.Checkpoint == "" {
 		sb.Paused = false
 		return nil
@@ -416,7 +576,7 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 		return nil, err
 	}
 	defer func() {
-		if err := e.images.RemoveCheckpoint(context.Background(), ck.Digest); err != nil {
+		if err := e.removeCheckpointLater(context.Background(), ck.Digest); err != nil {
 			log.G(ctx).WithError(err).Warn("remove fork checkpoint")
 		}
 	}()

@@ -85,6 +85,13 @@ type record struct {
 	BootID     string `json:"bootID,omitempty"`
 	CreatorPid int    `json:"creatorPid,omitempty"`
 	Stopped    bool   `json:"stopped,omitempty"`
+	// Teardown: a pause recorded the sandbox's checkpoint and killed its
+	// sandbox process, and the rest of its runtime is still to be
+	// removed (FinishPause).
+	Teardown bool `json:"teardown,omitempty"`
+	// The detached process that ends a pause (FinishPause).
+	FinisherPid   int    `json:"finisherPid,omitempty"`
+	FinisherStart uint64 `json:"finisherStart,omitempty"`
 	// The DNS resolver process of a sandbox with a network.
 	ResolverPid   int    `json:"resolverPid,omitempty"`
 	ResolverStart uint64 `json:"resolverStart,omitempty"`

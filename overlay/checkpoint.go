@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -34,28 +35,42 @@ type Checkpoint struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Created is when it was committed.
 	Created time.Time `json:"created"`
+	// Boot, set by CommitUnsealed, is the host's boot ID when the
+	// checkpoint was committed without checksums; they are then in
+	// sums.json beside the manifest once it is sealed (SealCheckpoint).
+	Boot string `json:"boot,omitempty"`
 	// Dir is the directory of runsc's files; set by Commit, which has
 	// just checksummed them, and by OpenCheckpoint once it has verified
 	// them.
 	Dir string `json:"-"`
 }
 
-// CheckpointFile is one file of a checkpoint, with the checksum that
-// OpenCheckpoint verifies it against: XXH64 for checkpoints committed now,
-// Digest (SHA-256) for those committed by earlier versions.
+// CheckpointFile is one file of a checkpoint, with the checksums that
+// OpenCheckpoint verifies it against: XXH64 of each chunk of ChunkSize
+// bytes (XXH64Chunks) for checkpoints committed now, XXH64 of the whole
+// file or Digest (SHA-256) for those committed by earlier versions.
 //
 // A checkpoint never leaves the host that wrote it and is never taken from
 // anyone else: its checksum is there to catch a file damaged or cut short
 // on disk, not an adversary (who could rewrite the manifest and the
 // sandbox record as well). XXH64 does that at memory speed, about ten
 // times faster than SHA-256, which a pause and a resume of a large sandbox
-// would otherwise spend most of their time on (docs/decisions/0018).
+// would otherwise spend most of their time on (docs/decisions/0018); the
+// chunks are checksummed on every CPU at once (docs/decisions/0029).
 type CheckpointFile struct {
 	Name   string        `json:"name"`
 	Size   int64         `json:"size"`
 	Digest digest.Digest `json:"digest,omitempty"`
 	XXH64  string        `json:"xxh64,omitempty"`
+	// ChunkSize is the size of the chunks XXH64Chunks checksums, in
+	// order; the last one holds what is left.
+	ChunkSize   int64    `json:"chunk_size,omitempty"`
+	XXH64Chunks []string `json:"xxh64_chunks,omitempty"`
 }
+
+// checksumChunk is the size of the chunks of a checkpoint file that are
+// checksummed independently, and so in parallel.
+const checksumChunk = 16 << 20
 
 // Size is the total size of the checkpoint's files.
 func (c Checkpoint) Size() int64 {
@@ -131,12 +146,34 @@ func (ci *CheckpointIngest) Abort() {
 // makes the checkpoint visible under the manifest's digest. Dir must hold
 // regular files only. On error the ingest is aborted.
 func (ci *CheckpointIngest) Commit(ctx context.Context, labels map[string]string) (Checkpoint, error) {
+	return ci.commit(ctx, labels, true)
+}
+
+// CommitUnsealed is Commit without the checksums: the manifest records
+// each file's size and the host's boot, and SealCheckpoint, or the first
+// OpenCheckpoint, checksums the files later. It lets a pause return before
+// reading back everything runsc has just written, while the kernel is
+// still writing it to disk (docs/decisions/0029). A checkpoint that was
+// not sealed before the host restarted is refused: its files may have
+// been cut short by the restart, and nothing recorded what they held.
+func (ci *CheckpointIngest) CommitUnsealed(ctx context.Context, labels map[string]string) (Checkpoint, error) {
+	return ci.commit(ctx, labels, false)
+}
+
+func (ci *CheckpointIngest) commit(ctx context.Context, labels map[string]string, sealed bool) (Checkpoint, error) {
 	if ci.done {
 		return Checkpoint{}, fmt.Errorf("checkpoint ingest already finished: %w", errdefs.ErrFailedPrecondition)
 	}
 	defer ci.Abort()
 	ck := Checkpoint{Labels: labels, Created: time.Now().UTC().Truncate(time.Second)}
-	files, err := hashDir(ci.Dir())
+	var files []CheckpointFile
+	var err error
+	if sealed {
+		files, err = hashDir(ci.Dir())
+	} else {
+		files, err = listDir(ci.Dir())
+		ck.Boot = bootID()
+	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -152,7 +189,10 @@ func (ci *CheckpointIngest) Commit(ctx context.Context, labels map[string]string
 		return Checkpoint{}, err
 	}
 	ck.Digest = digest.FromBytes(mb)
-	if err := writeFileAtomic(filepath.Join(ci.tmp, "manifest.json"), mb, 0o600); err != nil {
+	// Written into the hidden ingest directory, which the rename below
+	// makes visible whole. Not synced to disk, as runsc's files are not:
+	// a manifest cut short by a crash no longer matches its digest.
+	if err := os.WriteFile(filepath.Join(ci.tmp, "manifest.json"), mb, 0o600); err != nil {
 		return Checkpoint{}, err
 	}
 	final := ci.s.checkpointPath(ck.Digest)
@@ -170,32 +210,218 @@ func (ci *CheckpointIngest) Commit(ctx context.Context, labels map[string]string
 	return ck, nil
 }
 
-// hashDir lists and checksums the regular files of dir, concurrently.
-func hashDir(dir string) ([]CheckpointFile, error) {
+// listDir lists the regular files of dir with their sizes, sorted by name.
+func listDir(dir string) ([]CheckpointFile, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]CheckpointFile, len(ents))
-	errs := make([]error, len(ents))
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
+	for i, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
 			return nil, fmt.Errorf("%s is not a regular file: %w", e.Name(), errdefs.ErrInvalidArgument)
 		}
+		out[i] = CheckpointFile{Name: e.Name(), Size: fi.Size()}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// hashDir lists and checksums the regular files of dir.
+func hashDir(dir string) ([]CheckpointFile, error) {
+	out, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return checksummed(dir, out)
+}
+
+// checksummed returns files (of dir) with their chunk checksums.
+func checksummed(dir string, files []CheckpointFile) ([]CheckpointFile, error) {
+	out := make([]CheckpointFile, len(files))
+	for i, f := range files {
+		out[i] = CheckpointFile{Name: f.Name, Size: f.Size, ChunkSize: checksumChunk}
+	}
+	sums, err := chunkSums(dir, out)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].XXH64Chunks = sums[i]
+	}
+	return out, nil
+}
+
+// sealed reports whether the manifest itself holds every file's checksum.
+func (c Checkpoint) sealed() bool {
+	for _, f := range c.Files {
+		if f.ChunkSize <= 0 && f.XXH64 == "" && f.Digest == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// checkpointSums is sums.json, the checksums of a checkpoint committed
+// unsealed.
+type checkpointSums struct {
+	Files []CheckpointFile `json:"files"`
+}
+
+// SealCheckpoint checksums the files of checkpoint dgst, committed by
+// CommitUnsealed, and records the checksums beside its manifest, unless
+// that was done already. It refuses, wrapping ErrCorrupt, a checkpoint
+// whose files are not the size its manifest says, and one committed
+// before the host last restarted.
+func (s *Store) SealCheckpoint(ctx context.Context, dgst digest.Digest) error {
+	ck, err := s.readCheckpoint(dgst)
+	if err != nil || ck.sealed() {
+		return err
+	}
+	_, _, err = s.seal(ck)
+	return err
+}
+
+// seal returns the checksums of unsealed checkpoint ck: those sums.json
+// records, or, if it has none yet, those of its files now, which it then
+// records. Sealing is serialized by a lock of the checkpoint's. fresh
+// reports checksums computed while seal ran, by it or by the sealer whose
+// lock it waited for: there is then nothing older to check the files
+// against, and reading them once more would check nothing.
+func (s *Store) seal(ck Checkpoint) (files []CheckpointFile, fresh bool, err error) {
+	short := ck.Digest.Encoded()[:12]
+	top := s.checkpointPath(ck.Digest)
+	sumsPath := filepath.Join(top, "sums.json")
+	_, err = os.Stat(sumsPath)
+	sealedBefore := err == nil
+	l, err := lockPath(filepath.Join(top, "seal.lock"), unix.LOCK_EX)
+	if err != nil {
+		return nil, false, err
+	}
+	defer l.Unlock()
+	b, err := os.ReadFile(sumsPath)
+	switch {
+	case err == nil:
+		var sums checkpointSums
+		if err := json.Unmarshal(b, &sums); err != nil || !sameFiles(sums.Files, ck.Files) {
+			return nil, false, fmt.Errorf("checkpoint %s: its checksums (sums.json) do not match its manifest: %w", short, ErrCorrupt)
+		}
+		return sums.Files, !sealedBefore, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, false, err
+	}
+	if ck.Boot != bootID() {
+		return nil, false, fmt.Errorf("checkpoint %s was never checksummed, and the host has restarted since it was written: %w", short, ErrCorrupt)
+	}
+	dir := filepath.Join(top, "image")
+	for _, f := range ck.Files {
+		fi, err := os.Lstat(filepath.Join(dir, f.Name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+			return nil, false, fmt.Errorf("checkpoint %s: file %s is not the regular file of %d bytes its manifest lists: %w", short, f.Name, f.Size, ErrCorrupt)
+		}
+	}
+	if files, err = checksummed(dir, ck.Files); err != nil {
+		return nil, false, fmt.Errorf("checkpoint %s: %w", short, err)
+	}
+	b, err = json.Marshal(checkpointSums{Files: files})
+	if err != nil {
+		return nil, false, err
+	}
+	if err := writeFileAtomic(sumsPath, b, 0o600); err != nil {
+		return nil, false, fmt.Errorf("checkpoint %s: %w", short, err)
+	}
+	return files, true, nil
+}
+
+// sameFiles reports whether a and b list the same names and sizes.
+func sameFiles(a, b []CheckpointFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Size != b[i].Size {
+			return false
+		}
+	}
+	return true
+}
+
+// bootID is the host's boot ID.
+var bootID = sync.OnceValue(func() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+})
+
+// chunkSums returns the XXH64 checksums, in hex, of the chunks of each of
+// files (of dir), of files[i].ChunkSize bytes up to files[i].Size. The
+// chunks of every file are spread over as many goroutines as there are
+// CPUs: a checkpoint is mostly one large file of memory pages, whose
+// chunks are then checksummed at once.
+func chunkSums(dir string, files []CheckpointFile) ([][]string, error) {
+	type chunk struct {
+		file, i int
+		off, n  int64
+	}
+	var chunks []chunk
+	sums := make([][]string, len(files))
+	fds := make([]*os.File, len(files))
+	defer func() {
+		for _, f := range fds {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i, f := range files {
+		fd, err := os.Open(filepath.Join(dir, f.Name))
+		if err != nil {
+			return nil, err
+		}
+		fds[i] = fd
+		if f.ChunkSize <= 0 {
+			return nil, fmt.Errorf("%s: chunk size %d: %w", f.Name, f.ChunkSize, errdefs.ErrInvalidArgument)
+		}
+		n := int((f.Size + f.ChunkSize - 1) / f.ChunkSize)
+		sums[i] = make([]string, n)
+		for j := range n {
+			off := int64(j) * f.ChunkSize
+			chunks = append(chunks, chunk{file: i, i: j, off: off, n: min(f.ChunkSize, f.Size-off)})
+		}
+	}
+	work := make(chan chunk)
+	errs := make([]error, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
-	for i, e := range ents {
+	for w := range errs {
 		wg.Go(func() {
-			sum, n, err := xxh64File(filepath.Join(dir, e.Name()))
-			out[i], errs[i] = CheckpointFile{Name: e.Name(), Size: n, XXH64: sum}, err
+			buf := make([]byte, 1<<20)
+			h := xxhash.New()
+			for c := range work {
+				if errs[w] != nil {
+					continue
+				}
+				h.Reset()
+				n, err := io.CopyBuffer(h, io.NewSectionReader(fds[c.file], c.off, c.n), buf)
+				if err == nil && n != c.n {
+					err = fmt.Errorf("%s is shorter than %d bytes", files[c.file].Name, c.off+c.n)
+				}
+				errs[w] = err
+				sums[c.file][c.i] = fmt.Sprintf("%016x", h.Sum64())
+			}
 		})
 	}
+	for _, c := range chunks {
+		work <- c
+	}
+	close(work)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return sums, nil
 }
 
 // ownerOnlyFiles makes dir 0700 and its files 0600, whatever modes and
@@ -241,7 +467,8 @@ func xxh64File(p string) (string, int64, error) {
 	return fmt.Sprintf("%016x", h.Sum64()), n, nil
 }
 
-// verifyFile checks file p against f's checksum.
+// verifyFile checks file p against f's checksum as earlier versions
+// recorded it (of the whole file).
 func verifyFile(p string, f CheckpointFile) error {
 	switch {
 	case f.XXH64 != "":
@@ -260,8 +487,44 @@ func verifyFile(p string, f CheckpointFile) error {
 	return fmt.Errorf("file %s has no checksum in the manifest", f.Name)
 }
 
+// verifyChunks checks the files of dir whose manifest entries have chunk
+// checksums (a ChunkSize) against them, and returns one error per damaged file.
+func verifyChunks(dir string, files []CheckpointFile) []error {
+	var chunked []CheckpointFile
+	for _, f := range files {
+		if f.ChunkSize > 0 {
+			chunked = append(chunked, f)
+		}
+	}
+	if len(chunked) == 0 {
+		return nil
+	}
+	for _, f := range chunked {
+		if n := (f.Size + f.ChunkSize - 1) / f.ChunkSize; int64(len(f.XXH64Chunks)) != n {
+			return []error{fmt.Errorf("file %s: manifest lists %d chunk checksums of %d bytes for %d bytes", f.Name, len(f.XXH64Chunks), f.ChunkSize, f.Size)}
+		}
+	}
+	sums, err := chunkSums(dir, chunked)
+	if err != nil {
+		return []error{err}
+	}
+	var bad []error
+	for i, f := range chunked {
+		for j, want := range f.XXH64Chunks {
+			if sums[i][j] != want {
+				bad = append(bad, fmt.Errorf("file %s: bytes %d to %d have checksum %s, manifest says %s", f.Name,
+					int64(j)*f.ChunkSize, min(int64(j+1)*f.ChunkSize, f.Size), sums[i][j], want))
+				break
+			}
+		}
+	}
+	return bad
+}
+
 // OpenCheckpoint returns the checkpoint dgst after verifying its manifest
-// and every file against it: same set of files, sizes and checksums. A
+// and every file against it: same set of files, sizes and checksums. An
+// unsealed checkpoint (CommitUnsealed) is verified against its sums.json,
+// or sealed now if it has none yet and the host has not restarted since. A
 // mismatch wraps ErrCorrupt; an unknown checkpoint errdefs.ErrNotFound.
 // The files must not be modified: the caller only reads ck.Dir.
 func (s *Store) OpenCheckpoint(ctx context.Context, dgst digest.Digest) (Checkpoint, error) {
@@ -277,28 +540,50 @@ func (s *Store) OpenCheckpoint(ctx context.Context, dgst digest.Digest) (Checkpo
 	if len(ents) != len(ck.Files) {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s has %d files, its manifest lists %d: %w", dgst.Encoded()[:12], len(ents), len(ck.Files), ErrCorrupt)
 	}
-	// Hash the files concurrently: most of the time goes into the
-	// largest one, but the others need not wait for it.
-	errs := make(chan error, len(ck.Files))
-	for _, f := range ck.Files {
-		go func(f CheckpointFile) {
-			p := filepath.Join(dir, f.Name)
-			fi, err := os.Lstat(p)
-			switch {
-			case err != nil:
-				errs <- fmt.Errorf("file %s: %v", f.Name, err)
-				return
-			case !fi.Mode().IsRegular() || fi.Size() != f.Size:
-				errs <- fmt.Errorf("file %s is %d bytes, manifest says %d", f.Name, fi.Size(), f.Size)
-				return
-			}
-			errs <- verifyFile(p, f)
-		}(f)
+	if !ck.sealed() {
+		files, fresh, err := s.seal(ck)
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		ck.Files = files
+		if fresh {
+			// Checksummed during this call, in the boot that wrote
+			// them: there is nothing older to check them against.
+			ck.Dir = dir
+			return ck, nil
+		}
 	}
+	// Sizes and kinds first: chunkSums reads no more than the manifest's
+	// sizes, so a file grown or cut short must be caught here.
 	var bad []string
-	for range ck.Files {
-		if err := <-errs; err != nil {
+	var whole []CheckpointFile
+	for _, f := range ck.Files {
+		fi, err := os.Lstat(filepath.Join(dir, f.Name))
+		switch {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("file %s: %v", f.Name, err))
+		case !fi.Mode().IsRegular() || fi.Size() != f.Size:
+			bad = append(bad, fmt.Sprintf("file %s is %d bytes, manifest says %d", f.Name, fi.Size(), f.Size))
+		case f.ChunkSize <= 0:
+			whole = append(whole, f)
+		}
+	}
+	if len(bad) == 0 {
+		for _, err := range verifyChunks(dir, ck.Files) {
 			bad = append(bad, err.Error())
+		}
+		// Files of checkpoints committed by earlier versions, each
+		// checksummed whole, concurrently.
+		errs := make([]error, len(whole))
+		var wg sync.WaitGroup
+		for i, f := range whole {
+			wg.Go(func() { errs[i] = verifyFile(filepath.Join(dir, f.Name), f) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				bad = append(bad, err.Error())
+			}
 		}
 	}
 	if len(bad) > 0 {
@@ -361,18 +646,59 @@ func (s *Store) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 // exist is not an error. It is moved out of sight first, so that a crash
 // never leaves a half-deleted checkpoint under its digest.
 func (s *Store) RemoveCheckpoint(ctx context.Context, dgst digest.Digest) error {
-	if err := dgst.Validate(); err != nil {
-		return fmt.Errorf("checkpoint digest %q: %v: %w", dgst, err, errdefs.ErrInvalidArgument)
-	}
-	p := s.checkpointPath(dgst)
-	q := filepath.Join(s.checkpointsDir(), ".del-"+randomHex())
-	if err := os.Rename(p, q); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("remove checkpoint: %w", err)
+	q, err := s.dropCheckpoint(dgst)
+	if err != nil || q == "" {
+		return err
 	}
 	return removeTree(q)
+}
+
+// DropCheckpoint makes checkpoint dgst invisible at once and leaves its
+// files to RemoveDropped (or Prune): deleting the files of a large
+// checkpoint takes the kernel a while, which its caller need not wait
+// for. Dropping one that does not exist is not an error.
+func (s *Store) DropCheckpoint(ctx context.Context, dgst digest.Digest) error {
+	_, err := s.dropCheckpoint(dgst)
+	return err
+}
+
+// dropCheckpoint moves checkpoint dgst out of sight and returns where to,
+// or "" if there is no such checkpoint.
+func (s *Store) dropCheckpoint(dgst digest.Digest) (string, error) {
+	if err := dgst.Validate(); err != nil {
+		return "", fmt.Errorf("checkpoint digest %q: %v: %w", dgst, err, errdefs.ErrInvalidArgument)
+	}
+	p := s.checkpointPath(dgst)
+	q := filepath.Join(s.checkpointsDir(), dropPrefix+randomHex())
+	if err := os.Rename(p, q); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("remove checkpoint: %w", err)
+	}
+	return q, nil
+}
+
+// dropPrefix names the checkpoints being deleted.
+const dropPrefix = ".del-"
+
+// RemoveDropped deletes the files of the checkpoints dropped so far
+// (DropCheckpoint, or a deletion a crash interrupted).
+func (s *Store) RemoveDropped(ctx context.Context) error {
+	ents, err := os.ReadDir(s.checkpointsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), dropPrefix) {
+			errs = append(errs, removeTree(filepath.Join(s.checkpointsDir(), e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pruneCheckpointLeftovers removes interrupted ingests and deletions. The

@@ -33,8 +33,10 @@ package overlay
 //	checkpoint  A sandbox's memory and filesystem state as runsc checkpoint
 //	            writes it (a directory of image files), stored under the
 //	            digest of a manifest listing every file with its size and
-//	            checksum (XXH64). The store holds checkpoints; it never
-//	            runs or restores one: the engine points runsc at
+//	            checksums (XXH64 per 16 MiB chunk), or, committed unsealed,
+//	            its size and the host's boot, the checksums following in
+//	            sums.json once sealed. The store holds checkpoints; it
+//	            never runs or restores one: the engine points runsc at
 //	            Checkpoint.Dir.
 //
 // Guarantees
@@ -42,9 +44,10 @@ package overlay
 //   - Content addressing. Layers and checkpoints are named by the digest
 //     of what they hold and verified against it before use: a layer while it
 //     is unpacked (Rootfs), a checkpoint by OpenCheckpoint, which checks
-//     every file against the checksum its manifest records. A flipped or
-//     missing byte yields an error wrapping ErrCorrupt and nothing is
-//     unpacked or handed out. Layers are verified with SHA-256 as they may
+//     every file against the checksums its manifest (or sums.json)
+//     records, and refuses one that was never sealed before the host
+//     restarted. A flipped or missing byte yields an error wrapping
+//     ErrCorrupt and nothing is unpacked or handed out. Layers are verified with SHA-256 as they may
 //     come from anywhere; checkpoints, which never leave the host that
 //     wrote them, with XXH64, which catches damage at memory speed.
 //     A layer's digests are computed while it streams into the store,

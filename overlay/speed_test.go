@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -75,8 +77,9 @@ func TestSnapshotLayerZstd(t *testing.T) {
 	}
 }
 
-// New checkpoints carry XXH64 checksums; checkpoints committed with SHA-256
-// digests are still verified by them.
+// New checkpoints carry XXH64 checksums of 16 MiB chunks, the last one
+// short; checkpoints committed with XXH64 or SHA-256 checksums of whole
+// files are still verified by them. A byte flipped in any chunk is found.
 func TestCheckpointChecksums(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
@@ -84,42 +87,73 @@ func TestCheckpointChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages := bytes.Repeat([]byte("pages"), 1<<18)
+	pages := bytes.Repeat([]byte("pages"), (2*checksumChunk+checksumChunk/2)/5)
 	os.WriteFile(filepath.Join(ci.Dir(), "checkpoint.img"), []byte("state"), 0o644)
 	os.WriteFile(filepath.Join(ci.Dir(), "pages.img"), pages, 0o644)
+	os.WriteFile(filepath.Join(ci.Dir(), "empty.img"), nil, 0o644)
 	ck, err := ci.Commit(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	chunks := map[string]int{"checkpoint.img": 1, "pages.img": 3, "empty.img": 0}
 	for _, f := range ck.Files {
-		if len(f.XXH64) != 16 || f.Digest != "" {
-			t.Fatalf("file %+v: want an XXH64 checksum only", f)
+		if len(f.XXH64Chunks) != chunks[f.Name] || f.ChunkSize != checksumChunk || f.XXH64 != "" || f.Digest != "" {
+			t.Fatalf("file %s: %d chunk checksums of %d bytes, whole %q %q; want %d chunks of %d and no whole-file checksum",
+				f.Name, len(f.XXH64Chunks), f.ChunkSize, f.XXH64, f.Digest, chunks[f.Name], checksumChunk)
+		}
+		for _, c := range f.XXH64Chunks {
+			if len(c) != 16 {
+				t.Fatalf("file %s: chunk checksum %q", f.Name, c)
+			}
 		}
 	}
 
-	// A manifest as earlier versions wrote it.
-	legacy := Checkpoint{Files: []CheckpointFile{
-		{Name: "checkpoint.img", Size: 5, Digest: digest.FromString("state")},
-		{Name: "pages.img", Size: int64(len(pages)), Digest: digest.FromBytes(pages)},
-	}}
-	mb, _ := json.Marshal(legacy)
-	ld := digest.FromBytes(mb)
-	dir := s.checkpointPath(ld)
-	os.MkdirAll(filepath.Join(dir, "image"), 0o700)
-	os.WriteFile(filepath.Join(dir, "manifest.json"), mb, 0o600)
-	os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("state"), 0o600)
-	os.WriteFile(filepath.Join(dir, "image", "pages.img"), pages, 0o600)
+	// Manifests as earlier versions wrote them.
+	legacy := func(files ...CheckpointFile) digest.Digest {
+		mb, _ := json.Marshal(Checkpoint{Files: files})
+		d := digest.FromBytes(mb)
+		dir := s.checkpointPath(d)
+		os.MkdirAll(filepath.Join(dir, "image"), 0o700)
+		os.WriteFile(filepath.Join(dir, "manifest.json"), mb, 0o600)
+		os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("state"), 0o600)
+		os.WriteFile(filepath.Join(dir, "image", "pages.img"), pages, 0o600)
+		return d
+	}
+	sha := legacy(
+		CheckpointFile{Name: "checkpoint.img", Size: 5, Digest: digest.FromString("state")},
+		CheckpointFile{Name: "pages.img", Size: int64(len(pages)), Digest: digest.FromBytes(pages)},
+	)
+	xxh := legacy(
+		CheckpointFile{Name: "checkpoint.img", Size: 5, XXH64: fmt.Sprintf("%016x", xxhash.Sum64String("state"))},
+		CheckpointFile{Name: "pages.img", Size: int64(len(pages)), XXH64: fmt.Sprintf("%016x", xxhash.Sum64(pages))},
+	)
 
-	for _, d := range []digest.Digest{ck.Digest, ld} {
-		if _, err := s.OpenCheckpoint(ctx, d); err != nil {
-			t.Fatalf("open %s: %v", d, err)
-		}
+	flip := func(d digest.Digest, at int64) {
 		p := filepath.Join(s.checkpointPath(d), "image", "pages.img")
 		f, _ := os.OpenFile(p, os.O_RDWR, 0)
-		f.WriteAt([]byte("X"), int64(len(pages)/2))
+		b := make([]byte, 1)
+		f.ReadAt(b, at)
+		f.WriteAt([]byte{b[0] ^ 1}, at)
 		f.Close()
-		if _, err := s.OpenCheckpoint(ctx, d); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pages.img") {
-			t.Fatalf("flipped byte in %s: %v", d, err)
+	}
+	for _, d := range []digest.Digest{ck.Digest, sha, xxh} {
+		for _, at := range []int64{0, checksumChunk, int64(len(pages)) - 1} {
+			if _, err := s.OpenCheckpoint(ctx, d); err != nil {
+				t.Fatalf("open %s: %v", d, err)
+			}
+			flip(d, at)
+			if _, err := s.OpenCheckpoint(ctx, d); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pages.img") {
+				t.Fatalf("byte %d flipped in %s: %v", at, d, err)
+			}
+			flip(d, at)
+		}
+	}
+	// Cut short, and grown: refused by size before any checksum.
+	p := filepath.Join(s.checkpointPath(ck.Digest), "image", "pages.img")
+	for _, size := range []int64{int64(len(pages)) - 1, int64(len(pages)) + 1} {
+		os.Truncate(p, size)
+		if _, err := s.OpenCheckpoint(ctx, ck.Digest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "manifest says") {
+			t.Fatalf("pages.img of %d bytes: %v", size, err)
 		}
 	}
 }
@@ -147,5 +181,110 @@ func BenchmarkSnapshot(b *testing.B) {
 		if _, err := s.Snapshot(ctx, SnapshotOptions{Name: fmt.Sprintf("snap:%d", i), Parent: parent, Upper: f}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A checkpoint committed unsealed records sizes only; SealCheckpoint or the
+// first OpenCheckpoint checksums it, after which a flipped byte is found.
+// One never sealed before the host restarted is refused, as is one whose
+// files changed size.
+func TestCheckpointUnsealed(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	pages := bytes.Repeat([]byte("pages"), (checksumChunk+checksumChunk/2)/5)
+	commit := func() Checkpoint {
+		t.Helper()
+		ci, err := s.NewCheckpoint(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(ci.Dir(), "checkpoint.img"), []byte("state"), 0o644)
+		os.WriteFile(filepath.Join(ci.Dir(), "pages.img"), pages, 0o644)
+		ck, err := ci.CommitUnsealed(ctx, map[string]string{"n": fmt.Sprint(time.Now().UnixNano())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range ck.Files {
+			if f.ChunkSize != 0 || f.XXH64Chunks != nil || f.XXH64 != "" || f.Digest != "" {
+				t.Fatalf("unsealed file %+v has checksums", f)
+			}
+		}
+		return ck
+	}
+	pagesOf := func(ck Checkpoint) string { return filepath.Join(s.checkpointPath(ck.Digest), "image", "pages.img") }
+	flip := func(ck Checkpoint, at int64) {
+		f, _ := os.OpenFile(pagesOf(ck), os.O_RDWR, 0)
+		b := make([]byte, 1)
+		f.ReadAt(b, at)
+		f.WriteAt([]byte{b[0] ^ 1}, at)
+		f.Close()
+	}
+
+	// Sealed explicitly, then damaged: refused.
+	a := commit()
+	if err := s.SealCheckpoint(ctx, a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OpenCheckpoint(ctx, a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	flip(a, checksumChunk+1)
+	if _, err := s.OpenCheckpoint(ctx, a.Digest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pages.img") {
+		t.Fatalf("byte flipped after the seal: %v", err)
+	}
+	// Sealing again does not take the damaged bytes as the truth.
+	if err := s.SealCheckpoint(ctx, a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OpenCheckpoint(ctx, a.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("sealed twice, damaged in between: %v", err)
+	}
+
+	// Sealed by the first open, then damaged: refused.
+	b := commit()
+	if _, err := s.OpenCheckpoint(ctx, b.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.checkpointPath(b.Digest), "sums.json")); err != nil {
+		t.Fatalf("open did not seal: %v", err)
+	}
+	flip(b, 0)
+	if _, err := s.OpenCheckpoint(ctx, b.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("byte flipped after the first open: %v", err)
+	}
+
+	// Cut short before any seal: refused by size.
+	c := commit()
+	os.Truncate(pagesOf(c), int64(len(pages))-4096)
+	if _, err := s.OpenCheckpoint(ctx, c.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("cut short before the seal: %v", err)
+	}
+	if err := s.SealCheckpoint(ctx, c.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("sealing one cut short: %v", err)
+	}
+
+	// Never sealed, and the host restarted since: refused.
+	d := commit()
+	boot := bootID
+	bootID = func() string { return "another-boot" }
+	defer func() { bootID = boot }()
+	if _, err := s.OpenCheckpoint(ctx, d.Digest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "restarted") {
+		t.Fatalf("unsealed across a restart: %v", err)
+	}
+	// One sealed before the restart is verified as usual.
+	if _, err := s.OpenCheckpoint(ctx, b.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("sealed before a restart, damaged: %v", err)
+	}
+	flip(b, 0)
+	if _, err := s.OpenCheckpoint(ctx, b.Digest); err != nil {
+		t.Fatalf("sealed before a restart, intact: %v", err)
+	}
+
+	// A sums.json that does not match the manifest: refused.
+	e := commit()
+	os.WriteFile(filepath.Join(s.checkpointPath(e.Digest), "sums.json"), []byte(`{"files":[{"name":"pages.img","size":1}]}`), 0o600)
+	bootID = boot
+	if _, err := s.OpenCheckpoint(ctx, e.Digest); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("mismatched sums.json: %v", err)
 	}
 }

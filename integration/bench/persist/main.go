@@ -301,10 +301,10 @@ func (b *bench) pauseResume(mib, runs int) {
 		os.RemoveAll(rawDir)
 	}
 	b.row(fmt.Sprintf("pause, %d MiB resident", mib), ms(median(pause)), ms(median(rawCk))+" (`runsc checkpoint`)",
-		ratio(median(pause), median(rawCk))+"; sbx adds checksumming the checkpoint (XXH64) and stopping the sandbox (the kernel freeing its memory, runsc delete, its cgroup)",
+		ratio(median(pause), median(rawCk))+"; sbx adds recording the checkpoint and killing the sandbox; its checksums (XXH64) and the teardown of its runtime follow in a detached process (docs/decisions/0029)",
 		b.baseCell(basePause)...)
 	b.row(fmt.Sprintf("resume, %d MiB resident", mib), ms(median(resume)), ms(median(rawRestore))+" (`runsc restore`)",
-		ratio(median(resume), median(rawRestore))+"; sbx adds verifying every checkpoint file and removing the checkpoint",
+		ratio(median(resume), median(rawRestore))+"; sbx adds verifying every checkpoint file (right after a pause: waiting for, or computing, its checksums, while the kernel writes the checkpoint back to disk)",
 		b.baseCell(baseResume)...)
 	b.must("rm", "-f", id)
 }
@@ -338,7 +338,7 @@ func (b *bench) fork(n int) {
 	start := time.Now()
 	kids := strings.Fields(b.must("fork", "--count", fmt.Sprint(n), id))
 	d := time.Since(start)
-	b.row(fmt.Sprintf("fork, N=%d", n), ms(d), "", fmt.Sprintf("%s per copy; one checkpoint, %d restores, several at a time", ms(d/time.Duration(n)), n))
+	b.row(fmt.Sprintf("fork, N=%d", n), ms(d), "", fmt.Sprintf("%s per copy; one checkpoint (not checksummed: used at once, then removed), %d restores, several at a time", ms(d/time.Duration(n)), n))
 	for _, k := range append(kids, id) {
 		b.must("rm", "-f", k)
 	}

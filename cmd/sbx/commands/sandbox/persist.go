@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/urfave/cli/v2"
 
 	"sbx.dev/sbx/cmd/sbx/commands/clix"
@@ -134,5 +135,43 @@ var watchdogCommand = &cli.Command{
 		}
 		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
 		return e.RunWatchdog(context.Background(), a[0])
+	},
+}
+
+// finishPauseCommand is started by the engine, detached, at the end of a
+// pause, to remove what is left of the paused sandbox's runtime.
+var finishPauseCommand = &cli.Command{
+	Name:      engine.FinishPauseCommand,
+	Hidden:    true,
+	ArgsUsage: "ID CHECKPOINT",
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 2, 2, "ID CHECKPOINT")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+		return e.FinishPause(context.Background(), a[0], digest.Digest(a[1]))
+	},
+}
+
+// removeDroppedCommand is started by the engine, detached, to delete the
+// files of checkpoints a resume or a fork no longer needs.
+var removeDroppedCommand = &cli.Command{
+	Name:   engine.RemoveDroppedCommand,
+	Hidden: true,
+	Action: func(c *cli.Context) error {
+		if _, err := clix.Args(c, 0, 0, ""); err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+		return e.RemoveDroppedCheckpoints(context.Background())
 	},
 }

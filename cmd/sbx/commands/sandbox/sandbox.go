@@ -26,7 +26,8 @@ var Commands = []*cli.Command{
 	createCommand, runCommand, execCommand, lsCommand, inspectCommand, stopCommand, rmCommand,
 	updateCommand, statsCommand, shellCommand, cpCommand, psCommand, portForwardCommand,
 	// persist.go
-	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand,
+	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand, finishPauseCommand,
+	removeDroppedCommand,
 }
 
 var createFlags = []cli.Flag{
