@@ -430,6 +430,19 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return nil, err
 	}
+	// Its published ports, bound again on the host ports they had before
+	// the restore: one taken meanwhile leaves the sandbox paused. The
+	// forwarder ended with the sandbox process at the pause.
+	listeners, err := ListenPorts(sb.Ports)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+	}
+	defer func() {
+		for _, l := range listeners {
+			l.Listener.Close() // the forwarder has its own copies
+		}
+	}()
+	sb.Forwarder = nil
 	var undo assembly.Undo
 	defer undo.Run()
 	if err := e.resumeNetwork(ctx, sb, &undo); err != nil {
@@ -452,8 +465,17 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	if err := e.removeCheckpointLater(ctx, old); err != nil {
 		log.G(ctx).WithError(err).Warn("remove used checkpoint")
 	}
-	phase(ctx, "resume: recorded, checkpoint removed", start)
 	sb.State = StateRunning
+	if len(listeners) > 0 {
+		// After the record says running, which the forwarder checks.
+		if err := e.startForwarder(sb, listeners); err != nil {
+			return nil, fmt.Errorf("sandbox %s is resumed, but its published ports are not: %w", sb.ShortID(), err)
+		}
+		if err := e.save(sb); err != nil {
+			return nil, err
+		}
+	}
+	phase(ctx, "resume: recorded, checkpoint removed", start)
 	return sb.view(), nil
 }
 

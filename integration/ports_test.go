@@ -157,6 +157,37 @@ func TestPublishAndForwardPorts(t *testing.T) {
 		t.Fatal("port-forward's port still accepts connections after it stopped")
 	}
 
+	// Published ports come back with a resume, on the same host ports,
+	// served by the server started before the pause.
+	e.ok("pause", id)
+	e.ok("resume", id)
+	if after := e.ports(id); after.Forwarder == nil || len(after.Ports) != 2 || after.Ports[0].HostPort != hostPort || after.Ports[1].HostPort != rec.Ports[1].HostPort {
+		t.Fatalf("inspect after resume: %+v, before the pause %+v", after, rec)
+	}
+	checkServed(t, fmt.Sprintf("http://127.0.0.1:%d", hostPort), id, sum)
+	checkServed(t, fmt.Sprintf("http://127.0.0.1:%d", rec.Ports[1].HostPort), id, sum)
+
+	// A host port taken while the sandbox is paused: the resume fails,
+	// naming it, and the sandbox stays paused.
+	e.ok("pause", id)
+	waitFor(t, func() bool {
+		_, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), time.Second)
+		return err != nil
+	})
+	taken, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run(nil, "resume", id); r.code == 0 || !strings.Contains(r.stderr, fmt.Sprint(hostPort)) {
+		t.Fatalf("resume with host port %d taken: %s", hostPort, r)
+	}
+	if st := e.inspect(id).State; st != "paused" {
+		t.Fatalf("after a resume refused for its port the sandbox is %s", st)
+	}
+	taken.Close()
+	e.ok("resume", id)
+	checkServed(t, fmt.Sprintf("http://127.0.0.1:%d", hostPort), id, sum)
+
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
 	if _, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), time.Second); err == nil {
