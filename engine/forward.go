@@ -405,15 +405,16 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 256<<10) }) //nolint:errcheck // a larger buffer is only faster
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if user == "" {
+		user = agentUser(ctx)
+	}
 	var errBuf capBuffer
 	var p *runsc.ExecProcess
-	if user == "" {
-		p, err = e.agentProcess(ctx, sb, []string{mode}, inR, outW, &errBuf)
-	} else {
-		var proc specs.Process
-		if proc, err = e.process(sb, ExecRequest{Args: []string{agent.MountPath, mode}, User: user}); err == nil {
-			p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf})
-		}
+	var proc specs.Process
+	if proc, err = e.process(sb, ExecRequest{Args: []string{agent.MountPath, mode}, User: user}); err == nil {
+		// A forwarded connection waits for each frame: none is held
+		// back to gather more (a supervised command's output is).
+		p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf, Interactive: mode == "portmux"})
 	}
 	if err != nil {
 		cancel()

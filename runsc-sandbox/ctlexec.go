@@ -181,6 +181,7 @@ func (r *Runsc) ctlExec(e *ExecProcess, p specs.Process, o ExecOpts) (retErr err
 	if err != nil {
 		return err
 	}
+	pipes.Interactive = o.Interactive
 	defer func() {
 		if retErr != nil {
 			pipes.Close()

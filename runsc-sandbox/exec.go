@@ -46,6 +46,11 @@ type ExecOpts struct {
 	// Stdout and Stderr are then unused. A process with p.Terminal needs
 	// Terminal or ConsoleSocket.
 	Terminal *os.File
+	// Interactive is for a process that answers what it is sent, as the
+	// agent's sessions do: its output is passed on the moment it comes,
+	// never held back to gather a stream of small writes into fewer
+	// copies (which saves wake-ups but costs an answer milliseconds).
+	Interactive bool
 	// IODrain bounds how long Wait keeps reading output after the process
 	// has exited, for when a background child it started still holds the
 	// output pipes. Zero means one second.

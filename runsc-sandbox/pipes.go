@@ -23,6 +23,10 @@ type Pipes struct {
 	// Child are the process's stdin, stdout and stderr, to hand to the
 	// sandbox and then close with CloseChild.
 	Child [3]*os.File
+	// Interactive passes output on as soon as it comes: a splice never
+	// waits for a streaming output's small writes to gather. Set it
+	// before Start.
+	Interactive bool
 
 	stdin   io.Reader
 	stdinW  *os.File
@@ -336,7 +340,7 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 			// head or cat) would wake this copy for every one:
 			// while it streams, let its writes gather in the pipe
 			// first, far from filling it and blocking the process.
-			if n < batchBelow && now.Sub(last) < streaming {
+			if !p.Interactive && n < batchBelow && now.Sub(last) < streaming {
 				time.Sleep(wait)
 			}
 			last = now

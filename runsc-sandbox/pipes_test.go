@@ -78,3 +78,47 @@ func TestPipesFinishStopsAfterDrain(t *testing.T) {
 		t.Fatal("Finish waited for an output a child still holds")
 	}
 }
+
+// An interactive process's answers reach the caller as they come: none
+// waits for more output to gather, as a stream's small writes do.
+func TestPipesInteractiveHoldsNothingBack(t *testing.T) {
+	// Each answer is read before the next is written, as a session's
+	// are: a held-back copy shows as the time they take.
+	const answers = 20
+	roundTrips := func(interactive bool) time.Duration {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer w.Close()
+		p, err := NewPipes(nil, w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Interactive = interactive
+		p.Start()
+		defer p.Finish(time.Second)
+		defer p.CloseChild()
+		start := time.Now()
+		buf := make([]byte, 1)
+		for i := 0; i < answers; i++ {
+			if _, err := p.Child[1].Write([]byte{'x'}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(r, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	streaming, interactive := roundTrips(false), roundTrips(true)
+	// The streaming case is what Interactive turns off: if it no longer
+	// batches, this test no longer tells anything.
+	if streaming < answers*batchWait()/2 {
+		t.Fatalf("streaming: %d answers took only %v: small writes are no longer gathered", answers, streaming)
+	}
+	if interactive >= streaming/2 {
+		t.Errorf("interactive: %d answers took %v, streaming %v: they were held back", answers, interactive, streaming)
+	}
+}

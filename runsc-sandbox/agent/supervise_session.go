@@ -36,7 +36,7 @@ func superviseMain(args []string) int {
 	if len(args) != 0 {
 		return usage("supervise")
 	}
-	return serveSession(SuperviseMuxConfig(), serveSuperviseStream)
+	return serveSession(stdio{out: CoalesceFrames(os.Stdout)}, SuperviseMuxConfig(), serveSuperviseStream)
 }
 
 // frameWriter writes whole frames on a stream from several goroutines.
