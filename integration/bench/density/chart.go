@@ -14,7 +14,7 @@ type series struct {
 }
 
 // drawCharts draws latency and memory against the number of live
-// sandboxes as prefix-latency.svg and prefix-memory.svg and returns their
+// sandboxes as prefix-latency.png and prefix-memory.png and returns their
 // paths.
 func drawCharts(res result, prefix string) ([]string, error) {
 	mibOf := func(b int64) float64 { return float64(b) / (1 << 20) }
@@ -22,7 +22,7 @@ func drawCharts(res result, prefix string) ([]string, error) {
 		file, title, y string
 		series         []series
 	}{
-		{"-latency.svg", "Latency against live idle sandboxes", "ms", []series{
+		{"-latency.png", "Latency against live idle sandboxes", "ms", []series{
 			{"sbx create → first output", func(s step) float64 { return s.CreateFirst }},
 			{"runsc run → first output", func(s step) float64 { return s.RawRun }},
 			{"sbx exec (median)", func(s step) float64 { return s.ExecID }},
@@ -30,7 +30,7 @@ func drawCharts(res result, prefix string) ([]string, error) {
 			{"sbx exec NAME", func(s step) float64 { return s.ExecName }},
 			{"sbx ls -q", func(s step) float64 { return s.Ls }},
 		}},
-		{"-memory.svg", "Host memory per idle sandbox", "MiB", []series{
+		{"-memory.png", "Host memory per idle sandbox", "MiB", []series{
 			{"sbx: PSS (runsc processes)", func(s step) float64 { return mibOf(s.PSS) }},
 			{"sbx: cgroup", func(s step) float64 { return mibOf(s.Cgroup) }},
 			{"raw runsc: PSS", func(s step) float64 { return mibOf(s.RawPSS) }},

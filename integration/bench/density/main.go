@@ -179,7 +179,7 @@ func quantile(v []time.Duration, q float64) float64 {
 func main() {
 	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
-	chart := flag.String("chart", "", "SVG chart path prefix (default: density beside -out)")
+	chart := flag.String("chart", "", "PNG chart path prefix (default: density beside -out)")
 	stepsFlag := flag.String("steps", "1,100,250,500", "numbers of live idle sandboxes to measure at, ascending")
 	samples := flag.Int("samples", 10, "measured passes per step (exec: 3 per pass)")
 	maxFill := flag.Duration("max-fill", 10*time.Minute, "stop filling after this long")
@@ -606,7 +606,7 @@ func report(res result, prev *result, change string, charts []string) string {
 		}
 	}
 	for _, c := range charts {
-		fmt.Fprintf(&w, "\n![%s](%s)\n", strings.TrimSuffix(filepath.Base(c), ".svg"), c)
+		fmt.Fprintf(&w, "\n![%s](%s)\n", strings.TrimSuffix(filepath.Base(c), ".png"), c)
 	}
 	return w.String()
 }

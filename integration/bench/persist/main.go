@@ -36,6 +36,8 @@ type bench struct {
 	load0 string
 	runs  int
 	rows  [][]string
+	// snap and pause are the charts' points.
+	snap, pause curves
 }
 
 func main() {
@@ -53,7 +55,12 @@ func main() {
 	if err != nil {
 		benchexit.Fatal(err)
 	}
-	b := &bench{bin: abs, root: root, load0: loadavg(), runs: *runs}
+	b := &bench{bin: abs, root: root, load0: loadavg(), runs: *runs,
+		snap: curves{file: "persist-snapshot.png", title: "Snapshot against the size of the changes", x: "MiB of changes",
+			names: []string{"sbx snapshot", "runsc tar rootfs-upper"}},
+		pause: curves{file: "persist-pause.png", title: "Pause and resume against resident memory", x: "MiB resident",
+			names: []string{"sbx pause", "runsc checkpoint", "sbx pause, until its detached end", "sbx resume", "runsc restore"}},
+	}
 	if *base != "" {
 		if b.base, err = filepath.Abs(filepath.Join(*base, "sbx")); err != nil {
 			benchexit.Fatal(err)
@@ -73,8 +80,9 @@ func main() {
 		b.setupCache(*runs)
 	}
 	if want["pause"] {
-		b.pauseResume(64, *runs)
-		b.pauseResume(512, *runs)
+		for _, mib := range []int{64, 256, 512} {
+			b.pauseResume(mib, *runs)
+		}
 	}
 	if want["fork"] {
 		b.fork(10)
@@ -243,7 +251,9 @@ func ratio(sbx, raw time.Duration) string {
 	return fmt.Sprintf("%.1fx raw", float64(sbx)/float64(raw))
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", msf(d)) }
+
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // row adds a table row: operation, sbx, raw runsc, note, then the base
 // sbx's time with -base.
@@ -257,7 +267,7 @@ func (b *bench) row(op, sbx, raw, note string, base ...string) {
 
 // snapshots: sbx snapshot of 10 and 100 MiB of changes vs raw runsc tar.
 func (b *bench) snapshots(runs int) {
-	for _, mib := range []int{10, 100} {
+	for _, mib := range []int{10, 50, 100} {
 		id := b.must("create")
 		b.must("exec", id, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /root/changes", mib<<20))
 		var sbxT, rawT, baseT []time.Duration
@@ -283,6 +293,7 @@ func (b *bench) snapshots(runs int) {
 				raw()
 			}
 		}
+		b.snap.add(mib, map[string]float64{"sbx snapshot": msf(median(sbxT)), "runsc tar rootfs-upper": msf(median(rawT))})
 		// Raw runsc tar's time swings several-fold from run to run on
 		// this host: the fastest runs of each side are compared too.
 		b.row(fmt.Sprintf("snapshot, %d MiB of changes", mib), ms(median(sbxT))+" (min "+ms(sbxT[0])+")", ms(median(rawT))+" (min "+ms(rawT[0])+", `runsc tar rootfs-upper`)",
@@ -357,6 +368,11 @@ func (b *bench) pauseResume(mib, runs int) {
 		os.RemoveAll(img)
 		os.RemoveAll(rawDir)
 	}
+	b.pause.add(mib, map[string]float64{
+		"sbx pause": msf(median(pause)), "runsc checkpoint": msf(median(rawCk)),
+		"sbx pause, until its detached end": msf(median(ended)),
+		"sbx resume":                        msf(median(resume)), "runsc restore": msf(median(rawRestore)),
+	})
 	b.row(fmt.Sprintf("pause, %d MiB resident", mib), ms(median(pause)), ms(median(rawCk))+" (`runsc checkpoint`)",
 		ratio(median(pause), median(rawCk))+"; sbx adds recording the checkpoint and killing the sandbox; its checksums (XXH64) and the teardown of its runtime follow in a detached process (docs/decisions/0029)",
 		b.baseCell(basePause)...)
@@ -416,6 +432,15 @@ func (b *bench) write(path string) error {
 	}
 	for _, r := range b.rows {
 		s.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	for _, c := range []*curves{&b.snap, &b.pause} {
+		p, err := c.draw(filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		if p != "" {
+			fmt.Fprintf(&s, "\n![%s](%s)\n", strings.TrimSuffix(c.file, ".png"), c.file)
+		}
 	}
 	fmt.Print(s.String())
 	return benchdoc.WriteSection(path, "persist", s.String())
