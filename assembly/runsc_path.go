@@ -31,7 +31,8 @@ func FindRunsc() (string, error) {
 	return p, nil
 }
 
-// CheckRunsc checks that p names an executable file.
+// CheckRunsc checks that p names an executable file and returns its
+// absolute path.
 func CheckRunsc(p string) (string, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -40,5 +41,7 @@ func CheckRunsc(p string) (string, error) {
 	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
 		return "", fmt.Errorf("runsc %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
 	}
-	return p, nil
+	// Absolute: sbx's detached processes (a pause's end, a pool's
+	// filler, a forwarder) are given it and run in another directory.
+	return filepath.Abs(p)
 }
