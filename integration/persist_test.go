@@ -262,6 +262,29 @@ func TestPauseResume(t *testing.T) {
 	})
 }
 
+// A pause ends in the background (its checksums, the teardown of the
+// sandbox's runtime); an rm or a stop right after it does that work
+// itself and leaves nothing: no process, no checkpoint, no runtime.
+func TestPauseThenRemoveAtOnce(t *testing.T) {
+	e := newEnv(t)
+	for _, verb := range []string{"rm", "stop"} {
+		id := e.create()
+		e.ok("exec", id, "--", "sh", "-c", "head -c 67108864 /dev/urandom > /tmp/resident")
+		e.ok("pause", id)
+		if verb == "stop" {
+			e.ok("stop", id)
+			if r := e.inspectPersist(id); r.State != "stopped" || r.Checkpoint != "" {
+				t.Fatalf("stopped right after its pause: %+v", r)
+			}
+		}
+		e.ok("rm", "-f", id)
+		e.assertClean(id)
+		if m := e.visibleCheckpoints(); len(m) > 0 {
+			t.Fatalf("%s right after a pause left checkpoints %v", verb, m)
+		}
+	}
+}
+
 // A paused sandbox survives everything of the host's runtime state going
 // away (as after a reboot): only its record and checkpoint matter.
 func TestResumeAfterStateReload(t *testing.T) {
