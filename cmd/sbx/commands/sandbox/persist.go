@@ -118,60 +118,43 @@ var logsCommand = &cli.Command{
 	},
 }
 
-// watchdogCommand is started by sbx itself, detached, for a sandbox with a
-// lifetime.
-var watchdogCommand = &cli.Command{
-	Name:      clix.WatchdogCommandName,
-	Hidden:    true,
-	ArgsUsage: "ID",
-	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, 1, "ID")
-		if err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
-		return e.RunWatchdog(context.Background(), a[0])
-	},
+// detachedCommand is a hidden command that sbx starts, detached, for work
+// that outlives the command that needs it: it takes exactly the
+// arguments usage names (n of them), ignores the terminal's signals and
+// runs run with the engine of the global flags.
+func detachedCommand(name, usage string, n int, run func(ctx context.Context, e *engine.Engine, args []string) error) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Hidden:    true,
+		ArgsUsage: usage,
+		Action: func(c *cli.Context) error {
+			a, err := clix.Args(c, n, n, usage)
+			if err != nil {
+				return err
+			}
+			e, err := clix.Engine(c)
+			if err != nil {
+				return err
+			}
+			signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+			return run(context.Background(), e, a)
+		},
+	}
 }
 
-// finishPauseCommand is started by the engine, detached, at the end of a
-// pause, to remove what is left of the paused sandbox's runtime.
-var finishPauseCommand = &cli.Command{
-	Name:      engine.FinishPauseCommand,
-	Hidden:    true,
-	ArgsUsage: "ID CHECKPOINT",
-	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 2, 2, "ID CHECKPOINT")
-		if err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
-		return e.FinishPause(context.Background(), a[0], digest.Digest(a[1]))
-	},
-}
+// watchdogCommand enforces a sandbox's lifetime.
+var watchdogCommand = detachedCommand(clix.WatchdogCommandName, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.RunWatchdog(ctx, a[0])
+})
 
-// removeDroppedCommand is started by the engine, detached, to delete the
-// files of checkpoints a resume or a fork no longer needs.
-var removeDroppedCommand = &cli.Command{
-	Name:   engine.RemoveDroppedCommand,
-	Hidden: true,
-	Action: func(c *cli.Context) error {
-		if _, err := clix.Args(c, 0, 0, ""); err != nil {
-			return err
-		}
-		e, err := clix.Engine(c)
-		if err != nil {
-			return err
-		}
-		signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
-		return e.RemoveDroppedCheckpoints(context.Background())
-	},
-}
+// finishPauseCommand ends a pause: it checksums the checkpoint and removes
+// what is left of the paused sandbox's runtime.
+var finishPauseCommand = detachedCommand(engine.FinishPauseCommand, "ID CHECKPOINT", 2, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.FinishPause(ctx, a[0], digest.Digest(a[1]))
+})
+
+// removeDroppedCommand deletes the files of checkpoints a resume or a fork
+// no longer needs.
+var removeDroppedCommand = detachedCommand(engine.RemoveDroppedCommand, "", 0, func(ctx context.Context, e *engine.Engine, _ []string) error {
+	return e.RemoveDroppedCheckpoints(ctx)
+})
