@@ -390,24 +390,6 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 	return pr, nil
 }
 
-// nameFree checks that no sandbox is named name ("" is always free). The
-// caller holds lockNames.
-func (e *Engine) nameFree(name string) error {
-	if name == "" {
-		return nil
-	}
-	all, err := e.names()
-	if err != nil {
-		return err
-	}
-	for _, o := range all {
-		if o.Name == name {
-			return fmt.Errorf("sandbox name %q is in use by %s: %w", name, shortID(o.ID), errdefs.ErrAlreadyExists)
-		}
-	}
-	return nil
-}
-
 // reserve creates sb's directory and record, checking that its name is
 // free. The record is there from the start so that a crashed create shows
 // in List and rm can clean it up.
@@ -417,9 +399,10 @@ func (e *Engine) reserve(sb *record, undo *assembly.Undo) error {
 		return err
 	}
 	defer unlock()
-	if err := e.nameFree(sb.Name); err != nil {
+	if err := e.takeName(sb.Name, sb.ID); err != nil {
 		return err
 	}
+	undo.Add(func() { e.dropName(sb.Name, sb.ID) }) //nolint:errcheck // a stale entry is taken as free
 	if err := os.Mkdir(e.sandboxDir(sb.ID), 0o700); err != nil {
 		return err
 	}

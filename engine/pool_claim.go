@@ -190,7 +190,7 @@ func (e *Engine) saveClaimed(sb *record) error {
 			return err
 		}
 		defer unlock()
-		if err := e.nameFree(sb.Name); err != nil {
+		if err := e.takeName(sb.Name, sb.ID); err != nil {
 			return err
 		}
 	}

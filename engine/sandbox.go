@@ -318,7 +318,13 @@ func (e *Engine) get(ctx context.Context, ref string) (*record, error) {
 	if sb, err := e.load(ref); err == nil {
 		return sb, nil
 	}
-	// A name or an ID prefix: only the matching record is loaded.
+	if id, err := e.nameOwner(ref); err != nil {
+		return nil, err
+	} else if id != "" {
+		return e.load(id)
+	}
+	// An ID prefix (or a name the index lacks): only the matching record
+	// is loaded.
 	all, err := e.names()
 	if err != nil {
 		return nil, err

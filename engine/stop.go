@@ -96,7 +96,10 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 	if err := e.images.Release(ctx, sb.ID); err != nil {
 		return err
 	}
-	return os.RemoveAll(e.sandboxDir(sb.ID))
+	if err := os.RemoveAll(e.sandboxDir(sb.ID)); err != nil {
+		return err
+	}
+	return e.dropName(sb.Name, sb.ID)
 }
 
 // killOrphans kills the runsc processes (sandbox, gofer, or a runsc
