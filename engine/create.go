@@ -422,8 +422,15 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 	derr := r.Delete(ctx, sb.ID, true)
 	// If runsc itself was killed mid-create, its sandbox and gofer may
 	// remain without state runsc knows about, and may still be setting up
-	// the cgroup: they must be gone before it is removed.
-	killOrphans(sb.ID)
+	// the cgroup: they must be gone before it is removed. A runsc delete
+	// that succeeded has stopped the sandbox and gofer its state names
+	// and waited for them; a runsc killed before it wrote that state
+	// leaves none, and delete fails. So the scan of every host process
+	// (about six per live sandbox) is only for a failed delete, or for
+	// a sandbox whose create or fork did not finish (CreatorPid).
+	if derr != nil || sb.CreatorPid != 0 {
+		killOrphans(sb.ID)
+	}
 	if derr != nil {
 		// A state runsc delete could not act on (a runsc killed while
 		// writing it): with every process of the sandbox gone, once
