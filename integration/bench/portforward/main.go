@@ -117,9 +117,9 @@ func main() {
 	if err != nil {
 		benchexit.Fatal(err)
 	}
-	defer os.RemoveAll(root)
-	benchexit.AtExit(func() {
-		// Whatever sandbox the run had made.
+	// Whatever sandbox the run made goes at its end, and on a fatal
+	// error.
+	cleanup := func() {
 		c := exec.Command(filepath.Join(bin, "sbx"), "ls", "-q")
 		c.Env = append(os.Environ(), "SBX_ROOT="+root)
 		out, _ := c.Output()
@@ -129,7 +129,9 @@ func main() {
 			rm.Run() //nolint:errcheck // best effort on the way out
 		}
 		os.RemoveAll(root)
-	})
+	}
+	defer cleanup()
+	benchexit.AtExit(cleanup)
 
 	// This program, static, is the sandboxes' file server.
 	server := filepath.Join(root, "fileserver")
