@@ -191,9 +191,10 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	return sb.view(), nil
 }
 
-// FinishPauseCommand is the sbx subcommand that removes what is left of a
-// paused sandbox's runtime (FinishPause): its arguments are the sandbox ID
-// and the digest of the checkpoint its pause recorded.
+// FinishPauseCommand is the sbx subcommand that ends a pause (FinishPause):
+// it checksums the checkpoint and removes what is left of the sandbox's
+// runtime. Its arguments are the sandbox ID and the digest of the
+// checkpoint the pause recorded.
 const FinishPauseCommand = "__finish-pause"
 
 // RemoveDroppedCommand is the sbx subcommand that deletes the files of
