@@ -31,14 +31,17 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 
 # runsc is built from its own module (tools/runsc) so that gVisor's pins
 # never meet the main module's. It must be static: a cgo runsc cannot
-# re-exec itself inside its chroot. The pinned gVisor gets one patch,
-# tools/runsc/errnoret.patch: an OCI seccomp rule's errnoRet is honoured
-# (docs/decisions/0020-runsc-errnoret-patch.md). The module is vendored in
-# a scratch copy to apply it; the module cache stays untouched.
+# re-exec itself inside its chroot. The pinned gVisor gets the patches in
+# tools/runsc: errnoret.patch, an OCI seccomp rule's errnoRet is honoured
+# (docs/decisions/0020-runsc-errnoret-patch.md); tarorder.patch, `runsc tar
+# rootfs-upper` writes a directory's entries in name order (0030). The
+# module is vendored in a scratch copy to apply them; the module cache
+# stays untouched.
 RUNSC_BUILD := $(BIN)/.runsc-build
-$(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum tools/runsc/errnoret.patch
+RUNSC_PATCHES := $(sort $(wildcard tools/runsc/*.patch))
+$(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum $(RUNSC_PATCHES)
 	rm -rf $(RUNSC_BUILD) && mkdir -p $(RUNSC_BUILD) && cp tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go $(RUNSC_BUILD)/
-	cd $(RUNSC_BUILD) && $(GO) mod vendor && patch -s -p1 -d vendor/gvisor.dev/gvisor < $(CURDIR)/tools/runsc/errnoret.patch
+	cd $(RUNSC_BUILD) && $(GO) mod vendor && for p in $(abspath $(RUNSC_PATCHES)); do patch -s -p1 -d vendor/gvisor.dev/gvisor < $$p || exit 1; done
 	cd $(RUNSC_BUILD) && CGO_ENABLED=0 $(GO) build -mod=vendor -trimpath \
 		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_VERSION)" \
 		-o $(abspath $@).tmp gvisor.dev/gvisor/runsc

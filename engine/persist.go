@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -109,25 +110,56 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *record, name, history s
 	if err != nil {
 		return overlay.Image{}, err
 	}
+	start := time.Now()
+	if err := e.checkLargeFiles(ctx, sb); err != nil {
+		return overlay.Image{}, err
+	}
+	start = phase(ctx, "snapshot: looked for files larger than --disk", start)
+	opts := overlay.SnapshotOptions{Name: name, Parent: parent, Exclude: snapshotExclude, History: history}
+	img, err := e.streamSnapshot(ctx, sb, opts)
+	if errors.Is(err, overlay.ErrUnordered) {
+		// A runsc without tools/runsc/tarorder.patch: its entries come
+		// in map order, and the layer is sorted from a copy.
+		log.G(ctx).WithError(err).Debug("snapshot: runsc's export is not in name order; sorting a copy of it")
+		img, err = e.sortedSnapshot(ctx, sb, opts)
+	}
+	if err != nil {
+		return overlay.Image{}, fmt.Errorf("snapshot: %w", err)
+	}
+	phase(ctx, "snapshot: exported and stored the layer", start)
+	return img, nil
+}
+
+// streamSnapshot stores sb's upper layer as runsc exports it.
+func (e *Engine) streamSnapshot(ctx context.Context, sb *record, opts overlay.SnapshotOptions) (overlay.Image, error) {
+	x, err := e.startUpperExport(ctx, sb)
+	if err != nil {
+		return overlay.Image{}, err
+	}
+	opts.UpperStream = bufio.NewReaderSize(x.r, upperBufSize)
+	opts.Check = limitCheck(sb.Disk)
+	opts.End = x.wait
+	img, err := e.images.Snapshot(ctx, opts)
+	if failed := x.close(); failed != nil && err != nil {
+		return overlay.Image{}, failed
+	}
+	return img, err
+}
+
+// sortedSnapshot copies sb's upper layer to a temporary file, then stores
+// it sorted.
+func (e *Engine) sortedSnapshot(ctx context.Context, sb *record, opts overlay.SnapshotOptions) (overlay.Image, error) {
 	tmp, err := os.CreateTemp(e.sandboxDir(sb.ID), ".upper-*.tar")
 	if err != nil {
 		return overlay.Image{}, err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	start := time.Now()
 	if err := e.exportUpper(ctx, sb, tmp); err != nil {
 		return overlay.Image{}, err
 	}
-	start = phase(ctx, "snapshot: exported the upper layer", start)
-	img, err := e.images.Snapshot(ctx, overlay.SnapshotOptions{
-		Name: name, Parent: parent, Upper: tmp, Exclude: snapshotExclude, History: history,
-	})
-	if err != nil {
-		return overlay.Image{}, fmt.Errorf("snapshot: %w", err)
-	}
-	phase(ctx, "snapshot: stored the layer", start)
-	return img, nil
+	opts.Upper = tmp
+	return e.images.Snapshot(ctx, opts)
 }
 
 // checkpointable refuses a sandbox whose memory cannot be checkpointed:

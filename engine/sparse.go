@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -98,16 +97,20 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 	return nil
 }
 
-// exportUpper writes sb's upper layer (`runsc tar rootfs-upper`) to tmp
-// through a pipe, stopping the export as soon as its regular files add up
-// to more than --disk: only sparse files can, and the host's disk must not
-// receive their apparent size.
-func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) error {
-	start := time.Now()
-	if err := e.checkLargeFiles(ctx, sb); err != nil {
-		return err
-	}
-	phase(ctx, "snapshot: looked for files larger than --disk", start)
+// upperExport is a running `runsc tar rootfs-upper` of a sandbox, its tar
+// arriving on r.
+type upperExport struct {
+	r      *os.File
+	cancel context.CancelFunc
+	done   chan error
+	fifo   string
+	err    error
+	ended  bool
+}
+
+// startUpperExport starts the export of sb's upper layer through a FIFO.
+// The caller reads it, then calls wait (the whole tar read) or close.
+func (e *Engine) startUpperExport(ctx context.Context, sb *record) (*upperExport, error) {
 	// runsc opens the file by name: a FIFO in the sandbox's directory.
 	// Not our pipe's end by /proc/PID/fd: a rootless sandbox's runsc may
 	// run in a user namespace of its own, which may not open the fds of
@@ -117,48 +120,85 @@ func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) erro
 	fifo := filepath.Join(e.sandboxDir(sb.ID), "upper.fifo")
 	os.Remove(fifo) //nolint:errcheck // a leftover, if any
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		return fmt.Errorf("export filesystem changes: %w", err)
+		return nil, fmt.Errorf("export filesystem changes: %w", err)
 	}
-	defer os.Remove(fifo)
 	hold, err := os.OpenFile(fifo, os.O_RDWR, 0)
 	if err != nil {
-		return err
+		os.Remove(fifo)
+		return nil, err
 	}
 	pr, err := os.Open(fifo)
 	if err != nil {
 		hold.Close()
-		return err
+		os.Remove(fifo)
+		return nil, err
 	}
-	defer pr.Close()
 	// A larger buffer is only faster; the default still works.
 	if rc, err := pr.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, upperPipeSize) }) //nolint:errcheck // see above
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
+	x := &upperExport{r: pr, cancel: cancel, done: make(chan error, 1), fifo: fifo}
 	go func() {
 		err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, fifo)
 		hold.Close()
 		if err != nil {
 			err = fmt.Errorf("export filesystem changes: %w", err)
 		}
-		done <- err
+		x.done <- err
 	}()
+	return x, nil
+}
+
+// wait waits for runsc to exit once its tar has been read to the end, and
+// returns its error.
+func (x *upperExport) wait() error {
+	if !x.ended {
+		x.err, x.ended = <-x.done, true
+	}
+	return x.err
+}
+
+// close ends the export, stopping runsc if it still runs. It returns
+// runsc's error if runsc had failed before the export was closed: the
+// cause of a tar cut short.
+func (x *upperExport) close() error {
+	var failed error
+	if !x.ended {
+		select {
+		case x.err = <-x.done:
+			x.ended, failed = true, x.err
+		default:
+		}
+	} else {
+		failed = x.err
+	}
+	x.r.Close() // runsc's writes fail from here on
+	x.cancel()
+	x.wait() //nolint:errcheck // failed, above
+	os.Remove(x.fifo)
+	return failed
+}
+
+// exportUpper writes sb's upper layer to tmp, stopping the export as soon
+// as its regular files add up to more than --disk (limitCheck).
+func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) error {
+	x, err := e.startUpperExport(ctx, sb)
+	if err != nil {
+		return err
+	}
 	bw := bufio.NewWriterSize(tmp, upperBufSize)
-	rerr := copyUpper(bw, bufio.NewReaderSize(pr, upperBufSize), sb.Disk)
+	rerr := copyUpper(bw, bufio.NewReaderSize(x.r, upperBufSize), limitCheck(sb.Disk))
 	if rerr == nil {
 		rerr = bw.Flush()
 	}
-	if rerr != nil {
-		cancel()
-		pr.Close() // the export's writes fail from here on
+	if rerr == nil {
+		rerr = x.wait()
 	}
-	werr := <-done
-	if rerr != nil {
-		return rerr
+	if failed := x.close(); failed != nil {
+		return failed
 	}
-	return werr
+	return rerr
 }
 
 // upperPipeSize is the pipe buffer between `runsc tar rootfs-upper` and
@@ -172,12 +212,30 @@ const (
 	upperBufSize  = 1 << 20
 )
 
-// copyUpper copies the upper layer tar r to w, refusing it once its
-// regular files add up to more than limit bytes (limit <= 0: no limit).
-func copyUpper(w io.Writer, r io.Reader, limit int64) error {
+// limitCheck returns a check of the headers of an exported upper layer
+// that fails once its regular files add up to more than limit bytes
+// (limit <= 0: no limit): only sparse files can, and the host's disk must
+// not receive their apparent size.
+func limitCheck(limit int64) func(*tar.Header) error {
+	var total int64
+	return func(hdr *tar.Header) error {
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		total += hdr.Size
+		if limit > 0 && total > limit {
+			return fmt.Errorf("snapshot: the sandbox's files add up to more than its --disk %s (sparse files?); remove or shrink them: %w",
+				policy.FormatSize(limit), errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	}
+}
+
+// copyUpper copies the upper layer tar r to w, checking each header with
+// check before its data is copied.
+func copyUpper(w io.Writer, r io.Reader, check func(*tar.Header) error) error {
 	tee := io.TeeReader(r, w)
 	tr := tar.NewReader(tee)
-	var total int64
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -186,12 +244,8 @@ func copyUpper(w io.Writer, r io.Reader, limit int64) error {
 		if err != nil {
 			return fmt.Errorf("read the exported layer: %w", err)
 		}
-		if hdr.Typeflag == tar.TypeReg {
-			total += hdr.Size
-			if limit > 0 && total > limit {
-				return fmt.Errorf("snapshot: the sandbox's files add up to more than its --disk %s (sparse files?); remove or shrink them: %w",
-					policy.FormatSize(limit), errdefs.ErrFailedPrecondition)
-			}
+		if err := check(hdr); err != nil {
+			return err
 		}
 		if _, err := io.Copy(io.Discard, tr); err != nil {
 			return fmt.Errorf("read the exported layer: %w", err)

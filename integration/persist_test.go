@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"archive/tar"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,6 +94,81 @@ mkdir -p /run/secrets; echo hunter2 > /run/secrets/token`)
 	e.ok("rm", "-f", id, child)
 	e.assertClean(id)
 	e.assertClean(child)
+}
+
+// The runsc sbx builds exports a sandbox's changes with every directory's
+// entries in name order, so a snapshot stores them as they stream. A runsc
+// whose export comes in another order (here: reversed by a wrapper) gives
+// the same image, sorted from a copy.
+func TestSnapshotOrder(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	// Made out of name order, in several directories; "a", "a-b", "a.txt"
+	// and "a/x" order differently per directory than as whole paths.
+	e.ok("exec", id, "--", "sh", "-c", `set -e
+for d in /root/q /root/b /root/m /etc/z /etc/c; do mkdir -p $d; for i in 9 3 7 1 8 2 6 4 5 0 13 11 12 10; do echo $d$i > $d/f$i; done; done
+cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
+	out := filepath.Join(t.TempDir(), "upper.tar")
+	runscCmd := exec.Command(filepath.Join(e.bin, "runsc"), "--root", filepath.Join(e.root, "runsc"), "tar", "rootfs-upper", "--file", out, id)
+	if b, err := runscCmd.CombinedOutput(); err != nil {
+		t.Fatalf("runsc tar rootfs-upper: %v: %s", err, b)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/"))
+	}
+	if len(names) < 70 {
+		t.Fatalf("the export holds %d entries: %v", len(names), names)
+	}
+	for i := 1; i < len(names); i++ {
+		// Name order per directory: '/' before every other byte.
+		a, b := strings.ReplaceAll(names[i-1], "/", "\x00"), strings.ReplaceAll(names[i], "/", "\x00")
+		if a >= b {
+			t.Fatalf("runsc's export is not in name order: %q before %q", names[i-1], names[i])
+		}
+	}
+
+	e.ok("snapshot", "-t", "streamed", id)
+	wrapper := filepath.Join(t.TempDir(), "runsc-reversed")
+	os.WriteFile(wrapper, []byte(`#!/usr/bin/python3
+# runsc, but "tar rootfs-upper" writes the entries in reverse order.
+import os, subprocess, sys, tarfile
+args = sys.argv[1:]
+if "rootfs-upper" not in args:
+    sys.exit(subprocess.call([`+"\""+filepath.Join(e.bin, "runsc")+"\""+`] + args))
+i = args.index("--file") + 1
+out, args[i] = args[i], args[i] + ".orig"
+rc = subprocess.call([`+"\""+filepath.Join(e.bin, "runsc")+"\""+`] + args)
+if rc:
+    sys.exit(rc)
+with tarfile.open(args[i]) as src, open(out, "wb") as f, tarfile.open(fileobj=f, mode="w|", format=tarfile.PAX_FORMAT) as dst:
+    for m in reversed(src.getmembers()):
+        dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+os.remove(args[i])
+`), 0o755)
+	e.ok("--runsc", wrapper, "snapshot", "-t", "sorted", id)
+	if a, b := e.imageDigest("streamed"), e.imageDigest("sorted"); a == "" || a != b {
+		t.Fatalf("the streamed snapshot is %s, the sorted one %s", a, b)
+	}
+	child := e.create("--image", "sorted")
+	if got := e.ok("exec", child, "--", "sh", "-c", "cat /root/a/x /root/a-b /root/a.txt /etc/z/f13; ls /etc/group 2>&1 || true"); !strings.Contains(got, "1\n2\n3\n/etc/z13\n") || !strings.Contains(got, "No such file") {
+		t.Fatalf("sandbox from the snapshot: %q", got)
+	}
+	e.ok("rm", "-f", id, child)
+	e.assertClean(id)
 }
 
 // Snapshots of sandboxes made from snapshots chain.

@@ -4,12 +4,12 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
@@ -54,7 +54,20 @@ const (
 	// 1.1; containerd 1.5+, Docker 23+, Podman) at several hundred MB/s,
 	// and stores data that does not compress as it is.
 	Zstd
+	// ZstdUnlessIncompressible writes Zstd, or a plain
+	// application/vnd.oci.image.layer.v1.tar when the layer's first
+	// compressSample bytes do not compress (media, archives, random data):
+	// its digest is then its diff_id, hashed once, and no time goes to
+	// compressing it. The choice depends on the layer's bytes only.
+	ZstdUnlessIncompressible
+	// uncompressed is ZstdUnlessIncompressible's other choice.
+	uncompressed
 )
+
+// compressSample is how much of a layer ZstdUnlessIncompressible
+// compresses to choose; a layer is incompressible when zstd saves less
+// than a sixteenth of it.
+const compressSample = 4 << 20
 
 // Commit stores opts.Layer as a new layer on top of opts.Parent and tags the
 // resulting image opts.Name, replacing any image of that name.
@@ -146,42 +159,64 @@ func (s *Store) Commit(ctx context.Context, opts CommitOptions) (Image, error) {
 // writeLayer compresses the uncompressed tar r into the content store and
 // returns the layer's descriptor and diff_id. Both digests are computed
 // while the layer streams through, each on its own goroutine, so nothing is
-// read twice: the content store checks the compressed digest as it commits.
+// read twice. A layer stored uncompressed is hashed once: its digest is
+// its diff_id.
 func (s *Store) writeLayer(ctx context.Context, r io.Reader, c Compression) (ocispec.Descriptor, digest.Digest, error) {
-	ref := "sbx-" + randomHex()
-	w, err := content.OpenWriter(ctx, s.content, content.WithRef(ref))
-	if err != nil {
-		return ocispec.Descriptor{}, "", err
-	}
-	defer w.Close()
-	committed := false
-	defer func() {
-		if !committed {
-			_ = s.content.Abort(ctx, ref)
+	if c == ZstdUnlessIncompressible {
+		sample := make([]byte, compressSample)
+		n, err := io.ReadFull(r, sample)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return ocispec.Descriptor{}, "", fmt.Errorf("read layer: %w", err)
 		}
-	}()
-
-	cw := &countingWriter{w: w}
-	zw, mediaType, err := newCompressor(cw, c)
+		sample = sample[:n]
+		c = Zstd
+		if !compresses(sample) {
+			c = uncompressed
+		}
+		// Not io.MultiReader: its WriteTo would copy in 32 KiB pieces.
+		r = &prefixReader{prefix: sample, r: r}
+	}
+	w, err := s.newBlobWriter()
 	if err != nil {
 		return ocispec.Descriptor{}, "", err
 	}
-	diff := newAsyncDigester()
-	_, err = io.Copy(zw, io.TeeReader(r, diff))
-	diffID := diff.Digest()
-	if err != nil {
-		zw.Close()
-		return ocispec.Descriptor{}, "", fmt.Errorf("read layer: %w", err)
+	var diffID digest.Digest
+	var mediaType string
+	if c == uncompressed {
+		// The blob's digest is the diff_id.
+		mediaType = ocispec.MediaTypeImageLayer
+		if _, err := io.CopyBuffer(w, r, make([]byte, 1<<20)); err != nil {
+			w.abort()
+			return ocispec.Descriptor{}, "", fmt.Errorf("read layer: %w", err)
+		}
+	} else {
+		var zw io.WriteCloser
+		zw, mediaType, err = newCompressor(w, c)
+		if err != nil {
+			w.abort()
+			return ocispec.Descriptor{}, "", err
+		}
+		diff := newAsyncDigester()
+		_, err = io.Copy(zw, io.TeeReader(r, diff))
+		diffID = diff.Digest()
+		if err != nil {
+			zw.Close()
+			w.abort()
+			return ocispec.Descriptor{}, "", fmt.Errorf("read layer: %w", err)
+		}
+		if err := zw.Close(); err != nil {
+			w.abort()
+			return ocispec.Descriptor{}, "", err
+		}
 	}
-	if err := zw.Close(); err != nil {
+	dgst, size, err := w.commit(s)
+	if err != nil {
 		return ocispec.Descriptor{}, "", err
 	}
-	dgst := w.Digest()
-	if err := w.Commit(ctx, cw.n, dgst); err != nil && !errdefs.IsAlreadyExists(err) {
-		return ocispec.Descriptor{}, "", fmt.Errorf("store layer: %w", err)
+	if diffID == "" {
+		diffID = dgst
 	}
-	committed = true
-	return ocispec.Descriptor{MediaType: mediaType, Digest: dgst, Size: cw.n}, diffID, nil
+	return ocispec.Descriptor{MediaType: mediaType, Digest: dgst, Size: size}, diffID, nil
 }
 
 // newCompressor returns a compressor writing to w and the media type of
@@ -204,13 +239,31 @@ func newCompressor(w io.Writer, c Compression) (io.WriteCloser, string, error) {
 	return nil, "", fmt.Errorf("layer compression %d: %w", c, errdefs.ErrInvalidArgument)
 }
 
-type countingWriter struct {
-	w io.Writer
-	n int64
+// prefixReader reads prefix, then r.
+type prefixReader struct {
+	prefix []byte
+	r      io.Reader
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.r.Read(b)
+}
+
+// compresses reports whether zstd at its fastest saves at least a
+// sixteenth of b. An empty b compresses.
+func compresses(b []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return true
+	}
+	defer enc.Close()
+	return len(enc.EncodeAll(b, nil)) < len(b)-len(b)/16
 }

@@ -95,6 +95,15 @@ func (s *Store) gc(ctx context.Context) (int64, error) {
 		}
 	}
 
+	// Interrupted layer writes (blobWriter).
+	if entries, err := os.ReadDir(s.tmpDir()); err == nil {
+		for _, e := range entries {
+			p := filepath.Join(s.tmpDir(), e.Name())
+			freed += treeSize(p)
+			_ = os.RemoveAll(p)
+		}
+	}
+
 	// Interrupted checkpoint ingests and deletions.
 	freed += s.pruneCheckpointLeftovers(ctx)
 

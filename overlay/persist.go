@@ -4,9 +4,10 @@ package overlay
 //
 // Vocabulary
 //
-//	layer       One compressed OCI layer tar (gzip, or zstd for a
-//	            snapshot), stored as a blob named by the digest of its
-//	            compressed bytes; its diff_id is the digest of the
+//	layer       One OCI layer tar, compressed (gzip, or zstd for a
+//	            snapshot) or, for a snapshot whose changes do not
+//	            compress, not; stored as a blob named by the digest of its
+//	            stored bytes; its diff_id is the digest of the
 //	            uncompressed tar. A layer is immutable: the same bytes
 //	            always have the same name, and a layer whose bytes no
 //	            longer match its name is never applied (ErrCorrupt).
@@ -59,10 +60,12 @@ package overlay
 //     visible image or checkpoint, only hidden leftovers that Prune removes.
 //
 //   - Determinism. The layer of a snapshot depends only on the upper's
-//     content: entries are sorted by path, headers are written in PAX format
-//     without access or change times or user and group names, and
+//     content: entries are in name order (each directory's entries in byte
+//     order of their names, right after it), headers are written in PAX
+//     format without access or change times or user and group names, and
 //     compression is deterministic (zstd at a fixed level, whose output
-//     depends on neither its concurrency nor the write sizes). Two
+//     depends on neither its concurrency nor the write sizes; whether a
+//     layer is compressed depends on its first 4 MiB). Two
 //     sandboxes with identical changes (same paths, contents, modes,
 //     owners, xattrs and modification times) give the same layer digest;
 //     snapshotting an unchanged sandbox twice gives the same image digest.

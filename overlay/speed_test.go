@@ -2,12 +2,14 @@ package overlay
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -74,6 +77,139 @@ func TestSnapshotLayerZstd(t *testing.T) {
 	}
 	if _, err := s2.Rootfs(ctx, c, "sb"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A snapshot streamed in name order is the image the sorted conversion
+// gives. One out of order, or whose End or Check fails, stores nothing: no
+// image, no blob, no file being written.
+func TestSnapshotStream(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	base := makeTar(t, dir("etc/"), file("etc/group", "g"), file("etc/passwd", "p"), dir("home/"), file("home/old", "o"), dir("z/"))
+	parent := importBytes(t, s, "base", func() []byte { a, _ := simpleArchive(t, layer{tar: base, compression: "gzip"}); return a }())
+	exclude := []string{"/run", "/.sbx"}
+	sorted, err := s.Snapshot(ctx, SnapshotOptions{Name: "sorted", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: exclude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked int
+	streamed, err := s.Snapshot(ctx, SnapshotOptions{
+		Name: "streamed", Parent: parent, UpperStream: bufio.NewReader(rewound(t, gvisorUpper(t, upperSampleInOrder()...))), Exclude: exclude,
+		Check: func(*tar.Header) error { checked++; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streamed.Digest != sorted.Digest {
+		t.Fatalf("streamed %s, sorted %s", streamed.Digest, sorted.Digest)
+	}
+	if checked != len(upperSampleInOrder()) {
+		t.Fatalf("Check saw %d headers, want %d", checked, len(upperSampleInOrder()))
+	}
+
+	blobs := func() (n int) {
+		s.content.Walk(ctx, func(content.Info) error { n++; return nil }) //nolint:errcheck // counted
+		return n
+	}
+	before := blobs()
+	fail := errors.New("runsc failed")
+	for name, opts := range map[string]SnapshotOptions{
+		"out of order": {UpperStream: rewound(t, gvisorUpper(t, upperSample()...))},
+		"End fails":    {UpperStream: rewound(t, gvisorUpper(t, upperSampleInOrder()...)), End: func() error { return fail }},
+		"Check fails":  {UpperStream: rewound(t, gvisorUpper(t, upperSampleInOrder()...)), Check: func(*tar.Header) error { return fail }},
+	} {
+		opts.Name, opts.Parent, opts.Exclude = "failed", parent, exclude
+		_, err := s.Snapshot(ctx, opts)
+		if want := map[bool]error{true: ErrUnordered, false: fail}[name == "out of order"]; !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+		if _, err := s.Get(ctx, "failed"); err == nil {
+			t.Errorf("%s: an image was tagged", name)
+		}
+		if n := blobs(); n != before {
+			t.Errorf("%s: %d blobs, %d before", name, n, before)
+		}
+		if st, _ := s.content.ListStatuses(ctx); len(st) != 0 {
+			t.Errorf("%s: ingests left: %v", name, st)
+		}
+		if left, _ := os.ReadDir(s.tmpDir()); len(left) != 0 {
+			t.Errorf("%s: %d files left in %s", name, len(left), s.tmpDir())
+		}
+	}
+	if _, err := s.Snapshot(ctx, SnapshotOptions{Name: "both", Parent: parent, Upper: gvisorUpper(t, upperSample()...), UpperStream: bytes.NewReader(nil)}); err == nil {
+		t.Error("a snapshot of a file and a stream at once")
+	}
+}
+
+func rewound(t *testing.T, f *os.File) *os.File {
+	t.Helper()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A snapshot whose changes do not compress is stored as a plain tar: its
+// digest is its diff_id. It unpacks, and survives an export and an import
+// unchanged. Changes that compress are zstd.
+func TestSnapshotIncompressible(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	base := makeTar(t, dir("etc/"), file("etc/group", "g"))
+	parent := importBytes(t, s, "base", func() []byte { a, _ := simpleArchive(t, layer{tar: base, compression: "gzip"}); return a }())
+	random := make([]byte, 6<<20)
+	rand.Read(random)
+	upper := func(data []byte) *os.File {
+		f, err := os.CreateTemp(t.TempDir(), "upper")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw := tar.NewWriter(f)
+		tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
+		tw.WriteHeader(&tar.Header{Name: "./root/", Typeflag: tar.TypeDir, Mode: 0o700})
+		tw.WriteHeader(&tar.Header{Name: "./root/data", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
+		tw.Write(data)
+		tw.Close()
+		return rewound(t, f)
+	}
+	img, err := s.Snapshot(ctx, SnapshotOptions{Name: "random", Parent: parent, UpperStream: upper(random)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := img.Layers[len(img.Layers)-1]
+	if top.MediaType != ocispec.MediaTypeImageLayer || img.Config.RootFS.DiffIDs[len(img.Layers)-1] != top.Digest {
+		t.Fatalf("layer %+v, diff_id %s", top, img.Config.RootFS.DiffIDs[len(img.Layers)-1])
+	}
+	if top.Size < int64(len(random)) {
+		t.Fatalf("layer of %d bytes holds %d bytes of data", top.Size, len(random))
+	}
+	again, err := s.Snapshot(ctx, SnapshotOptions{Name: "again", Parent: parent, Upper: upper(random)})
+	if err != nil || again.Digest != img.Digest {
+		t.Fatalf("the same changes again: %v, %s vs %s", err, again.Digest, img.Digest)
+	}
+	p, err := s.Rootfs(ctx, img, "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(p, "root/data")); err != nil || !bytes.Equal(b, random) {
+		t.Fatalf("unpacked data: %v", err)
+	}
+	var buf bytes.Buffer
+	if err := s.Export(ctx, "random", &buf); err != nil {
+		t.Fatal(err)
+	}
+	if c := importBytes(t, newStore(t), "c", buf.Bytes()); c.Digest != img.Digest {
+		t.Fatalf("export and import changed the digest: %s -> %s", img.Digest, c.Digest)
+	}
+
+	text := bytes.Repeat([]byte("compressible text\n"), 6<<20/18)
+	img, err = s.Snapshot(ctx, SnapshotOptions{Name: "text", Parent: parent, UpperStream: upper(text)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top := img.Layers[len(img.Layers)-1]; top.MediaType != ocispec.MediaTypeImageLayerZstd || top.Size > int64(len(text))/10 {
+		t.Fatalf("layer %+v", top)
 	}
 }
 

@@ -28,15 +28,29 @@ const (
 )
 
 // SnapshotOptions describes a snapshot: a sandbox's upper layer committed on
-// top of the image the sandbox runs.
+// top of the image the sandbox runs. Exactly one of Upper and UpperStream
+// is set.
 type SnapshotOptions struct {
 	// Name tags the new image.
 	Name string
 	// Parent is the image the sandbox runs.
 	Parent Image
-	// Upper is the tar `runsc tar rootfs-upper` wrote. It must be a
-	// regular file: entries are read back by offset to sort them.
+	// Upper is a tar `runsc tar rootfs-upper` wrote, its entries in any
+	// order. It must be a regular file: entries are read back by offset
+	// to sort them.
 	Upper *os.File
+	// UpperStream is such a tar with every directory's entries in name
+	// order (what runsc built with tools/runsc/tarorder.patch writes). It
+	// is converted and stored as it is read, giving the same layer as
+	// Upper would. An entry out of that order fails the snapshot with
+	// ErrUnordered, and nothing is stored.
+	UpperStream io.Reader
+	// Check, if set, sees each header of UpperStream before any of its
+	// data is stored; an error fails the snapshot.
+	Check func(*tar.Header) error
+	// End, if set, is called once UpperStream has been read to its end,
+	// before anything is tagged; an error fails the snapshot.
+	End func() error
 	// Exclude lists absolute paths that never enter the layer, with
 	// everything below them (e.g. "/run").
 	Exclude []string
@@ -44,32 +58,56 @@ type SnapshotOptions struct {
 	History string
 }
 
-// Snapshot converts opts.Upper into a zstd-compressed OCI layer and commits
-// it on top of opts.Parent as opts.Name. See the package's persistence
-// contract for what the layer holds and what is guaranteed.
+// ErrUnordered is the error of a snapshot whose UpperStream is not in name
+// order.
+var ErrUnordered = errors.New("upper layer not in name order")
+
+// Snapshot converts the sandbox's upper layer into an OCI layer
+// (zstd-compressed unless it does not compress) and commits it on top of
+// opts.Parent as opts.Name. See the package's persistence contract for
+// what the layer holds and what is guaranteed.
 func (s *Store) Snapshot(ctx context.Context, opts SnapshotOptions) (Image, error) {
-	if opts.Upper == nil {
-		return Image{}, fmt.Errorf("snapshot: no upper layer: %w", errdefs.ErrInvalidArgument)
-	}
-	entries, err := readUpper(opts.Upper, opts.Exclude)
-	if err != nil {
-		return Image{}, fmt.Errorf("snapshot: read upper layer: %w", err)
+	var produce func(io.Writer) error
+	switch {
+	case opts.Upper != nil && opts.UpperStream == nil:
+		entries, err := readUpper(opts.Upper, opts.Exclude)
+		if err != nil {
+			return Image{}, fmt.Errorf("snapshot: read upper layer: %w", err)
+		}
+		produce = func(w io.Writer) error { return writeLayerTar(w, opts.Upper, entries) }
+	case opts.UpperStream != nil && opts.Upper == nil:
+		produce = func(w io.Writer) error {
+			if err := streamLayerTar(w, opts.UpperStream, opts.Exclude, opts.Check); err != nil {
+				return err
+			}
+			// What follows the archive's end (runsc's padding).
+			if _, err := io.Copy(io.Discard, opts.UpperStream); err != nil {
+				return err
+			}
+			if opts.End != nil {
+				return opts.End()
+			}
+			return nil
+		}
+	default:
+		return Image{}, fmt.Errorf("snapshot: give the upper layer as a file or a stream: %w", errdefs.ErrInvalidArgument)
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeLayerTar(pw, opts.Upper, entries))
+		pw.CloseWithError(produce(pw))
 	}()
 	parent := opts.Parent
-	img, err := s.Commit(ctx, CommitOptions{Name: opts.Name, Parent: &parent, Layer: pr, History: opts.History, Compression: Zstd})
+	img, err := s.Commit(ctx, CommitOptions{Name: opts.Name, Parent: &parent, Layer: pr, History: opts.History, Compression: ZstdUnlessIncompressible})
 	pr.CloseWithError(errors.New("commit ended"))
 	return img, err
 }
 
-// upperEntry is one entry of an upper layer tar: its OCI header and where
-// its data starts in the tar file.
+// upperEntry is one entry of an upper layer tar: its OCI header, where
+// its data starts in the tar file, and its place in the layer (orderKey).
 type upperEntry struct {
 	hdr    *tar.Header
 	offset int64
+	key    string
 }
 
 // countingReader counts the bytes read through it.
@@ -94,23 +132,18 @@ func (c *countingReader) Seek(off int64, whence int) (int64, error) {
 }
 
 // readUpper reads the headers of gVisor's upper tar and returns them as OCI
-// layer entries, sorted by path: whiteouts and opaque directories
+// layer entries in layer order (orderKey of gVisor's names, an opaque
+// directory's marker first in it): whiteouts and opaque directories
 // converted, excluded paths and the root directory dropped, and hard links
-// pointing at the first (in sorted order) path of their inode.
+// pointing at the first (in layer order) path of their inode.
 func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
 	cr := &countingReader{r: f}
 	tr := tar.NewReader(cr)
+	c := newUpperConverter(exclude)
 	var out []upperEntry
-	// gVisor writes every whiteout after the first as a hard link to it.
-	whiteouts := map[string]bool{}
-	// Special files made in the sandbox never enter a layer: unpacked on
-	// the host they would be FIFOs that block whoever opens them and
-	// device nodes that reach the host's devices. Hard links to them go
-	// too.
-	special := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -119,36 +152,84 @@ func readUpper(f *os.File, exclude []string) ([]upperEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := cleanName(hdr.Name)
-		if name == "" || excluded(name, exclude) {
-			continue
-		}
-		h := normalizeHeader(hdr, name)
-		switch {
-		case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0,
-			hdr.Typeflag == tar.TypeLink && whiteouts[cleanName(hdr.Linkname)]:
-			// gVisor's (and overlayfs's) whiteout.
-			whiteouts[name] = true
-			dir, base := path.Split(name)
-			h = &tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, ModTime: tarEpoch, Format: tar.FormatPAX}
-		case hdr.Typeflag == tar.TypeFifo || hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock,
-			hdr.Typeflag == tar.TypeLink && special[cleanName(hdr.Linkname)]:
-			special[name] = true
-			slog.Warn("snapshot: leaving out a special file", "path", "/"+name, "type", string(hdr.Typeflag))
-			continue
-		case hdr.Typeflag == tar.TypeLink:
-			h.Linkname = cleanName(hdr.Linkname)
-		}
-		out = append(out, upperEntry{hdr: h, offset: cr.n})
-		if hdr.Typeflag == tar.TypeDir && hdr.PAXRecords[xattrOpaque] == "y" {
-			out = append(out, upperEntry{hdr: &tar.Header{
-				Typeflag: tar.TypeReg, Name: name + "/" + whiteoutOpaque, ModTime: tarEpoch, Format: tar.FormatPAX,
-			}})
+		key := orderKey(cleanName(hdr.Name))
+		for i, h := range c.convert(hdr) {
+			e := upperEntry{hdr: h, offset: cr.n, key: key}
+			if i > 0 {
+				e.key = key + opaqueKeySuffix
+			}
+			out = append(out, e)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].hdr.Name < out[j].hdr.Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	relinkHardLinks(out)
 	return out, nil
+}
+
+// orderKey is the sort key of a clean path name: byte order, but with '/'
+// below every other byte, so that a directory's entries follow it and
+// precede the next name after it. It is the order in which a walk
+// visiting each directory's entries in name order finds them, the order
+// of runsc's export with tools/runsc/tarorder.patch. Names hold no NUL.
+func orderKey(name string) string {
+	return strings.ReplaceAll(name, "/", "\x00")
+}
+
+// opaqueKeySuffix places an opaque directory's marker right after the
+// directory, before its first entry.
+const opaqueKeySuffix = "\x00\x00"
+
+// upperConverter turns gVisor's upper tar headers into OCI layer headers.
+// Headers must come in the order gVisor wrote them (whatever that is): a
+// hard link after the path it links to.
+type upperConverter struct {
+	exclude []string
+	// gVisor writes every whiteout after the first as a hard link to it.
+	whiteouts map[string]bool
+	// Special files made in the sandbox never enter a layer: unpacked on
+	// the host they would be FIFOs that block whoever opens them and
+	// device nodes that reach the host's devices. Hard links to them go
+	// too.
+	special map[string]bool
+}
+
+func newUpperConverter(exclude []string) *upperConverter {
+	return &upperConverter{exclude: exclude, whiteouts: map[string]bool{}, special: map[string]bool{}}
+}
+
+// convert returns the layer headers for hdr: none, one, or a directory and
+// its opaque marker. A hard link's Linkname is its target's clean name;
+// its other fields are still to be filled (relinkHardLinks, or
+// streamLayerTar).
+func (c *upperConverter) convert(hdr *tar.Header) []*tar.Header {
+	name := cleanName(hdr.Name)
+	if name == "" || excluded(name, c.exclude) {
+		return nil
+	}
+	h := normalizeHeader(hdr, name)
+	switch {
+	case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0,
+		hdr.Typeflag == tar.TypeLink && c.whiteouts[cleanName(hdr.Linkname)]:
+		// gVisor's (and overlayfs's) whiteout.
+		c.whiteouts[name] = true
+		dir, base := path.Split(name)
+		h = &tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, ModTime: tarEpoch, Format: tar.FormatPAX}
+	case hdr.Typeflag == tar.TypeFifo || hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock,
+		hdr.Typeflag == tar.TypeLink && c.special[cleanName(hdr.Linkname)]:
+		c.special[name] = true
+		slog.Warn("snapshot: leaving out a special file", "path", "/"+name, "type", string(hdr.Typeflag))
+		return nil
+	case hdr.Typeflag == tar.TypeLink && excluded(cleanName(hdr.Linkname), c.exclude):
+		// Its data is in a path the layer leaves out.
+		slog.Warn("snapshot: leaving out a hard link to a path snapshots leave out", "path", "/"+name, "target", "/"+cleanName(hdr.Linkname))
+		return nil
+	case hdr.Typeflag == tar.TypeLink:
+		h.Linkname = cleanName(hdr.Linkname)
+	}
+	if hdr.Typeflag == tar.TypeDir && hdr.PAXRecords[xattrOpaque] == "y" {
+		return []*tar.Header{h, {Typeflag: tar.TypeReg, Name: name + "/" + whiteoutOpaque, ModTime: tarEpoch, Format: tar.FormatPAX}}
+	}
+	return []*tar.Header{h}
 }
 
 // relinkHardLinks makes the first path (in output order) of every hard
@@ -278,3 +359,68 @@ func writeLayerTar(w io.Writer, f *os.File, entries []upperEntry) error {
 	}
 	return tw.Close()
 }
+
+// streamLayerTar writes the layer of gVisor's upper tar r to w as it reads
+// it: the layer readUpper and writeLayerTar would give, provided every
+// directory's entries come in name order (ErrUnordered otherwise). In that
+// order the first path of a hard link group is the one gVisor wrote the
+// data under, so links need no reordering. check sees every header of r
+// before its data is read.
+func streamLayerTar(w io.Writer, r io.Reader, exclude []string, check func(*tar.Header) error) error {
+	tr := tar.NewReader(r)
+	tw := tar.NewWriter(w)
+	c := newUpperConverter(exclude)
+	// The regular files written, by name: a hard link takes its target's
+	// header.
+	files := map[string]*tar.Header{}
+	buf := make([]byte, streamCopySize)
+	prev, started := "", false
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(hdr); err != nil {
+				return err
+			}
+		}
+		key := orderKey(cleanName(hdr.Name))
+		if started && key <= prev {
+			return fmt.Errorf("%q after %q: %w", cleanName(hdr.Name), strings.ReplaceAll(prev, "\x00", "/"), ErrUnordered)
+		}
+		prev, started = key, true
+		for _, h := range c.convert(hdr) {
+			switch h.Typeflag {
+			case tar.TypeLink:
+				t, ok := files[h.Linkname]
+				if !ok {
+					return fmt.Errorf("%s: a hard link to %s, which the layer does not hold", h.Name, h.Linkname)
+				}
+				l := *t
+				l.Name, l.Typeflag, l.Size, l.Linkname = h.Name, tar.TypeLink, 0, t.Name
+				if l.PAXRecords != nil {
+					l.PAXRecords = maps.Clone(l.PAXRecords)
+				}
+				h = &l
+			case tar.TypeReg:
+				files[h.Name] = h
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return fmt.Errorf("%s: %w", h.Name, err)
+			}
+			if h.Typeflag == tar.TypeReg && h.Size > 0 {
+				if _, err := io.CopyBuffer(tw, io.LimitReader(tr, h.Size), buf); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
+		}
+	}
+	return tw.Close()
+}
+
+// streamCopySize is the size of streamLayerTar's copies of file data.
+const streamCopySize = 1 << 20

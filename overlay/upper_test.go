@@ -94,7 +94,9 @@ func TestUpperToLayer(t *testing.T) {
 		b, _ := io.ReadAll(tr)
 		data[h.Name] = string(b)
 	}
-	want := []string{"a/", "a/link", "etc/", "etc/.wh.group", "etc/.wh.shadow", "etc/passwd", "home/", "home/.wh..wh..opq", "home/x/", "z/", "z/data"}
+	// In the order of gVisor's names (a whiteout where the path it hides
+	// is), an opaque directory's marker first in it.
+	want := []string{"a/", "a/link", "etc/", "etc/.wh.group", "etc/passwd", "etc/.wh.shadow", "home/", "home/.wh..wh..opq", "home/x/", "z/", "z/data"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("entries\n got %v\nwant %v", got, want)
 	}
@@ -136,6 +138,141 @@ func TestUpperDeterministic(t *testing.T) {
 	y := convert(t, gvisorUpper(t, b...))
 	if !bytes.Equal(x, y) {
 		t.Fatal("the same upper layer in another order gives another layer")
+	}
+}
+
+// upperSampleInOrder is upperSample as runsc with tools/runsc/tarorder.patch
+// writes it: every directory's entries in name order, so the first path of
+// a hard link group is the one with the data.
+func upperSampleInOrder() []*tar.Header {
+	return []*tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./.sbx/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./a/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./a/link", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4},
+		{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./etc/group", Typeflag: tar.TypeChar, Devmajor: 0, Devminor: 0},
+		{Name: "./etc/passwd", Typeflag: tar.TypeReg, Mode: 0o600, Size: 3, Uid: 5, Gid: 6},
+		{Name: "./etc/shadow", Typeflag: tar.TypeLink, Linkname: "./etc/group"},
+		{Name: "./home/", Typeflag: tar.TypeDir, Mode: 0o750, PAXRecords: map[string]string{xattrOpaque: "y", "SCHILY.xattr.user.k": "v"}},
+		{Name: "./home/x/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./run/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./run/secrets/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./run/secrets/k", Typeflag: tar.TypeReg, Mode: 0o600, Size: 2},
+		{Name: "./z/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./z/data", Typeflag: tar.TypeLink, Linkname: "./a/link"},
+	}
+}
+
+// streamConvert converts f as streamLayerTar does.
+func streamConvert(f *os.File, exclude []string) ([]byte, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	err := streamLayerTar(&buf, f, exclude, nil)
+	return buf.Bytes(), err
+}
+
+// An upper layer in name order, converted as it streams, gives the bytes
+// the sorted conversion gives from any order; one out of order is refused.
+func TestUpperStream(t *testing.T) {
+	exclude := []string{"/run", "/.sbx"}
+	want := convert(t, gvisorUpper(t, upperSample()...))
+	got, err := streamConvert(gvisorUpper(t, upperSampleInOrder()...), exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the streamed layer differs from the sorted one")
+	}
+	if sorted := convert(t, gvisorUpper(t, upperSampleInOrder()...)); !bytes.Equal(sorted, want) {
+		t.Fatal("the sorted layer of the ordered upper differs")
+	}
+
+	for name, hdrs := range map[string][]*tar.Header{
+		"map order": upperSample(),
+		"a directory's entry after a later name": {
+			{Name: "./a/", Typeflag: tar.TypeDir}, {Name: "./a.txt", Typeflag: tar.TypeReg}, {Name: "./a/x", Typeflag: tar.TypeReg},
+		},
+		"a name twice":                    {{Name: "./a", Typeflag: tar.TypeReg}, {Name: "./a", Typeflag: tar.TypeReg}},
+		"children before their directory": {{Name: "./b/x", Typeflag: tar.TypeReg}, {Name: "./b/", Typeflag: tar.TypeDir}},
+	} {
+		if _, err := streamConvert(gvisorUpper(t, hdrs...), nil); !errors.Is(err, ErrUnordered) {
+			t.Errorf("%s: %v, want ErrUnordered", name, err)
+		}
+	}
+	// Name order is per directory: "a/x" before "a.txt" and "a-b".
+	ordered := []*tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir}, {Name: "./a/", Typeflag: tar.TypeDir}, {Name: "./a/x", Typeflag: tar.TypeReg, Size: 1},
+		{Name: "./a-b", Typeflag: tar.TypeReg, Size: 2}, {Name: "./a.txt", Typeflag: tar.TypeReg, Size: 3},
+	}
+	got, err = streamConvert(gvisorUpper(t, ordered...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := convert(t, gvisorUpper(t, ordered[4], ordered[2], ordered[0], ordered[3], ordered[1])); !bytes.Equal(got, want) {
+		t.Fatal("streamed and sorted layers differ")
+	}
+
+	// A header check's error stops the stream before the file's header
+	// and data.
+	var seen []string
+	f := gvisorUpper(t, upperSampleInOrder()...)
+	f.Seek(0, io.SeekStart)
+	stop := errors.New("stop")
+	var out bytes.Buffer
+	err = streamLayerTar(&out, f, exclude, func(h *tar.Header) error {
+		seen = append(seen, h.Name)
+		if h.Name == "./etc/passwd" {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || seen[len(seen)-1] != "./etc/passwd" || bytes.Contains(out.Bytes(), []byte("etc/passwd")) {
+		t.Fatalf("check: %v after %v", err, seen)
+	}
+}
+
+// A hard link whose data gVisor wrote under a path snapshots leave out is
+// left out too, whichever way the layer is converted.
+func TestUpperLinkToExcluded(t *testing.T) {
+	hdrs := []*tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir},
+		{Name: "./root/", Typeflag: tar.TypeDir},
+		{Name: "./root/keep", Typeflag: tar.TypeReg, Size: 1},
+		{Name: "./run/", Typeflag: tar.TypeDir},
+		{Name: "./run/secret", Typeflag: tar.TypeReg, Size: 6},
+		{Name: "./z", Typeflag: tar.TypeLink, Linkname: "./run/secret"},
+	}
+	exclude := []string{"/run"}
+	f := gvisorUpper(t, hdrs...)
+	entries, err := readUpper(f, exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sorted bytes.Buffer
+	if err := writeLayerTar(&sorted, f, entries); err != nil {
+		t.Fatal(err)
+	}
+	streamed, err := streamConvert(f, exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(streamed, sorted.Bytes()) {
+		t.Fatal("streamed and sorted layers differ")
+	}
+	tr := tar.NewReader(bytes.NewReader(streamed))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, " ") != "root/ root/keep" {
+		t.Fatalf("layer holds %v", names)
 	}
 }
 
