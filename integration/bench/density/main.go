@@ -182,6 +182,7 @@ func main() {
 	chart := flag.String("chart", "", "PNG chart path prefix (default: density beside -out)")
 	stepsFlag := flag.String("steps", "1,100,250,500", "numbers of live idle sandboxes to measure at, ascending")
 	samples := flag.Int("samples", 10, "measured passes per step (exec: 3 per pass)")
+	execSamples := flag.Int("exec-samples", 200, "exec samples per step behind the p99s, at least those of the passes")
 	maxFill := flag.Duration("max-fill", 10*time.Minute, "stop filling after this long")
 	minAvail := flag.Int64("min-avail-gib", 4, "stop filling when the host's MemAvailable falls below this many GiB")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
@@ -213,7 +214,7 @@ func main() {
 		if os.Geteuid() != 0 {
 			benchexit.Fatalf("run as root")
 		}
-		res = measureAll(steps, *samples, *maxFill, *minAvail)
+		res = measureAll(steps, *samples, *execSamples, *maxFill, *minAvail)
 	}
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
@@ -250,7 +251,7 @@ func main() {
 
 // measureAll fills sbx's state step by step, measures at each step and
 // removes everything; it returns what it measured.
-func measureAll(steps []int, samples int, maxFill time.Duration, minAvail int64) result {
+func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, minAvail int64) result {
 	var err error
 	if bin, err = filepath.Abs(bin); err != nil {
 		benchexit.Fatal(err)
@@ -330,7 +331,7 @@ func measureAll(steps []int, samples int, maxFill time.Duration, minAvail int64)
 		if len(live) > from {
 			st.FillPerSbxMs = ms(time.Since(start)) / float64(len(live)-from)
 		}
-		measure(&st, live, rawRoot, avail0, rawIdle, rawEcho, samples)
+		measure(&st, live, rawRoot, avail0, rawIdle, rawEcho, samples, execSamples)
 		res.Steps = append(res.Steps, st)
 		fmt.Fprintf(os.Stderr, "density: %+v\n", st)
 		if res.Stopped != "" {
@@ -349,7 +350,7 @@ func measureAll(steps []int, samples int, maxFill time.Duration, minAvail int64)
 
 // measure fills st at the current density: one scan of host memory and
 // processes, then samples interleaved passes of the latencies.
-func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, rawEcho rawSandbox, samples int) {
+func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, rawEcho rawSandbox, samples, execSamples int) {
 	n := int64(len(live))
 	h, err := scanHost(root, rawRoot)
 	if err != nil {
@@ -402,6 +403,12 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 		rm = append(rm, r, r2)
 		execID, rawExec = append(execID, xs...), append(rawExec, rxs...)
 		execName, ls, rawRun = append(execName, xn), append(ls, l), append(rawRun, rr)
+	}
+	// The p99s need more samples than the passes give: a batch of execs
+	// alone, sbx and raw runsc in turns.
+	for len(execID) < execSamples {
+		execID = append(execID, timed(func() { sbx("exec", anchor, "--", "true") }))
+		rawExec = append(rawExec, timed(func() { run(rawIdle.runsc("exec", rawIdle.id, "true")) }))
 	}
 	st.Create, st.CreateFirst, st.CreateNamed, st.Rm = median(create), median(first), median(named), median(rm)
 	st.ExecID, st.ExecIDP99, st.ExecName, st.Ls = median(execID), quantile(execID, 0.99), median(execName), median(ls)
