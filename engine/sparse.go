@@ -102,10 +102,10 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 type upperExport struct {
 	r      *os.File
 	cancel context.CancelFunc
-	done   chan error
 	fifo   string
+	// exited is closed once runsc has exited, err set before.
+	exited chan struct{}
 	err    error
-	ended  bool
 }
 
 // startUpperExport starts the export of sb's upper layer through a FIFO.
@@ -138,24 +138,22 @@ func (e *Engine) startUpperExport(ctx context.Context, sb *record) (*upperExport
 		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, upperPipeSize) }) //nolint:errcheck // see above
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	x := &upperExport{r: pr, cancel: cancel, done: make(chan error, 1), fifo: fifo}
+	x := &upperExport{r: pr, cancel: cancel, fifo: fifo, exited: make(chan struct{})}
 	go func() {
 		err := e.runscFor(sb).TarRootfsUpper(ctx, sb.ID, fifo)
 		hold.Close()
 		if err != nil {
-			err = fmt.Errorf("export filesystem changes: %w", err)
+			x.err = fmt.Errorf("export filesystem changes: %w", err)
 		}
-		x.done <- err
+		close(x.exited)
 	}()
 	return x, nil
 }
 
 // wait waits for runsc to exit once its tar has been read to the end, and
-// returns its error.
+// returns its error. It may run beside close.
 func (x *upperExport) wait() error {
-	if !x.ended {
-		x.err, x.ended = <-x.done, true
-	}
+	<-x.exited
 	return x.err
 }
 
@@ -164,18 +162,14 @@ func (x *upperExport) wait() error {
 // cause of a tar cut short.
 func (x *upperExport) close() error {
 	var failed error
-	if !x.ended {
-		select {
-		case x.err = <-x.done:
-			x.ended, failed = true, x.err
-		default:
-		}
-	} else {
+	select {
+	case <-x.exited:
 		failed = x.err
+	default:
 	}
 	x.r.Close() // runsc's writes fail from here on
 	x.cancel()
-	x.wait() //nolint:errcheck // failed, above
+	<-x.exited
 	os.Remove(x.fifo)
 	return failed
 }
