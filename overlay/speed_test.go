@@ -142,7 +142,26 @@ func TestSnapshotStream(t *testing.T) {
 	}
 }
 
-func rewound(t *testing.T, f *os.File) *os.File {
+// upperOneFile is an upper layer tar, in name order and rewound, holding
+// /root/data.
+func upperOneFile(t testing.TB, data []byte) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "upper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "./root/", Typeflag: tar.TypeDir, Mode: 0o700})
+	tw.WriteHeader(&tar.Header{Name: "./root/data", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
+	tw.Write(data)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return rewound(t, f)
+}
+
+func rewound(t testing.TB, f *os.File) *os.File {
 	t.Helper()
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		t.Fatal(err)
@@ -160,19 +179,7 @@ func TestSnapshotIncompressible(t *testing.T) {
 	parent := importBytes(t, s, "base", func() []byte { a, _ := simpleArchive(t, layer{tar: base, compression: "gzip"}); return a }())
 	random := make([]byte, 6<<20)
 	rand.Read(random)
-	upper := func(data []byte) *os.File {
-		f, err := os.CreateTemp(t.TempDir(), "upper")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tw := tar.NewWriter(f)
-		tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
-		tw.WriteHeader(&tar.Header{Name: "./root/", Typeflag: tar.TypeDir, Mode: 0o700})
-		tw.WriteHeader(&tar.Header{Name: "./root/data", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
-		tw.Write(data)
-		tw.Close()
-		return rewound(t, f)
-	}
+	upper := func(data []byte) *os.File { return upperOneFile(t, data) }
 	img, err := s.Snapshot(ctx, SnapshotOptions{Name: "random", Parent: parent, UpperStream: upper(random)})
 	if err != nil {
 		t.Fatal(err)
@@ -304,16 +311,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	parent := importBytes(b, s, "base", a)
 	data := make([]byte, 100<<20)
 	rand.Read(data)
-	f, err := os.CreateTemp(b.TempDir(), "upper")
-	if err != nil {
-		b.Fatal(err)
-	}
-	tw := tar.NewWriter(f)
-	tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
-	tw.WriteHeader(&tar.Header{Name: "./root/", Typeflag: tar.TypeDir, Mode: 0o755})
-	tw.WriteHeader(&tar.Header{Name: "./root/changes", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
-	tw.Write(data)
-	tw.Close()
+	f := upperOneFile(b, data)
 	b.SetBytes(int64(len(data)))
 	for _, stream := range []bool{false, true} {
 		b.Run(map[bool]string{false: "sorted", true: "streamed"}[stream], func(b *testing.B) {
