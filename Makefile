@@ -34,8 +34,10 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 # re-exec itself inside its chroot. The pinned gVisor gets the patches in
 # tools/runsc: errnoret.patch, an OCI seccomp rule's errnoRet is honoured
 # (docs/decisions/0020-runsc-errnoret-patch.md); tarorder.patch, `runsc tar
-# rootfs-upper` writes a directory's entries in name order (0030);
-# timewait.patch, a restored connection's TIME-WAIT ends at once (0031).
+# rootfs-upper` writes a directory's entries in name order and
+# tarstream.patch each file in 1 MiB pieces, not read whole into memory
+# (0030); timewait.patch, a restored connection's TIME-WAIT ends at once
+# (0031).
 # The module is vendored in a scratch copy to apply them; the module cache
 # stays untouched.
 RUNSC_BUILD := $(BIN)/.runsc-build
