@@ -435,7 +435,7 @@ func (b *bench) fork(n int) {
 func (b *bench) write(path string) error {
 	var s strings.Builder
 	s.WriteString("## Persistence: snapshots, setup cache, pause/resume, fork\n\n")
-	fmt.Fprintf(&s, "Produced by `make bench` (`go run ./integration/bench/persist -bin bin -out docs/benchmarks.md`) on %s (%d CPUs; load average (1 min) at start %s, at end %s: the machine is shared, compare rows of one run, not runs); wall time of each command, median of %d runs, on the busybox image. Raw runsc uses the same flags, bundle and checkpoint as sbx. Each snapshot, pause, resume and raw runsc command starts on a settled host (sbx and raw runsc first in turn): no detached sbx process of the previous step running, dirty pages written back (sync).\n\n",
+	fmt.Fprintf(&s, "Produced by `make bench` (`go run ./integration/bench/persist -bin bin -out docs/benchmarks.md`) on %s (%d CPUs; load average (1 min) at start %s, at end %s: the machine is shared, compare rows of one run, not runs); wall time of each command, median of %d runs, on the busybox image. Raw runsc is the runsc `make` builds (the pinned gVisor with the patches in tools/runsc), with the same flags, bundle and checkpoint as sbx. Each snapshot, pause, resume and raw runsc command starts on a settled host (sbx and raw runsc first in turn): no detached sbx process of the previous step running, dirty pages written back (sync).\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpus(), b.load0, loadavg(), b.runs)
 	if b.base != "" {
 		fmt.Fprintf(&s, "The last column is %s, timed alternately with the sbx measured, on the same sandboxes.\n\n", b.base)
