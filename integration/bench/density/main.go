@@ -552,7 +552,7 @@ func report(res result, prev *result, change string, charts []string) string {
 		fmt.Fprintf(&w, "\nWhere the memory goes: with %d live, an idle sbx sandbox holds %s PSS (%s charged to its cgroup) against an idle raw runsc container's %s (%s): "+
 			"the memory is gVisor's own (its sentry, gofer and systrap stub processes); sbx runs its in-sandbox agent where the raw container runs `sleep`, and no host process of its own. "+
 			"PSS per sandbox falls from %s at %d live as the runsc binary's pages are shared among more processes. At the cgroup figure, 500 idle sandboxes hold about %.1f GiB of this host's %.0f GiB. "+
-			"Where the time goes as N grows: `sbx create` and `sbx exec ID` read only their own sandbox's record; `sbx ls` reads every record, and `sbx rm` reads the command line of every host process (about %.0f per sandbox) to find runsc processes that runsc lost track of.\n",
+			"Where the time goes as N grows: `sbx create`, `sbx exec ID` and `sbx rm` read only their own sandbox's record, `sbx exec NAME` and `create --name` one link of the name index besides; `sbx ls` reads every record. Only when runsc cannot account for a sandbox's processes (a failed `runsc delete`, an unfinished create) does a removal read the command line of every host process (about %.0f per sandbox) to find them.\n",
 			b.N, mib(b.PSS), mib(b.Cgroup), mib(b.RawPSS), mib(b.RawCgroup), mib(a.PSS), a.N, float64(b.Cgroup)*500/(1<<30), float64(totalMem())/(1<<30), b.Procs)
 	}
 	if h := res.Helpers; h.N > 0 {
