@@ -97,20 +97,61 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 	return nil
 }
 
-// upperExport is a running `runsc tar rootfs-upper` of a sandbox, its tar
-// arriving on r.
+// upperExport is a running export of a sandbox's upper layer (what `runsc
+// tar rootfs-upper` writes), its tar arriving on r.
 type upperExport struct {
 	r      *os.File
 	cancel context.CancelFunc
-	fifo   string
-	// exited is closed once runsc has exited, err set before.
+	// fifo is the FIFO runsc writes into, or "".
+	fifo string
+	// exited is closed once the export has ended (the call on the
+	// control socket returned, or runsc exited), err set before.
 	exited chan struct{}
 	err    error
 }
 
-// startUpperExport starts the export of sb's upper layer through a FIFO.
-// The caller reads it, then calls wait (the whole tar read) or close.
+// startUpperExport starts the export of sb's upper layer. The caller
+// reads it, then calls wait (the whole tar read) or close.
+//
+// A running sandbox is asked over its control socket, as `runsc tar
+// rootfs-upper` would ask it, to write into a pipe of ours: no runsc
+// process to start (about 9 ms). Otherwise runsc writes into a FIFO.
 func (e *Engine) startUpperExport(ctx context.Context, sb *record) (*upperExport, error) {
+	r := e.runscFor(sb)
+	if !r.HasControl(sb.ID) {
+		return e.startUpperExportFIFO(ctx, sb)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	setPipeSize(pr)
+	ctx, cancel := context.WithCancel(ctx)
+	x := &upperExport{r: pr, cancel: cancel, exited: make(chan struct{})}
+	go func() {
+		err := r.TarRootfsUpperTo(ctx, sb.ID, pw)
+		// The sandbox closed its copy when it was done: the reader sees
+		// the end once this one goes too.
+		pw.Close()
+		if err != nil {
+			x.err = fmt.Errorf("export filesystem changes: %w", err)
+		}
+		close(x.exited)
+	}()
+	return x, nil
+}
+
+// setPipeSize gives the pipe read by r a buffer of upperPipeSize. A larger
+// buffer is only faster; the default still works.
+func setPipeSize(r *os.File) {
+	if rc, err := r.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, upperPipeSize) }) //nolint:errcheck // see above
+	}
+}
+
+// startUpperExportFIFO is startUpperExport through `runsc tar
+// rootfs-upper` and a FIFO.
+func (e *Engine) startUpperExportFIFO(ctx context.Context, sb *record) (*upperExport, error) {
 	// runsc opens the file by name: a FIFO in the sandbox's directory.
 	// Not our pipe's end by /proc/PID/fd: a rootless sandbox's runsc may
 	// run in a user namespace of its own, which may not open the fds of
@@ -133,10 +174,7 @@ func (e *Engine) startUpperExport(ctx context.Context, sb *record) (*upperExport
 		os.Remove(fifo)
 		return nil, err
 	}
-	// A larger buffer is only faster; the default still works.
-	if rc, err := pr.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, upperPipeSize) }) //nolint:errcheck // see above
-	}
+	setPipeSize(pr)
 	ctx, cancel := context.WithCancel(ctx)
 	x := &upperExport{r: pr, cancel: cancel, fifo: fifo, exited: make(chan struct{})}
 	go func() {
@@ -170,7 +208,9 @@ func (x *upperExport) close() error {
 	x.r.Close() // runsc's writes fail from here on
 	x.cancel()
 	<-x.exited
-	os.Remove(x.fifo)
+	if x.fifo != "" {
+		os.Remove(x.fifo)
+	}
 	return failed
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/overlay"
 )
 
 // persistRecord is the part of `sbx inspect` the persistence tests read.
@@ -97,9 +100,8 @@ mkdir -p /run/secrets; echo hunter2 > /run/secrets/token`)
 }
 
 // The runsc sbx builds exports a sandbox's changes with every directory's
-// entries in name order, so a snapshot stores them as they stream. A runsc
-// whose export comes in another order (here: reversed by a wrapper) gives
-// the same image, sorted from a copy.
+// entries in name order, so a snapshot stores them as they stream, and the
+// layer is the one sorting the same export in another order gives.
 func TestSnapshotOrder(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -141,29 +143,44 @@ cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
 		}
 	}
 
+	// sbx's snapshot streams the export. Its layer is the one the sorted
+	// conversion gives from the same export in another order (here
+	// reversed), what a runsc without tools/runsc/tarorder.patch writes.
 	e.ok("snapshot", "-t", "streamed", id)
-	wrapper := filepath.Join(t.TempDir(), "runsc-reversed")
-	os.WriteFile(wrapper, []byte(`#!/usr/bin/python3
-# runsc, but "tar rootfs-upper" writes the entries in reverse order.
-import os, subprocess, sys, tarfile
-args = sys.argv[1:]
-if "rootfs-upper" not in args:
-    sys.exit(subprocess.call([`+"\""+filepath.Join(e.bin, "runsc")+"\""+`] + args))
-i = args.index("--file") + 1
-out, args[i] = args[i], args[i] + ".orig"
-rc = subprocess.call([`+"\""+filepath.Join(e.bin, "runsc")+"\""+`] + args)
-if rc:
-    sys.exit(rc)
-with tarfile.open(args[i]) as src, open(out, "wb") as f, tarfile.open(fileobj=f, mode="w|", format=tarfile.PAX_FORMAT) as dst:
-    for m in reversed(src.getmembers()):
-        dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-os.remove(args[i])
-`), 0o755)
-	e.ok("--runsc", wrapper, "snapshot", "-t", "sorted", id)
-	if a, b := e.imageDigest("streamed"), e.imageDigest("sorted"); a == "" || a != b {
-		t.Fatalf("the streamed snapshot is %s, the sorted one %s", a, b)
+	var layers []struct {
+		Name   string
+		Layers []struct{ Digest string }
 	}
-	child := e.create("--image", "sorted")
+	json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &layers)
+	var streamed string
+	for _, img := range layers {
+		if img.Name == "streamed:latest" {
+			streamed = img.Layers[len(img.Layers)-1].Digest
+		}
+	}
+	rev := reversedTar(t, out)
+	s, err := overlay.Open(filepath.Join(t.TempDir(), "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := os.Open(filepath.Join(e.bin, "images", "busybox.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bb.Close()
+	ctx := context.Background()
+	parent, err := s.Import(ctx, "busybox", bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted, err := s.Snapshot(ctx, overlay.SnapshotOptions{Name: "sorted", Parent: parent, Upper: rev, Exclude: []string{"/run", "/.sbx"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sorted.Layers[len(sorted.Layers)-1].Digest.String(); streamed == "" || got != streamed {
+		t.Fatalf("the streamed snapshot's layer is %s, the sorted conversion's of the reversed export %s", streamed, got)
+	}
+	child := e.create("--image", "streamed")
 	if got := e.ok("exec", child, "--", "sh", "-c", "cat /root/a/x /root/a-b /root/a.txt /etc/z/f13; ls /etc/group 2>&1 || true"); !strings.Contains(got, "1\n2\n3\n/etc/z13\n") || !strings.Contains(got, "No such file") {
 		t.Fatalf("sandbox from the snapshot: %q", got)
 	}
@@ -190,6 +207,56 @@ func TestSnapshotFileLargerThanMemory(t *testing.T) {
 	}
 	e.ok("rm", "-f", id, child)
 	e.assertClean(id)
+}
+
+// reversedTar writes the entries of the tar at p in reverse order to a
+// new file, rewound.
+func reversedTar(t *testing.T, p string) *os.File {
+	t.Helper()
+	in, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	type entry struct {
+		h    *tar.Header
+		data []byte
+	}
+	var entries []entry
+	tr := tar.NewReader(in)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, entry{h, b})
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "reversed.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tw := tar.NewWriter(f)
+	for i := len(entries) - 1; i >= 0; i-- {
+		if err := tw.WriteHeader(entries[i].h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(entries[i].data)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // Snapshots of sandboxes made from snapshots chain.

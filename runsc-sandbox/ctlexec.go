@@ -23,12 +23,20 @@ import (
 // (runsc/boot/controller.go, pkg/sentry/control/proc.go); a test decodes
 // them into runsc's own types.
 
-// Methods of runsc's container manager, as runsc/boot names them.
+// Methods of runsc's control server, as runsc/boot names them.
 const (
-	ctlExecuteAsync = "containerManager.ExecuteAsync"
-	ctlWaitPID      = "containerManager.WaitPID"
-	ctlSignal       = "containerManager.Signal"
+	ctlExecuteAsync   = "containerManager.ExecuteAsync"
+	ctlWaitPID        = "containerManager.WaitPID"
+	ctlSignal         = "containerManager.Signal"
+	ctlTarRootfsUpper = "Fs.TarRootfsUpperLayer"
 )
+
+// ctlTarArgs is control.TarRootfsUpperLayerOpts: the container and the
+// file the tar goes to.
+type ctlTarArgs struct {
+	ContainerID string
+	urpc.FilePayload
+}
 
 // ctlExecArgs is runsc's control.ExecArgs, with the fields `runsc exec`
 // sets (argsFromProcess in runsc/cmd/exec.go); the rest stay unset there

@@ -77,6 +77,32 @@ func TestCtlExecArgsDecodeAsRunsc(t *testing.T) {
 	}
 }
 
+// The export's message decodes into the pinned runsc's own
+// control.TarRootfsUpperLayerOpts.
+func TestCtlTarArgsDecodeAsRunsc(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := json.Marshal(&ctlTarArgs{ContainerID: "c1", FilePayload: urpc.FilePayload{Files: []*os.File{f}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got control.TarRootfsUpperLayerOpts
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ContainerID != "c1" {
+		t.Errorf("runsc decodes %+v", got)
+	}
+	// urpc names a method TYPE.METHOD of the object registered.
+	typ := reflect.TypeOf(control.Fs{})
+	if _, ok := reflect.PointerTo(typ).MethodByName(strings.TrimPrefix(ctlTarRootfsUpper, typ.Name()+".")); !ok || !strings.HasPrefix(ctlTarRootfsUpper, typ.Name()+".") {
+		t.Errorf("method %q is not one of runsc's %s", ctlTarRootfsUpper, typ)
+	}
+}
+
 // TestGvisorPinsAgree: the control socket's messages are those of the
 // gVisor version this module builds against; runsc is built from
 // tools/runsc. The two pins must be the same version.

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"gvisor.dev/gvisor/pkg/unet"
+	"gvisor.dev/gvisor/pkg/urpc"
 )
 
 // Runsc runs one pinned runsc binary with a fixed set of global flags. The
@@ -577,6 +579,43 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, o RestoreOp
 func (r *Runsc) TarRootfsUpper(ctx context.Context, id, file string) error {
 	_, err := r.run(ctx, "tar", "rootfs-upper", "--file", file, id)
 	return err
+}
+
+// HasControl reports whether container id's sandbox can be reached over
+// its control socket (TarRootfsUpperTo); when not, TarRootfsUpper runs
+// runsc, which says why.
+func (r *Runsc) HasControl(id string) bool {
+	_, err := r.loadCtlState(id)
+	return err == nil
+}
+
+// TarRootfsUpperTo is TarRootfsUpper writing to w (the write end of a
+// pipe, say), without the runsc binary: it makes the one call `runsc tar
+// rootfs-upper` makes, on the sandbox's control socket (as a plain exec
+// does, ctlexec.go), and returns once the sandbox has written the whole
+// tar to w, or failed. It does not close w. Canceling ctx ends the wait;
+// the sandbox stops writing once w's reader is gone.
+func (r *Runsc) TarRootfsUpperTo(ctx context.Context, id string, w *os.File) error {
+	st, err := r.loadCtlState(id)
+	if err != nil {
+		return err
+	}
+	s, err := unet.Connect(st.Sandbox.ControlSocketPath, false)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoControl, err)
+	}
+	c := urpc.NewClient(s)
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { s.Shutdown() }) //nolint:errcheck // the call fails, which is the point
+	defer stop()
+	args := &ctlTarArgs{ContainerID: id, FilePayload: urpc.FilePayload{Files: []*os.File{w}}}
+	if err := c.Call(ctlTarRootfsUpper, args, nil); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("serializing rootfs upper layer to tar: %w", err)
+	}
+	return nil
 }
 
 // Version returns the first line of `runsc --version`.
