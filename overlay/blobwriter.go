@@ -64,6 +64,11 @@ func (w *blobWriter) Write(p []byte) (int, error) {
 // size.
 func (w *blobWriter) commit(s *Store) (digest.Digest, int64, error) {
 	dgst := w.digest.Digest()
+	// Read-only, as containerd's writer leaves its blobs.
+	if err := w.f.Chmod(0o444); err != nil {
+		w.abort()
+		return "", 0, fmt.Errorf("store blob: %w", err)
+	}
 	if err := w.f.Sync(); err != nil {
 		w.abort()
 		return "", 0, fmt.Errorf("store blob: %w", err)

@@ -191,6 +191,9 @@ func TestSnapshotIncompressible(t *testing.T) {
 	if top.Size < int64(len(random)) {
 		t.Fatalf("layer of %d bytes holds %d bytes of data", top.Size, len(random))
 	}
+	if fi, err := os.Stat(filepath.Join(s.ociDir(), "blobs", "sha256", top.Digest.Encoded())); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Fatalf("the layer's blob: %v, %v; want read-only", fi.Mode(), err)
+	}
 	again, err := s.Snapshot(ctx, SnapshotOptions{Name: "again", Parent: parent, Upper: upper(random)})
 	if err != nil || again.Digest != img.Digest {
 		t.Fatalf("the same changes again: %v, %s vs %s", err, again.Digest, img.Digest)
