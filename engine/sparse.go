@@ -258,7 +258,7 @@ func limitCheck(limit int64) func(*tar.Header) error {
 		}
 		total += hdr.Size
 		if limit > 0 && total > limit {
-			return fmt.Errorf("snapshot: the sandbox's files add up to more than its --disk %s (sparse files?); remove or shrink them: %w",
+			return fmt.Errorf("the sandbox's files add up to more than its --disk %s (sparse files?); remove or shrink them: %w",
 				policy.FormatSize(limit), errdefs.ErrFailedPrecondition)
 		}
 		return nil

@@ -93,12 +93,27 @@ func (s *Store) Snapshot(ctx context.Context, opts SnapshotOptions) (Image, erro
 		return Image{}, fmt.Errorf("snapshot: give the upper layer as a file or a stream: %w", errdefs.ErrInvalidArgument)
 	}
 	pr, pw := io.Pipe()
+	produced := make(chan error, 1)
 	go func() {
-		pw.CloseWithError(produce(pw))
+		err := produce(pw)
+		produced <- err
+		pw.CloseWithError(err)
 	}()
 	parent := opts.Parent
 	img, err := s.Commit(ctx, CommitOptions{Name: opts.Name, Parent: &parent, Layer: pr, History: opts.History, Compression: ZstdUnlessIncompressible})
 	pr.CloseWithError(errors.New("commit ended"))
+	if err != nil {
+		// The conversion's own error, if that is what ended the commit
+		// (it is sent before the commit can see it): it says what was
+		// wrong with the upper layer without the commit's wrapping.
+		select {
+		case perr := <-produced:
+			if perr != nil {
+				return Image{}, perr
+			}
+		default:
+		}
+	}
 	return img, err
 }
 
