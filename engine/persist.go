@@ -136,15 +136,32 @@ func (e *Engine) streamSnapshot(ctx context.Context, sb *record, opts overlay.Sn
 	if err != nil {
 		return overlay.Image{}, err
 	}
-	opts.UpperStream = bufio.NewReaderSize(x.r, upperBufSize)
+	// Read ahead of the store into a spool: the sandbox's file
+	// operations wait for the export, not for the store.
+	ahead := int64(spoolAhead)
+	if sb.Disk > 0 {
+		ahead = min(ahead, sb.Disk)
+	}
+	sp, err := newSpool(e.sandboxDir(sb.ID), x.r, ahead)
+	if err != nil {
+		x.close() //nolint:errcheck // err says more
+		return overlay.Image{}, err
+	}
+	opts.UpperStream = bufio.NewReaderSize(sp, upperBufSize)
 	opts.Check = limitCheck(sb.Disk)
 	opts.End = x.wait
 	img, err := e.images.Snapshot(ctx, opts)
+	sp.Close()
 	if failed := x.close(); failed != nil && err != nil {
 		return overlay.Image{}, failed
 	}
 	return img, err
 }
+
+// spoolAhead is how far a snapshot's spool reads ahead of the store, at
+// most: as far as its --disk, when that is less. A refused export puts no
+// more than that on the host's disk.
+const spoolAhead = 256 << 20
 
 // sortedSnapshot copies sb's upper layer to a temporary file, then stores
 // it sorted.
