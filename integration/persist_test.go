@@ -37,6 +37,24 @@ func (e *env) inspectPersist(id string) persistRecord {
 }
 
 // imageDigest is the manifest digest `sbx image ls` reports for name.
+// topLayer is the digest of image name's last layer, or "".
+func (e *env) topLayer(name string) string {
+	e.t.Helper()
+	var imgs []struct {
+		Name   string
+		Layers []struct{ Digest string }
+	}
+	if err := json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &imgs); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, img := range imgs {
+		if (img.Name == name || img.Name == name+":latest") && len(img.Layers) > 0 {
+			return img.Layers[len(img.Layers)-1].Digest
+		}
+	}
+	return ""
+}
+
 func (e *env) imageDigest(name string) string {
 	e.t.Helper()
 	var imgs []struct {
@@ -147,17 +165,7 @@ cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
 	// conversion gives from the same export in another order (here
 	// reversed), what a runsc without tools/runsc/tarorder.patch writes.
 	e.ok("snapshot", "-t", "streamed", id)
-	var layers []struct {
-		Name   string
-		Layers []struct{ Digest string }
-	}
-	json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &layers)
-	var streamed string
-	for _, img := range layers {
-		if img.Name == "streamed:latest" {
-			streamed = img.Layers[len(img.Layers)-1].Digest
-		}
-	}
+	streamed := e.topLayer("streamed")
 	rev := reversedTar(t, out)
 	s, err := overlay.Open(filepath.Join(t.TempDir(), "images"))
 	if err != nil {
@@ -610,17 +618,7 @@ func TestCorruptLayerAndCheckpoint(t *testing.T) {
 	id := e.create()
 	e.ok("exec", id, "--", "sh", "-c", "head -c 100000 /dev/urandom > /root/data")
 	e.ok("snapshot", "-t", "flipped", id)
-	var imgs []struct {
-		Name   string
-		Layers []struct{ Digest string }
-	}
-	json.Unmarshal([]byte(e.ok("image", "ls", "--format", "json")), &imgs)
-	var layer string
-	for _, img := range imgs {
-		if img.Name == "flipped:latest" {
-			layer = img.Layers[len(img.Layers)-1].Digest
-		}
-	}
+	layer := e.topLayer("flipped")
 	flipByte(t, filepath.Join(e.root, "images", "oci", "blobs", "sha256", strings.TrimPrefix(layer, "sha256:")))
 	before := e.sandboxDirs()
 	assertOneLineError(t, e.run(nil, "create", "--image", "flipped"), "digest")
