@@ -133,22 +133,10 @@ cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
 	if b, err := runscCmd.CombinedOutput(); err != nil {
 		t.Fatalf("runsc tar rootfs-upper: %v: %s", err, b)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	entries := readTar(t, out)
 	var names []string
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/"))
+	for _, en := range entries {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(en.hdr.Name, "./"), "/"))
 	}
 	if len(names) < 70 {
 		t.Fatalf("the export holds %d entries: %v", len(names), names)
@@ -166,7 +154,7 @@ cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
 	// reversed), what a runsc without tools/runsc/tarorder.patch writes.
 	e.ok("snapshot", "-t", "streamed", id)
 	streamed := e.topLayer("streamed")
-	rev := reversedTar(t, out)
+	rev := reversedTar(t, entries)
 	s, err := overlay.Open(filepath.Join(t.TempDir(), "images"))
 	if err != nil {
 		t.Fatal(err)
@@ -217,25 +205,21 @@ func TestSnapshotFileLargerThanMemory(t *testing.T) {
 	e.assertClean(id)
 }
 
-// reversedTar writes the entries of the tar at p in reverse order to a
-// new file, rewound.
-func reversedTar(t *testing.T, p string) *os.File {
+// readTar reads the tar at p whole, headers as they are (tarOf, which
+// writes entries back, sets their times and format).
+func readTar(t *testing.T, p string) []tarEntry {
 	t.Helper()
 	in, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	type entry struct {
-		h    *tar.Header
-		data []byte
-	}
-	var entries []entry
+	var entries []tarEntry
 	tr := tar.NewReader(in)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return entries
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -244,8 +228,13 @@ func reversedTar(t *testing.T, p string) *os.File {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entries = append(entries, entry{h, b})
+		entries = append(entries, tarEntry{hdr: *h, body: b})
 	}
+}
+
+// reversedTar writes entries in reverse order to a new tar file, rewound.
+func reversedTar(t *testing.T, entries []tarEntry) *os.File {
+	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "reversed.tar"))
 	if err != nil {
 		t.Fatal(err)
@@ -253,10 +242,10 @@ func reversedTar(t *testing.T, p string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	tw := tar.NewWriter(f)
 	for i := len(entries) - 1; i >= 0; i-- {
-		if err := tw.WriteHeader(entries[i].h); err != nil {
+		if err := tw.WriteHeader(&entries[i].hdr); err != nil {
 			t.Fatal(err)
 		}
-		tw.Write(entries[i].data)
+		tw.Write(entries[i].body)
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
