@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -303,6 +304,9 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 		}
 		sb.BootID = bootID()
+		if err := waitInit(ctx, logf.Name(), sb.Pid); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
+		}
 		if owners != "" {
 			if err := e.applyOwners(ctx, sb); err != nil {
 				return nil, err
@@ -460,6 +464,40 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// initStartTimeout bounds how long create waits for a sandbox's init to
+// start: seconds on a loaded host, milliseconds on an idle one.
+const initStartTimeout = 60 * time.Second
+
+// waitInit waits until the init of the sandbox whose process is pid has
+// written to its log, at logPath, that it has started. Until then its
+// /proc/1/fd still reaches that log, a file on the host (the init closes
+// it to the sandbox's processes once its runtime runs), so nothing may run
+// in the sandbox before.
+func waitInit(ctx context.Context, logPath string, pid int) error {
+	deadline := time.Now().Add(initStartTimeout)
+	buf := make([]byte, 64<<10)
+	for d := 100 * time.Microsecond; ; d = min(2*d, time.Millisecond) {
+		if f, err := os.Open(logPath); err == nil {
+			n, _ := io.ReadFull(f, buf)
+			f.Close()
+			if agent.Started(buf[:n]) {
+				return nil
+			}
+		}
+		if !processAlive(pid) {
+			return errors.New("the sandbox exited before its init started")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its init did not start within %s", initStartTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(d):
+		}
+	}
 }
 
 // readPidFile reads a PID runsc wrote.

@@ -22,6 +22,32 @@ const initLogMax = 8 << 20
 // init's log through /proc/1/fd, must not fill the host's state disk: the
 // log on the host stays under its cap and `sbx logs` still shows the
 // newest lines.
+// The init closes its /proc/1/fd (the host's log file) to the sandbox's
+// processes once its runtime runs: create returns only after that, so the
+// first command in a new sandbox already finds it closed.
+func TestCreateWaitsForInit(t *testing.T) {
+	e := newEnv(t)
+	for i := range 5 {
+		id := e.create()
+		logPath := filepath.Join(e.root, "sandboxes", id, "init.log")
+		b, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(" init started\n")) {
+			t.Fatalf("create %d returned before the sandbox's init started; its log: %q", i, b)
+		}
+		r := e.run(nil, "exec", id, "--", "sh", "-c", "echo forged >> /proc/1/fd/1")
+		if r.code == 0 {
+			t.Fatalf("create %d: the first command wrote to the host's log through /proc/1/fd/1: %s", i, r)
+		}
+		if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("forged")) {
+			t.Fatalf("create %d: the sandbox's log holds a line written through /proc/1/fd/1: %q", i, b)
+		}
+		e.ok("rm", "-f", id)
+	}
+}
+
 func TestHostileInitLogIsBounded(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()

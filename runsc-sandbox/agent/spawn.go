@@ -58,6 +58,19 @@ func logLine(source, text string) {
 	fmt.Fprintf(sandboxLog, "%s %s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), source, text)
 }
 
+// Started reports whether log, the beginning of a sandbox log, holds the
+// line the init writes once it is ready: no longer dumpable (see initLoop)
+// and listening for spawn requests, or having failed to listen.
+func Started(log []byte) bool {
+	for _, line := range bytes.Split(log, []byte("\n")) {
+		f := strings.SplitN(string(line), " ", 3)
+		if len(f) == 3 && f[1] == "init" && (f[2] == "started" || strings.HasPrefix(f[2], "cannot take spawn requests")) {
+			return true
+		}
+	}
+	return false
+}
+
 // children are the spawned processes the init has not reaped yet.
 var children struct {
 	mu   sync.Mutex // guards pids; held across fork so reaping sees the PID
