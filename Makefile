@@ -35,20 +35,30 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 # tools/runsc: errnoret.patch, an OCI seccomp rule's errnoRet is honoured
 # (docs/decisions/0020-runsc-errnoret-patch.md); tarorder.patch, `runsc tar
 # rootfs-upper` writes a directory's entries in name order and
-# tarstream.patch each file in 1 MiB pieces, not read whole into memory
+# tarstream.patch each file in 1 MiB pieces, not read whole into memory,
+# under a name of the call that says so
 # (0030); timewait.patch, a restored connection's TIME-WAIT ends at once
 # (0031).
 # The module is vendored in a scratch copy to apply them; the module cache
 # stays untouched.
-RUNSC_BUILD := $(BIN)/.runsc-build
 RUNSC_PATCHES := $(sort $(wildcard tools/runsc/*.patch))
 $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum $(RUNSC_PATCHES)
-	rm -rf $(RUNSC_BUILD) && mkdir -p $(RUNSC_BUILD) && cp tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go $(RUNSC_BUILD)/
-	cd $(RUNSC_BUILD) && $(GO) mod vendor && for p in $(abspath $(RUNSC_PATCHES)); do patch -s -p1 -d vendor/gvisor.dev/gvisor < $$p || exit 1; done
-	cd $(RUNSC_BUILD) && CGO_ENABLED=0 $(GO) build -mod=vendor -trimpath \
+	$(call build-runsc,$(RUNSC_PATCHES))
+
+# runsc-unpatched is the same runsc without the patches, as a runsc from
+# elsewhere would be: the tests of what sbx does with one use it.
+$(BIN)/runsc-unpatched: tools/runsc/go.mod tools/runsc/go.sum
+	$(call build-runsc,)
+
+# build-runsc builds the target from tools/runsc with the patches $(1).
+define build-runsc
+	rm -rf $@.build && mkdir -p $@.build && cp tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go $@.build/
+	cd $@.build && $(GO) mod vendor && for p in $(abspath $(1)); do patch -s -p1 -d vendor/gvisor.dev/gvisor < $$p || exit 1; done
+	cd $@.build && CGO_ENABLED=0 $(GO) build -mod=vendor -trimpath \
 		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_VERSION)" \
 		-o $(abspath $@).tmp gvisor.dev/gvisor/runsc
-	mv $@.tmp $@ && rm -rf $(RUNSC_BUILD)
+	mv $@.tmp $@ && rm -rf $@.build
+endef
 
 # Image builds: buildkitd from the module pinned in go.mod (the same
 # version as the client in sbx), the supervisor sbx starts it under, and the
@@ -115,7 +125,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 45m ./...
@@ -123,7 +133,7 @@ test: deps build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run 
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
+test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)

@@ -123,30 +123,10 @@ mkdir -p /run/secrets; echo hunter2 > /run/secrets/token`)
 func TestSnapshotOrder(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
-	// Made out of name order, in several directories; "a", "a-b", "a.txt"
-	// and "a/x" order differently per directory than as whole paths.
-	e.ok("exec", id, "--", "sh", "-c", `set -e
-for d in /root/q /root/b /root/m /etc/z /etc/c; do mkdir -p $d; for i in 9 3 7 1 8 2 6 4 5 0 13 11 12 10; do echo $d$i > $d/f$i; done; done
-cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
-	out := filepath.Join(t.TempDir(), "upper.tar")
-	runscCmd := exec.Command(filepath.Join(e.bin, "runsc"), "--root", filepath.Join(e.root, "runsc"), "tar", "rootfs-upper", "--file", out, id)
-	if b, err := runscCmd.CombinedOutput(); err != nil {
-		t.Fatalf("runsc tar rootfs-upper: %v: %s", err, b)
-	}
-	entries := readTar(t, out)
-	var names []string
-	for _, en := range entries {
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(en.hdr.Name, "./"), "/"))
-	}
-	if len(names) < 70 {
-		t.Fatalf("the export holds %d entries: %v", len(names), names)
-	}
-	for i := 1; i < len(names); i++ {
-		// Name order per directory: '/' before every other byte.
-		a, b := strings.ReplaceAll(names[i-1], "/", "\x00"), strings.ReplaceAll(names[i], "/", "\x00")
-		if a >= b {
-			t.Fatalf("runsc's export is not in name order: %q before %q", names[i-1], names[i])
-		}
+	e.ok("exec", id, "--", "sh", "-c", orderScript)
+	_, entries, names := exportNames(t, e, filepath.Join(e.bin, "runsc"), id)
+	if ok, x, y := inNameOrder(names); !ok {
+		t.Fatalf("runsc's export is not in name order: %q before %q", x, y)
 	}
 
 	// sbx's snapshot streams the export. Its layer is the one the sorted
@@ -154,32 +134,11 @@ cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`)
 	// reversed), what a runsc without tools/runsc/tarorder.patch writes.
 	e.ok("snapshot", "-t", "streamed", id)
 	streamed := e.topLayer("streamed")
-	rev := reversedTar(t, entries)
-	s, err := overlay.Open(filepath.Join(t.TempDir(), "images"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bb, err := os.Open(filepath.Join(e.bin, "images", "busybox.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bb.Close()
-	ctx := context.Background()
-	parent, err := s.Import(ctx, "busybox", bb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sorted, err := s.Snapshot(ctx, overlay.SnapshotOptions{Name: "sorted", Parent: parent, Upper: rev, Exclude: []string{"/run", "/.sbx"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := sorted.Layers[len(sorted.Layers)-1].Digest.String(); streamed == "" || got != streamed {
+	if got := sortedLayer(t, e, reversedTar(t, entries)); streamed == "" || got != streamed {
 		t.Fatalf("the streamed snapshot's layer is %s, the sorted conversion's of the reversed export %s", streamed, got)
 	}
 	child := e.create("--image", "streamed")
-	if got := e.ok("exec", child, "--", "sh", "-c", "cat /root/a/x /root/a-b /root/a.txt /etc/z/f13; ls /etc/group 2>&1 || true"); !strings.Contains(got, "1\n2\n3\n/etc/z13\n") || !strings.Contains(got, "No such file") {
-		t.Fatalf("sandbox from the snapshot: %q", got)
-	}
+	checkOrderFiles(t, e, child)
 	e.ok("rm", "-f", id, child)
 	e.assertClean(id)
 }
@@ -201,6 +160,125 @@ func TestSnapshotFileLargerThanMemory(t *testing.T) {
 	if got := e.ok("exec", child, "--", "sha256sum", "/root/big"); got != sum {
 		t.Fatalf("the file in a sandbox from the snapshot: %q, want %q", got, sum)
 	}
+	e.ok("rm", "-f", id, child)
+	e.assertClean(id)
+}
+
+// orderScript makes files out of name order, in several directories;
+// "a", "a-b", "a.txt" and "a/x" order differently per directory than as
+// whole paths.
+const orderScript = `set -e
+for d in /root/q /root/b /root/m /etc/z /etc/c; do mkdir -p $d; for i in 9 3 7 1 8 2 6 4 5 0 13 11 12 10; do echo $d$i > $d/f$i; done; done
+cd /root; echo 3 > a.txt; echo 2 > a-b; mkdir a; echo 1 > a/x; rm /etc/group`
+
+// checkOrderFiles checks what orderScript left in a sandbox made from a
+// snapshot of one it ran in.
+func checkOrderFiles(t *testing.T, e *env, id string) {
+	t.Helper()
+	if got := e.ok("exec", id, "--", "sh", "-c", "cat /root/a/x /root/a-b /root/a.txt /etc/z/f13; ls /etc/group 2>&1 || true"); !strings.Contains(got, "1\n2\n3\n/etc/z13\n") || !strings.Contains(got, "No such file") {
+		t.Fatalf("sandbox from the snapshot: %q", got)
+	}
+}
+
+// exportNames exports the upper layer of sandbox id with `runsc tar
+// rootfs-upper` of the runsc at runscPath and returns the export and its
+// entries' names.
+func exportNames(t *testing.T, e *env, runscPath, id string) (string, []tarEntry, []string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "upper.tar")
+	runscCmd := exec.Command(runscPath, "--root", filepath.Join(e.root, "runsc"), "tar", "rootfs-upper", "--file", out, id)
+	if b, err := runscCmd.CombinedOutput(); err != nil {
+		t.Fatalf("runsc tar rootfs-upper: %v: %s", err, b)
+	}
+	entries := readTar(t, out)
+	var names []string
+	for _, en := range entries {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(en.hdr.Name, "./"), "/"))
+	}
+	if len(names) < 70 {
+		t.Fatalf("the export holds %d entries: %v", len(names), names)
+	}
+	return out, entries, names
+}
+
+// inNameOrder reports whether names are in name order per directory
+// ('/' before every other byte), or the first two that are not.
+func inNameOrder(names []string) (bool, string, string) {
+	for i := 1; i < len(names); i++ {
+		a, b := strings.ReplaceAll(names[i-1], "/", "\x00"), strings.ReplaceAll(names[i], "/", "\x00")
+		if a >= b {
+			return false, names[i-1], names[i]
+		}
+	}
+	return true, "", ""
+}
+
+// sortedLayer is the digest of the layer the image store's sorted
+// conversion makes of the upper layer export upper, on busybox.
+func sortedLayer(t *testing.T, e *env, upper *os.File) string {
+	t.Helper()
+	s, err := overlay.Open(filepath.Join(t.TempDir(), "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := os.Open(filepath.Join(e.bin, "images", "busybox.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bb.Close()
+	ctx := context.Background()
+	parent, err := s.Import(ctx, "busybox", bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted, err := s.Snapshot(ctx, overlay.SnapshotOptions{Name: "sorted", Parent: parent, Upper: upper, Exclude: []string{"/run", "/.sbx"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sorted.Layers[len(sorted.Layers)-1].Digest.String()
+}
+
+// A runsc from elsewhere, here the pinned one without tools/runsc's
+// patches, exports a directory's entries in map order and holds each
+// file whole in its sentry while it exports it. A snapshot of its sandbox
+// is still the layer the sorted conversion gives, and a sparse file larger
+// than --disk is refused by name before the export, which would have
+// allocated its apparent size and killed the sandbox.
+func TestSnapshotUnpatchedRunsc(t *testing.T) {
+	e := newEnv(t)
+	unpatched := filepath.Join(e.bin, "runsc-unpatched")
+	if _, err := os.Stat(unpatched); err != nil {
+		t.Fatalf("%v (`make test` builds it)", err)
+	}
+	id := strings.TrimSpace(e.ok("--runsc", unpatched, "create", "--image", "busybox", "--disk", "64m"))
+	e.ok("--runsc", unpatched, "exec", id, "--", "sh", "-c", orderScript+"\ndd of=/root/huge bs=1048576 seek=1048576 count=0 2>/dev/null")
+
+	r := e.run(nil, "--runsc", unpatched, "snapshot", "-t", "huge", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "/root/huge") || !strings.Contains(r.stderr, "--disk") {
+		t.Fatalf("snapshot of a 1 TiB sparse file in a --disk 64m sandbox of a runsc that holds files whole: %s", r)
+	}
+	if r := e.run(nil, "--runsc", unpatched, "exec", id, "--", "rm", "/root/huge"); r.code != 0 {
+		t.Fatalf("the sandbox did not survive the refused snapshot: %s", r)
+	}
+
+	upper, _, names := exportNames(t, e, unpatched, id)
+	if ok, _, _ := inNameOrder(names); ok {
+		t.Fatalf("the unpatched runsc's export is in name order, so this test cannot tell the sorted path from the streamed one: %v", names)
+	}
+	r = e.run(nil, "--log-level", "debug", "--runsc", unpatched, "snapshot", "-t", "fallback", id)
+	if r.code != 0 || !strings.Contains(r.stderr, "not in name order") {
+		t.Fatalf("snapshot with the unpatched runsc (expected it to sort a copy): %s", r)
+	}
+	f, err := os.Open(upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, want := e.topLayer("fallback"), sortedLayer(t, e, f); got == "" || got != want {
+		t.Fatalf("the snapshot's layer is %s, the sorted conversion's of runsc's export %s", got, want)
+	}
+	child := e.create("--image", "fallback")
+	checkOrderFiles(t, e, child)
 	e.ok("rm", "-f", id, child)
 	e.assertClean(id)
 }

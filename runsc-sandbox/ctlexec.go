@@ -29,6 +29,10 @@ const (
 	ctlWaitPID        = "containerManager.WaitPID"
 	ctlSignal         = "containerManager.Signal"
 	ctlTarRootfsUpper = "Fs.TarRootfsUpperLayer"
+	// ctlTarRootfsUpperInPieces is the same call under the name
+	// tools/runsc/tarstream.patch adds: a sentry that has it exports
+	// files in pieces (ExportsInPieces).
+	ctlTarRootfsUpperInPieces = "Fs.TarRootfsUpperLayerInPieces"
 )
 
 // ctlTarArgs is control.TarRootfsUpperLayerOpts: the container and the

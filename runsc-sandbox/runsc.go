@@ -618,6 +618,22 @@ func (r *Runsc) TarRootfsUpperTo(ctx context.Context, id string, w *os.File) err
 	return nil
 }
 
+// ExportsInPieces reports whether the sandbox of container id exports its
+// upper layer's files in pieces, so that a file's apparent size costs its
+// sentry no memory (tools/runsc/tarstream.patch): it asks the sandbox for
+// the call under the name that patch adds, with no file to write to,
+// which such a sandbox refuses and any other does not know. A sandbox
+// whose control socket cannot be used does not.
+func (r *Runsc) ExportsInPieces(id string) bool {
+	st, err := r.loadCtlState(id)
+	if err != nil {
+		return false
+	}
+	err = ctlCall(st.Sandbox.ControlSocketPath, ctlTarRootfsUpperInPieces, &ctlTarArgs{ContainerID: id}, nil)
+	var re urpc.RemoteError
+	return errors.As(err, &re) && re.Message != urpc.ErrUnknownMethod.Error()
+}
+
 // Version returns the first line of `runsc --version`.
 func (r *Runsc) Version(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, r.Path, "--version").Output()
