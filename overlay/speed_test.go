@@ -436,3 +436,35 @@ func TestCheckpointUnsealed(t *testing.T) {
 		t.Fatalf("mismatched sums.json: %v", err)
 	}
 }
+
+func TestCompresses(t *testing.T) {
+	random := func(n int) []byte { b := make([]byte, n); rand.Read(b); return b }
+	text := func(n int) []byte {
+		return []byte(strings.Repeat("the quick brown fox jumps over the lazy dog; ", n/45+1)[:n])
+	}
+	// Every other 256 KiB zero, the rest random: half of it compresses.
+	mixed := random(compressSample)
+	for off := 0; off < len(mixed); off += 512 << 10 {
+		clear(mixed[off : off+256<<10])
+	}
+	// Random but for its last 64 KiB: too little saved.
+	tail := random(compressSample)
+	copy(tail[len(tail)-64<<10:], text(64<<10))
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{
+		{"empty", nil, true},
+		{"random, short", random(100 << 10), false},
+		{"text, short", text(100 << 10), true},
+		{"random", random(compressSample), false},
+		{"text", text(compressSample), true},
+		{"half zeros", mixed, true},
+		{"random but 64 KiB of text", tail, false},
+	} {
+		if got := compresses(c.b); got != c.want {
+			t.Errorf("%s: compresses = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
