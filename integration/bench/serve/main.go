@@ -283,7 +283,7 @@ func (b *bench) measure() (*report, error) {
 	if b.busybox, err = b.c.Create(ctx, client.CreateRequest{TemplateID: "busybox", Timeout: 3600}); err != nil {
 		return nil, fmt.Errorf("create the busybox sandbox: %w", err)
 	}
-	out, err := b.sbx("inspect", "--format", "json", b.busybox.ID)
+	out, err := b.sbx("inspect", "--format", "debug", b.busybox.ID)
 	if err != nil {
 		return nil, err
 	}

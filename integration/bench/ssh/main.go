@@ -106,7 +106,8 @@ func main() {
 	var rec struct {
 		Pid int `json:"pid"`
 	}
-	if err := json.Unmarshal([]byte(sbx("inspect", id)), &rec); err != nil {
+	// The host PID is in the engine's record only.
+	if err := json.Unmarshal([]byte(sbx("inspect", "--format", "debug", id)), &rec); err != nil {
 		benchexit.Fatalf("sbx inspect %s: %v", id, err)
 	}
 	globals, err := runscGlobals(rec.Pid)
