@@ -248,7 +248,9 @@ func render(r *report) string {
 	p("Here sbx runs with `--runsc SHIM`, SHIM being this benchmark program: it notes the time of each runsc call, "+
 		"then execs the real runsc. Each phase runs from one call to the next; the shim adds about %s to each call "+
 		"(`runsc state` through it against directly), included below. Medians of %d pairs each: "+
-		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec.\n\n",
+		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec. "+
+		"`runsc run --detach` returns before the sandbox's init has run; after it, `sbx create` waits for its init to report that it has started "+
+		"(the Go runtime's start inside gVisor, 10-19 ms here; docs/decisions/0032), which the last phase of `sbx create` includes.\n\n",
 		ms(r.shimOverhead), r.cfg.n)
 	phaseTable(p, "`sbx create`", r.createPhases, "`runsc run --detach`")
 	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
