@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,5 +308,57 @@ func TestFullDiskCreate(t *testing.T) {
 	id := e.create()
 	if out := e.ok("exec", id, "--", "echo", "recovered"); out != "recovered\n" {
 		t.Fatalf("after freeing space: %q", out)
+	}
+}
+
+// `sbx run --rm ... | head -1`: the reader of the command's output goes
+// first. The command's writes fail and it ends, its sandbox is removed,
+// and sbx then ends by SIGPIPE, as a pipeline's writer does.
+func TestRunRmBrokenPipe(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		name, script string
+		stderr       bool
+	}{
+		{"stdout", "yes", false},
+		{"stderr", "yes >&2", true},
+	} {
+		cmd := e.cmd(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", c.script)
+		var out io.ReadCloser
+		var err error
+		if c.stderr {
+			out, err = cmd.StderrPipe()
+		} else {
+			out, err = cmd.StdoutPipe()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 2)
+		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "y\n" {
+			t.Fatalf("%s: first output %q, %v", c.name, buf, err)
+		}
+		out.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("%s: sbx run --rm went on for 30 s after its output's reader had gone", c.name)
+		}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGPIPE {
+			t.Errorf("%s: sbx ended with %v, want killed by SIGPIPE", c.name, cmd.ProcessState)
+		}
+		if left := e.ok("ls", "-q"); left != "" {
+			t.Fatalf("%s: sandboxes left after run --rm: %q", c.name, left)
+		}
+		if ents, err := os.ReadDir(filepath.Join(e.root, "sandboxes")); err != nil || len(ents) != 0 {
+			t.Fatalf("%s: the state root holds %d sandbox directories (%v)", c.name, len(ents), err)
+		}
 	}
 }

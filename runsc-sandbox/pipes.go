@@ -250,7 +250,9 @@ func (p *Pipes) copyOut(w io.Writer, r *os.File) {
 			return
 		}
 	}
-	io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf)) //nolint:errcheck // the writer's failure ends the copy
+	if _, err := io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf)); errors.Is(err, unix.EPIPE) {
+		r.Close() // as splice does
+	}
 }
 
 // noReadFrom hides a writer's ReadFrom, which would copy through its own
@@ -347,9 +349,12 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 		}
 	})
 	if broken {
-		// The caller's reader is gone. A write through os, which
-		// sees the same, ends this process with SIGPIPE if dst is its
-		// stdout or stderr, as a copy would have.
+		// The caller's reader is gone: the process's next write fails
+		// too, as in a pipeline (it may write without end). A write
+		// through os, which sees the same, ends this process with
+		// SIGPIPE if dst is its stdout or stderr, as a copy would have,
+		// unless it handles SIGPIPE.
+		r.Close()
 		dst.Write([]byte{0}) //nolint:errcheck // it fails: nothing reads dst
 	}
 	return handled

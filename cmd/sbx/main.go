@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"sbx.dev/sbx/cmd/sbx/commands"
+	"sbx.dev/sbx/cmd/sbx/commands/clix"
 	"sbx.dev/sbx/engine"
 )
 
@@ -14,5 +15,6 @@ func main() {
 	engine.DeferPoolFills()
 	code := commands.Main(os.Args)
 	engine.StartPoolFills()
+	clix.EndIfBrokenPipe()
 	os.Exit(code)
 }

@@ -130,6 +130,10 @@ var runCommand = &cli.Command{
 		// leaves nothing behind; once it runs, the command gets it.
 		in := catchSignals(c.Context)
 		defer in.stop()
+		// A reader of the command's output that goes first does not end
+		// this process before it has removed what it must (main ends it
+		// by SIGPIPE after).
+		clix.DeferBrokenPipe()
 		args := c.Args().Slice()
 		if len(args) == 0 {
 			return clix.UsageError(errors.New("usage: sbx run [flags] -- CMD [ARG...]"))
