@@ -35,8 +35,9 @@ import (
 // end is .1, the sandbox .2 of each.
 var Pool = netip.MustParsePrefix("10.200.0.0/16")
 
-// LeaseDir holds one file per allocated /30, named by its index. It is on
-// a tmpfs: after a reboot every netns is gone and so are the leases.
+// LeaseDir holds one file per allocated /30, named by its index (see
+// lease.go). It is on a tmpfs: after a reboot every netns is gone and so
+// are the leases.
 var LeaseDir = "/run/sbx/net"
 
 const sandboxIf = "eth0"
@@ -76,18 +77,6 @@ func Lookup(id string) (*Network, error) {
 	n.Index = idx
 	n.setAddrs()
 	return n, nil
-}
-
-// leaseOf finds the lease index id holds.
-func leaseOf(id string) (int, bool) {
-	ents, _ := os.ReadDir(LeaseDir)
-	for _, e := range ents {
-		if b, err := os.ReadFile(filepath.Join(LeaseDir, e.Name())); err == nil && string(b) == id {
-			i, err := strconv.Atoi(e.Name())
-			return i, err == nil
-		}
-	}
-	return 0, false
 }
 
 // names fills the ID-derived names. Interface and table names are short
@@ -204,39 +193,6 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 
 func ipnet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
-}
-
-// allocate takes the lowest free /30 of the pool for id, or the one id
-// already holds (a paused sandbox keeps its address for its resume).
-func allocate(id string) (int, error) {
-	if err := os.MkdirAll(LeaseDir, 0o700); err != nil {
-		return 0, err
-	}
-	if i, ok := leaseOf(id); ok {
-		return i, nil
-	}
-	slots := 1 << (32 - Pool.Bits() - 2)
-	for i := 1; i < slots; i++ {
-		f, err := os.OpenFile(filepath.Join(LeaseDir, strconv.Itoa(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		_, err = f.WriteString(id)
-		f.Close()
-		return i, err
-	}
-	return 0, fmt.Errorf("address pool %s exhausted: %w", Pool, errdefs.ErrUnavailable)
-}
-
-// release frees the lease held by id, if any.
-func release(id string) error {
-	if i, ok := leaseOf(id); ok {
-		return os.Remove(filepath.Join(LeaseDir, strconv.Itoa(i)))
-	}
-	return nil
 }
 
 // Teardown removes everything Setup made for id. It is idempotent and
