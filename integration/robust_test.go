@@ -317,18 +317,30 @@ func TestFullDiskCreate(t *testing.T) {
 func TestRunRmBrokenPipe(t *testing.T) {
 	e := newEnv(t)
 	for _, c := range []struct {
-		name, script string
-		stderr       bool
+		name, script   string
+		stderr, socket bool
 	}{
-		{"stdout", "yes", false},
-		{"stderr", "yes >&2", true},
+		{"stdout", "yes", false, false},
+		{"stderr", "yes >&2", true, false},
+		// A socket is copied to, not spliced into (libuv gives a child
+		// one for its stdio).
+		{"stdout, a socket", "yes", false, true},
 	} {
 		cmd := e.cmd(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", c.script)
 		var out io.ReadCloser
 		var err error
-		if c.stderr {
+		switch {
+		case c.socket:
+			fds, serr := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			theirs := os.NewFile(uintptr(fds[1]), "stdout")
+			cmd.Stdout, out = theirs, os.NewFile(uintptr(fds[0]), "reader")
+			defer theirs.Close()
+		case c.stderr:
 			out, err = cmd.StderrPipe()
-		} else {
+		default:
 			out, err = cmd.StdoutPipe()
 		}
 		if err != nil {
@@ -336,6 +348,9 @@ func TestRunRmBrokenPipe(t *testing.T) {
 		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
+		}
+		if c.socket {
+			cmd.Stdout.(*os.File).Close()
 		}
 		buf := make([]byte, 2)
 		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "y\n" {

@@ -250,9 +250,17 @@ func (p *Pipes) copyOut(w io.Writer, r *os.File) {
 			return
 		}
 	}
-	if _, err := io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf)); errors.Is(err, unix.EPIPE) {
+	if _, err := io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf)); errors.Is(err, unix.EPIPE) && ownStdio(w) {
 		r.Close() // as splice does
 	}
+}
+
+// ownStdio tells whether w is this process's stdout or stderr. When its
+// reader goes, the process's end of the output is closed, so that its
+// writes fail as in a pipeline; other writers' readers may come back (a
+// restarted containerd reopens its fifos), and the process goes on.
+func ownStdio(w io.Writer) bool {
+	return w == io.Writer(os.Stdout) || w == io.Writer(os.Stderr)
 }
 
 // noReadFrom hides a writer's ReadFrom, which would copy through its own
@@ -349,12 +357,15 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 		}
 	})
 	if broken {
-		// The caller's reader is gone: the process's next write fails
-		// too, as in a pipeline (it may write without end). A write
-		// through os, which sees the same, ends this process with
-		// SIGPIPE if dst is its stdout or stderr, as a copy would have,
-		// unless it handles SIGPIPE.
-		r.Close()
+		// The caller's reader is gone. If it read this process's
+		// stdout or stderr, the process's next write fails too, as in
+		// a pipeline (it may write without end). A write through os,
+		// which sees the same, ends this process with SIGPIPE if dst is
+		// its stdout or stderr, as a copy would have, unless it handles
+		// SIGPIPE.
+		if ownStdio(dst) {
+			r.Close()
+		}
 		dst.Write([]byte{0}) //nolint:errcheck // it fails: nothing reads dst
 	}
 	return handled
