@@ -250,7 +250,7 @@ func render(r *report) string {
 		"(`runsc state` through it against directly), included below. Medians of %d pairs each: "+
 		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec. "+
 		"`runsc run --detach` returns before the sandbox's init has run; after it, `sbx create` waits for its init to report that it has started "+
-		"(the Go runtime's start inside gVisor, 10-19 ms here; docs/decisions/0032), which the last phase of `sbx create` includes.\n\n",
+		"(the Go runtime's start inside gVisor; docs/decisions/0032 measures it), which the last phase of `sbx create` includes.\n\n",
 		ms(r.shimOverhead), r.cfg.n)
 	phaseTable(p, "`sbx create`", r.createPhases, "`runsc run --detach`")
 	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
