@@ -79,14 +79,20 @@ func Lookup(id string) (*Network, error) {
 	return n, nil
 }
 
+// idHash is the hex SHA-256 of id, which names derived from an ID that
+// must be short or plain take their characters from.
+func idHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
+}
+
 // names fills the ID-derived names. Interface and table names are short
 // (an interface name has 15 bytes at most), so they come from a hash of
 // the whole ID, never from its first characters: the shim's IDs are
 // chosen by its callers, and two that share a prefix must not share a
 // link or a table (nor tear down each other's).
 func names(id string) *Network {
-	sum := sha256.Sum256([]byte(id))
-	short := hex.EncodeToString(sum[:])[:12]
+	short := idHash(id)[:12]
 	return &Network{
 		ID:        id,
 		NetnsName: "sbx-" + id,

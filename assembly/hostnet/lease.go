@@ -1,8 +1,6 @@
 package hostnet
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -25,10 +23,7 @@ import (
 
 func byIDDir() string { return filepath.Join(LeaseDir, "by-id") }
 
-func byIDPath(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return filepath.Join(byIDDir(), hex.EncodeToString(sum[:16]))
-}
+func byIDPath(id string) string { return filepath.Join(byIDDir(), idHash(id)[:32]) }
 
 func leasePath(i int) string { return filepath.Join(LeaseDir, strconv.Itoa(i)) }
 
