@@ -214,7 +214,21 @@ func TestImageBuildInterrupted(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- c.Wait() }()
-			waitFor(t, stepRunning)
+			// A failure below must not leave this build running into
+			// the next subtest, which would see its step.
+			t.Cleanup(func() { c.Process.Kill() }) // after Wait, a no-op
+			for deadline := time.Now().Add(30 * time.Second); !stepRunning(); time.Sleep(50 * time.Millisecond) {
+				select {
+				case err := <-done:
+					t.Fatalf("the build ended before its step ran: %v\nstderr: %s", err, errb.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					c.Process.Kill()
+					err := <-done
+					t.Fatalf("the build's step did not start within 30s (%v)\nstderr: %s", err, errb.String())
+				}
+			}
 			if how == "kill buildkitd" {
 				pid := e.builderPid()
 				bk := childrenOf(pid)
