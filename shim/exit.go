@@ -2,6 +2,7 @@ package shim
 
 import (
 	"syscall"
+	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
@@ -73,6 +74,7 @@ func (s *service) sandboxExited(root *container, status int) {
 	// An OOM kill of the sandbox's cgroup is every container's OOM:
 	// they share one gVisor kernel and its memory.
 	oom := pd != nil && oomKills(pd.oomCgroup) > pd.oomBase
+	var ended []*process
 	for _, p := range others {
 		if p.getState() == stateCreated {
 			continue
@@ -81,6 +83,19 @@ func (s *service) sandboxExited(root *container, status int) {
 			s.send(&eventstypes.TaskOOM{ContainerID: p.cid})
 		}
 		s.processExited(p, exitLost)
+		ended = append(ended, p)
+	}
+	// An exit that its own waiter recorded first is published by that
+	// waiter once the output is drained: wait for it (up to a drain's
+	// time), so that it still comes before the sandbox's.
+	deadline := time.After(ioDrain + time.Second)
+wait:
+	for _, p := range ended {
+		select {
+		case <-p.done:
+		case <-deadline:
+			break wait
+		}
 	}
 	if oom {
 		s.send(&eventstypes.TaskOOM{ContainerID: root.id})

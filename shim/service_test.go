@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	eventstypes "github.com/containerd/containerd/api/events"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
@@ -130,5 +131,46 @@ func TestDeleteContainerWithConcurrentExecs(t *testing.T) {
 	wg.Wait()
 	if st := c.init.getState(); st != stateDeleted {
 		t.Fatalf("init is %s after delete, want deleted", st)
+	}
+}
+
+// When the sandbox goes while an exec's own waiter is still draining the
+// exec's output (it recorded the exit first), the exec's exit is still
+// published before the sandbox container's.
+func TestSandboxExitAfterExecsExit(t *testing.T) {
+	s := &service{ctx: context.Background(), events: make(chan any, 16), containers: map[string]*container{}}
+	c := &container{id: "c1", root: true, execs: map[string]*process{}, init: newProcess("c1", "", stdio{})}
+	c.init.state, c.init.pid = stateRunning, 1
+	c.init.markStarted()
+	e := newProcess("c1", "x2", stdio{})
+	e.state, e.pid = stateRunning, 5
+	e.markStarted()
+	c.execs["x2"] = e
+	s.containers["c1"] = c
+
+	// The exec's waiter: it records the exit, then drains for a while.
+	if !e.setExited(137) {
+		t.Fatal("the exec's exit was not recorded")
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		s.send(&eventstypes.TaskExit{ContainerID: "c1", ID: "x2", ExitStatus: 137})
+		e.finish()
+	}()
+	s.sandboxExited(c, 137)
+
+	var ids []string
+	for len(ids) < 2 {
+		select {
+		case ev := <-s.events:
+			if x, ok := ev.(*eventstypes.TaskExit); ok {
+				ids = append(ids, x.ID)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("exits published: %v", ids)
+		}
+	}
+	if ids[0] != "x2" || ids[1] != "c1" {
+		t.Fatalf("exits in order %v, want [x2 c1]", ids)
 	}
 }
