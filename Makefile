@@ -38,7 +38,9 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 # tarstream.patch each file in 1 MiB pieces, not read whole into memory,
 # under a name of the call that says so
 # (0030); timewait.patch, a restored connection's TIME-WAIT ends at once
-# (0031).
+# (0031); portforward.patch, runsc's port forward works with
+# --network=none, passes a half close on and writes all it reads, under
+# a name of the call that says so (0033).
 # The module is vendored in a scratch copy to apply them; the module cache
 # stays untouched.
 RUNSC_PATCHES := $(sort $(wildcard tools/runsc/*.patch))
@@ -139,7 +141,7 @@ test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
 	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 SBX_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
 
-bench: deps build base-rootfs bench-images containerd-tools ## measure sbx against raw runsc; writes docs/benchmarks.md
+bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools ## measure sbx against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/yamux"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/urpc"
 
 	"sbx.dev/sbx/assembly"
 	"sbx.dev/sbx/policy"
@@ -35,12 +36,16 @@ import (
 // a connection from the host that the sandbox's firewall lets in as it
 // lets in any the host opens, and splices the two connections. Otherwise,
 // and for every connection that the sandbox refuses on its address (a
-// server listening on its 127.0.0.1 only), a connection accepted on the
-// host becomes a stream of one yamux session carried over the stdin and
-// stdout of one `runsc exec` of the sandbox's agent ("portmux"), which
-// dials the port on the sandbox's 127.0.0.1. One exec serves every
-// connection; when it dies (the sandbox was paused and resumed, say) the
-// next connection starts another.
+// server listening on its 127.0.0.1 only), the sandbox's own kernel
+// makes the connection to the port on its 127.0.0.1 and copies between
+// it and one end of a socket pair whose other end the host joins to the
+// accepted connection (runsc's port forward, one call on the sandbox's
+// control socket per connection; docs/decisions/0033). With a runsc that
+// cannot, a connection accepted on the host becomes a stream of one
+// yamux session carried over the stdin and stdout of one `runsc exec` of
+// the sandbox's agent ("portmux"), which dials the port on the sandbox's
+// 127.0.0.1. One exec serves every connection; when it dies (the sandbox
+// was paused and resumed, say) the next connection starts another.
 // (docs/decisions/0024-direct-forwarding.md)
 
 // PortMapping publishes a sandbox port on the host.
@@ -248,10 +253,23 @@ type forwarder struct {
 	// cannot reach it (no link, or a rootless one).
 	direct string
 
-	mu   sync.Mutex // guards sess and stop
+	mu   sync.Mutex // guards sess, stop, ctlSocket and kernel
 	sess *yamux.Session
 	stop func() // ends the current session's exec
+	// ctlSocket is the sandbox's control socket, once looked up;
+	// kernel, whether its runsc forwards ports itself, once known.
+	ctlSocket string
+	kernel    kernelForwards
 }
+
+// kernelForwards is whether a sandbox's runsc forwards ports itself.
+type kernelForwards int
+
+const (
+	kernelUnknown kernelForwards = iota
+	kernelYes
+	kernelNo
+)
 
 func (f *forwarder) serve(l PortListener) {
 	var conns sync.WaitGroup
@@ -305,6 +323,9 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 		// on its 127.0.0.1, which the agent reaches.
 		log.G(f.ctx).WithError(err).Debug("port forward: direct dial failed, through the agent")
 	}
+	if f.kernelForward(c, port) {
+		return
+	}
 	st, err := f.open()
 	if err != nil {
 		log.G(f.ctx).WithError(err).Warn("port forward: open a stream into the sandbox")
@@ -322,6 +343,90 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 	defer stop()
 	// TCP and UNIX listeners both give connections that half close.
 	agent.Join(c.(agent.HalfCloser), st)
+}
+
+// kernelForward joins c to port on the sandbox's 127.0.0.1 through the
+// sandbox's own kernel (runsc's port forward, over its control socket):
+// c's bytes go through a socket pair that the sentry copies to and from
+// its TCP connection, and no process of the sandbox takes part. It
+// reports false, leaving c alone, when the sandbox's runsc cannot: then
+// the agent carries this connection and every later one.
+func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
+	f.mu.Lock()
+	sock, known := f.ctlSocket, f.kernel
+	f.mu.Unlock()
+	if known == kernelNo {
+		return false
+	}
+	if sock == "" {
+		var err error
+		if sock, err = f.e.runscFor(f.sb).ControlSocket(f.sb.ID); err != nil {
+			log.G(f.ctx).WithError(err).Warn("port forward")
+			c.Close()
+			return true
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		log.G(f.ctx).WithError(err).Warn("port forward")
+		c.Close()
+		return true
+	}
+	theirs, ours := os.NewFile(uintptr(fds[0]), "port-forward"), os.NewFile(uintptr(fds[1]), "port-forward")
+	sc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		theirs.Close()
+		log.G(f.ctx).WithError(err).Warn("port forward")
+		c.Close()
+		return true
+	}
+	call := func() error {
+		err := runsc.PortForward(f.ctx, sock, f.sb.ID, port, theirs)
+		theirs.Close()
+		var re urpc.RemoteError
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case errors.Is(err, runsc.ErrNoPortForward):
+			f.kernel = kernelNo
+		case err == nil:
+			f.kernel = kernelYes
+			fallthrough
+		case errors.As(err, &re):
+			f.ctlSocket = sock
+		default:
+			f.ctlSocket = "" // not answered: looked up again next time
+		}
+		if err != nil && !errors.Is(err, runsc.ErrNoPortForward) {
+			// Nothing listens on the port, or the sandbox is
+			// gone: the client sees its connection closed, as
+			// with the agent.
+			log.G(f.ctx).WithError(err).Debug("port forward: not connected")
+		}
+		return err
+	}
+	if known == kernelYes {
+		// The client's first bytes go into the socket pair while the
+		// sandbox connects: the sentry finds them there.
+		go func() {
+			if call() != nil {
+				c.Close()
+				sc.Close()
+			}
+		}()
+	} else if err := call(); err != nil {
+		sc.Close()
+		if errors.Is(err, runsc.ErrNoPortForward) {
+			return false
+		}
+		c.Close()
+		return true
+	}
+	stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
+	defer stop()
+	joinConns(c.(agent.HalfCloser), sc.(*net.UnixConn))
+	return true
 }
 
 // joinConns copies between two connections both ways, passing on each

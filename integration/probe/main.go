@@ -56,7 +56,33 @@ func child() (*exec.Cmd, error) {
 	return c, c.Start()
 }
 
+// listenNoAccept listens on 127.0.0.1:port with the smallest backlog and
+// never accepts: once the backlog is full, a connection to it waits.
+// /tmp/listening says it listens.
+func listenNoAccept(port string) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	if err != nil {
+		panic(err)
+	}
+	var p int
+	fmt.Sscan(port, &p)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		panic(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile("/tmp/listening", nil, 0o644); err != nil {
+		panic(err)
+	}
+	select {}
+}
+
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "listen-no-accept" {
+		listenNoAccept(os.Args[2])
+		return
+	}
 	r := map[string]string{}
 	run := func(name string, f func() error) { r[name] = result(f()) }
 

@@ -1,0 +1,150 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// halfClose sends n bytes to addr, ends its writing (a half close) and
+// returns all that comes back.
+func halfClose(addr string, n int) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck // a fresh connection
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		return "", err
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// readAll returns what addr sends before it closes the connection.
+func readAll(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck // a fresh connection
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// checkForwarding checks, through a sandbox's published ports, a server
+// that answers once its client has ended its writing (busybox nc running
+// wc -c, on 9000), a server that speaks first and closes (nc running
+// echo, on 9001), and httpd's files (on 8080), 50 requests at once. nc
+// takes its connections one by one (its backlog is one, and a burst
+// would wait for TCP's retransmissions, as it would on any network).
+func checkForwarding(t *testing.T, e *env, runscFlags []string, id string, hostPorts map[int]int) {
+	t.Helper()
+	e.ok(append(runscFlags, "exec", "-d", id, "--", "nc", "-ll", "-p", "9000", "-e", "wc", "-c")...)
+	e.ok(append(runscFlags, "exec", "-d", id, "--", "nc", "-ll", "-p", "9001", "-e", "echo", "banner")...)
+	sum := e.startHTTPD(id)
+	counted := fmt.Sprintf("127.0.0.1:%d", hostPorts[9000])
+	waitFor(t, func() bool { s, err := halfClose(counted, 1); return err == nil && s == "1\n" })
+	for _, n := range []int{0, 1, 65536, 100000, 3 << 20} {
+		if s, err := halfClose(counted, n); err != nil || strings.TrimSpace(s) != fmt.Sprint(n) {
+			t.Errorf("sent %d bytes and a half close: got %q, %v", n, s, err)
+		}
+		if s, err := readAll(fmt.Sprintf("127.0.0.1:%d", hostPorts[9001])); err != nil || s != "banner\n" {
+			t.Errorf("a server that speaks first: got %q, %v", s, err)
+		}
+	}
+	checkServed(t, fmt.Sprintf("http://127.0.0.1:%d", hostPorts[8080]), id, sum)
+}
+
+// A sandbox with no network is reached through its own kernel: the
+// sentry makes each forwarded connection and copies it, and no process in
+// the sandbox relays it. Half closes pass both ways, large bodies arrive
+// whole, concurrent connections are kept apart. A runsc without
+// tools/runsc/portforward.patch gets the agent's relay instead, with the
+// same results.
+func TestForwardThroughSandboxKernel(t *testing.T) {
+	e := newEnv(t)
+	unpatched := filepath.Join(e.bin, "runsc-unpatched")
+	if _, err := os.Stat(unpatched); err != nil {
+		t.Fatalf("%v (`make test` builds it)", err)
+	}
+	for _, tc := range []struct {
+		name       string
+		runscFlags []string
+		relay      bool // the agent's portmux relays
+	}{
+		{"sbx's runsc", nil, false},
+		{"runsc without the patch", []string{"--runsc", unpatched}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{}, tc.runscFlags...), "create", "--image", "busybox", "--net", "none")
+			for _, p := range []int{9000, 9001, 8080} {
+				args = append(args, "-p", fmt.Sprintf("127.0.0.1:0:%d", p))
+			}
+			id := strings.TrimSpace(e.ok(args...))
+			hostPorts := map[int]int{}
+			for _, p := range e.ports(id).Ports {
+				hostPorts[p.Port] = p.HostPort
+			}
+			checkForwarding(t, e, tc.runscFlags, id, hostPorts)
+			ps := e.ok(append(tc.runscFlags, "exec", id, "--", "ps")...)
+			if relay := strings.Contains(ps, "portmux"); relay != tc.relay {
+				t.Errorf("the agent's relay running: %v, want %v:\n%s", relay, tc.relay, ps)
+			}
+			e.ok("rm", "-f", id)
+			e.assertClean(id)
+		})
+	}
+}
+
+// A hostile server that listens with the smallest backlog and never
+// accepts: forwarded connections pile up against it (the sandbox's kernel
+// answers them with SYN cookies once its backlog is full), and the
+// sandbox's control still answers at once (exec, rm), and rm ends them.
+func TestHostileServerHoldsForwardedConnections(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("--net", "none", "-p", "127.0.0.1:0:7000")
+	hostPort := e.ports(id).Ports[0].HostPort
+	e.ok("cp", buildProbe(t), id+":/probe")
+	e.ok("exec", "-d", id, "--", "/probe", "listen-no-accept", "7000")
+	waitFor(t, func() bool { return e.run(nil, "exec", id, "--", "test", "-e", "/tmp/listening").code == 0 })
+	// The backlog fills; no connection is ever accepted.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 8 {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second) // the forwarder has asked the sandbox for each
+	start := time.Now()
+	done := make(chan result, 1)
+	go func() { done <- e.run(nil, "exec", id, "--", "echo", "answered") }()
+	select {
+	case r := <-done:
+		if r.code != 0 || r.stdout != "answered\n" {
+			t.Fatalf("exec beside waiting forwarded connections: %s", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec did not answer within 30 s while forwarded connections waited")
+	}
+	t.Logf("exec answered in %v", time.Since(start))
+	e.ok("rm", "-f", id)
+	e.assertClean(id)
+}

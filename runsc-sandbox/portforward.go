@@ -1,0 +1,66 @@
+package runsc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"gvisor.dev/gvisor/pkg/unet"
+	"gvisor.dev/gvisor/pkg/urpc"
+)
+
+// ctlPortForward is runsc's port forward under the name
+// tools/runsc/portforward.patch adds: a sentry that has it forwards with
+// --network=none too, passes a half close on, and writes all it reads.
+const ctlPortForward = "containerManager.PortForwardHalfClose"
+
+// ErrNoPortForward is a sandbox whose runsc cannot forward a port itself
+// (a runsc without tools/runsc/portforward.patch).
+var ErrNoPortForward = errors.New("the sandbox's runsc does not forward ports")
+
+// ctlPortForwardArgs is boot.PortForwardOpts: one end of a socket pair,
+// the container, its port.
+type ctlPortForwardArgs struct {
+	urpc.FilePayload
+	ContainerID string
+	Port        uint16
+}
+
+// ControlSocket is the path of the control socket of container id's
+// sandbox.
+func (r *Runsc) ControlSocket(id string) (string, error) {
+	st, err := r.loadCtlState(id)
+	if err != nil {
+		return "", fmt.Errorf("sandbox %s: no control socket: %w", id, err)
+	}
+	return st.Sandbox.ControlSocketPath, nil
+}
+
+// PortForward hands conn, one end of a stream socket pair, to the kernel
+// of the sandbox behind the control socket, which joins it to a new TCP
+// connection to port on the sandbox's 127.0.0.1 and copies between the
+// two in the sentry: no process of the sandbox relays it. It returns once
+// the connection is made; an error names why it was not (nothing
+// listens: connection refused).
+// It gives up when ctx ends: a server that does not accept leaves the
+// connection waiting.
+func PortForward(ctx context.Context, socket, id string, port uint16, conn *os.File) error {
+	s, err := unet.Connect(socket, false)
+	if err != nil {
+		return err
+	}
+	c := urpc.NewClient(s)
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { s.Shutdown() }) //nolint:errcheck // the call fails with it
+	defer stop()
+	err = c.Call(ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var re urpc.RemoteError
+	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
+		return ErrNoPortForward
+	}
+	return err
+}
