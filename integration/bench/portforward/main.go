@@ -149,7 +149,8 @@ func main() {
 		ip    string
 		ports map[int]int // sandbox port → host port
 	}
-	start := func(net string) sandbox {
+	start := func(net string, global ...string) sandbox {
+		sbx := func(root string, args ...string) string { return sbx(root, append(global, args...)...) }
 		id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "--net", net,
 			"-p", fmt.Sprintf("127.0.0.1:0:%d", httpdPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", goPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", loopPort)))
 		var rec struct {
@@ -171,6 +172,9 @@ func main() {
 		return sb
 	}
 	open, none := start("open"), start("none")
+	// The same with a runsc that cannot forward a port itself: the
+	// agent relays.
+	relayed := start("none", "--runsc", filepath.Join(bin, "runsc-unpatched"))
 	if open.ip == "" {
 		benchexit.Fatal("the open sandbox has no address")
 	}
@@ -191,15 +195,16 @@ func main() {
 	// in between; -p of the open sandbox (direct), of its server on
 	// 127.0.0.1 (the agent, after a refused direct dial), of the none
 	// sandbox (the agent).
-	cols := []string{"host loopback", "sandbox address, no sbx", "`-p`, open", "`-p`, open, server on 127.0.0.1", "`-p`, none"}
+	cols := []string{"host loopback", "sandbox address, no sbx", "`-p`, open", "`-p`, open, server on 127.0.0.1", "`-p`, none", "`-p`, none, through the agent"}
 	goURLs := []string{
 		"http://" + l.Addr().String(),
 		fmt.Sprintf("http://%s:%d", open.ip, goPort),
 		host(open, goPort),
 		host(open, loopPort),
 		host(none, goPort),
+		host(relayed, goPort),
 	}
-	httpdURLs := []string{"", fmt.Sprintf("http://%s:%d", open.ip, httpdPort), host(open, httpdPort), "", host(none, httpdPort)}
+	httpdURLs := []string{"", fmt.Sprintf("http://%s:%d", open.ip, httpdPort), host(open, httpdPort), "", host(none, httpdPort), host(relayed, httpdPort)}
 	for _, u := range append(slices.Clone(goURLs), httpdURLs...) {
 		if u == "" {
 			continue
@@ -236,8 +241,9 @@ func main() {
 		"The server is a Go file server (this program, with `-serve`), on the host for *host loopback* and in busybox sandboxes for the others; the last row is busybox `httpd`, which forks a process per connection. "+
 		"*Sandbox address, no sbx*: the open sandbox's own address dialled from the host, what the direct path adds to is this. "+
 		"*`-p`, open*: `--net open`, the forwarder dials the sandbox's address. "+
-		"*`-p`, open, server on 127.0.0.1*: a server the sandbox's address does not reach: the dial is refused, and the connection goes through the agent. "+
-		"*`-p`, none*: `--net none`, through the agent (one yamux session over one exec of the agent, made on the sandbox's control socket and shared by every connection). "+
+		"*`-p`, open, server on 127.0.0.1*: a server the sandbox's address does not reach: the dial is refused, and the sandbox's kernel makes the connection, as for *none*. "+
+		"*`-p`, none*: `--net none`, through the sandbox's kernel: for each connection one call on the sandbox's control socket hands the sentry one end of a socket pair, and the sentry connects to the port on its 127.0.0.1 and copies between the two (runsc's port forward, docs/decisions/0033). "+
+		"*`-p`, none, through the agent*: the same with the pinned runsc built without sbx's patches (`bin/runsc-unpatched`), which cannot forward with `--net none`: the agent relays (one yamux session over one exec of the agent, shared by every connection), as every `none` sandbox did before 0033. "+
 		"The figures inside a sandbox include gVisor's netstack. The machine is shared: compare columns, not runs.\n\n")
 	fmt.Fprintf(&b, "| measure | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	row := func(name string, ds [][]time.Duration, have []string, f func([]time.Duration) string) {
