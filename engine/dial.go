@@ -6,10 +6,12 @@ import (
 	"net"
 )
 
-// PortDialer opens TCP connections to ports inside one running sandbox,
-// through its agent (the same path as published ports), so it works in
-// every network mode, none included. It keeps one agent session open for
-// all its connections; Close ends it. It is safe for concurrent use.
+// PortDialer opens TCP connections to ports on the 127.0.0.1 of one
+// running sandbox, by the same path as published ports: through the
+// sandbox's kernel, or with a runsc that cannot, its agent. It works in
+// every network mode, none included. With the agent it keeps one session
+// open for all its connections; Close ends it. It is safe for concurrent
+// use.
 type PortDialer struct {
 	f      *forwarder
 	cancel context.CancelFunc
@@ -26,9 +28,17 @@ func (e *Engine) PortDialer(ctx context.Context, ref string) (*PortDialer, error
 	return &PortDialer{f: &forwarder{e: e, sb: sb, ctx: ctx}, cancel: cancel}, nil
 }
 
-// Dial connects to port inside the sandbox. A port nobody listens on
-// gives a connection that the sandbox's side closes at once.
+// Dial connects to port inside the sandbox, through the sandbox's kernel
+// (an error if nobody listens on it) or, with a runsc that cannot, through
+// its agent (a connection that the sandbox's side closes at once if
+// nobody listens).
 func (d *PortDialer) Dial(port uint16) (net.Conn, error) {
+	if c, ok, err := d.f.kernelConn(port, nil); ok {
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	st, err := d.f.open()
 	if err != nil {
 		return nil, err

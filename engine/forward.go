@@ -346,41 +346,60 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 }
 
 // kernelForward joins c to port on the sandbox's 127.0.0.1 through the
-// sandbox's own kernel (runsc's port forward, over its control socket):
-// c's bytes go through a socket pair that the sentry copies to and from
-// its TCP connection, and no process of the sandbox takes part. It
-// reports false, leaving c alone, when the sandbox's runsc cannot: then
-// the agent carries this connection and every later one.
+// sandbox's own kernel (kernelConn). It reports false, leaving c alone,
+// when the sandbox's runsc cannot: then the agent carries this
+// connection and every later one.
 func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
+	sc, ok, err := f.kernelConn(port, func() { c.Close() })
+	if !ok {
+		return false
+	}
+	if err != nil {
+		// Nothing listens on the port, or the sandbox is gone: the
+		// client sees its connection closed, as with the agent.
+		c.Close()
+		return true
+	}
+	stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
+	defer stop()
+	joinConns(c.(agent.HalfCloser), sc)
+	return true
+}
+
+// kernelConn connects to port on the sandbox's 127.0.0.1 through the
+// sandbox's own kernel (runsc's port forward, over its control socket)
+// and returns the host's end: the sandbox's end of a socket pair is
+// handed to the sentry, which connects and copies between the two on its
+// own goroutines; no process of the sandbox takes part. ok is false when
+// the sandbox's runsc cannot (nothing was done). With failed set, once
+// the sandbox has forwarded a connection, it returns before the sandbox
+// has connected, so that the first bytes wait in the pair; failed runs
+// (and the connection closes) if it does not.
+func (f *forwarder) kernelConn(port uint16, failed func()) (sc *net.UnixConn, ok bool, err error) {
 	f.mu.Lock()
 	sock, known := f.ctlSocket, f.kernel
 	f.mu.Unlock()
 	if known == kernelNo {
-		return false
+		return nil, false, nil
 	}
 	if sock == "" {
-		var err error
 		if sock, err = f.e.runscFor(f.sb).ControlSocket(f.sb.ID); err != nil {
 			log.G(f.ctx).WithError(err).Warn("port forward")
-			c.Close()
-			return true
+			return nil, true, err
 		}
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		log.G(f.ctx).WithError(err).Warn("port forward")
-		c.Close()
-		return true
+		return nil, true, err
 	}
 	theirs, ours := os.NewFile(uintptr(fds[0]), "port-forward"), os.NewFile(uintptr(fds[1]), "port-forward")
-	sc, err := net.FileConn(ours)
+	c, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
 		theirs.Close()
-		log.G(f.ctx).WithError(err).Warn("port forward")
-		c.Close()
-		return true
+		return nil, true, err
 	}
+	sc = c.(*net.UnixConn)
 	call := func() error {
 		err := runsc.PortForward(f.ctx, sock, f.sb.ID, port, theirs)
 		theirs.Close()
@@ -399,34 +418,24 @@ func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
 			f.ctlSocket = "" // not answered: looked up again next time
 		}
 		if err != nil && !errors.Is(err, runsc.ErrNoPortForward) {
-			// Nothing listens on the port, or the sandbox is
-			// gone: the client sees its connection closed, as
-			// with the agent.
 			log.G(f.ctx).WithError(err).Debug("port forward: not connected")
 		}
 		return err
 	}
-	if known == kernelYes {
-		// The client's first bytes go into the socket pair while the
-		// sandbox connects: the sentry finds them there.
+	if known == kernelYes && failed != nil {
 		go func() {
 			if call() != nil {
-				c.Close()
 				sc.Close()
+				failed()
 			}
 		}()
-	} else if err := call(); err != nil {
-		sc.Close()
-		if errors.Is(err, runsc.ErrNoPortForward) {
-			return false
-		}
-		c.Close()
-		return true
+		return sc, true, nil
 	}
-	stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
-	defer stop()
-	joinConns(c.(agent.HalfCloser), sc.(*net.UnixConn))
-	return true
+	if err := call(); err != nil {
+		sc.Close()
+		return nil, !errors.Is(err, runsc.ErrNoPortForward), err
+	}
+	return sc, true, nil
 }
 
 // joinConns copies between two connections both ways, passing on each

@@ -11,8 +11,8 @@ import (
 )
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to port
-// inside sandbox id, through the sandbox's agent: a port preview works in
-// every network mode, none included.
+// inside sandbox id, through the sandbox's kernel (engine.PortDialer): a
+// port preview works in every network mode, none included.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port uint16) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -36,8 +36,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 	rp.ServeHTTP(w, r)
 }
 
-// dial connects to port in sandbox id over the server's one agent session
-// for that sandbox, started on first use.
+// dial connects to port in sandbox id with the server's one dialer for
+// that sandbox, made on first use.
 func (s *Server) dial(id string, port uint16) (net.Conn, error) {
 	if s.kube != nil {
 		return s.kube.dialPort(s.stopCtx, id, port)
@@ -55,8 +55,9 @@ func (s *Server) dial(id string, port uint16) (net.Conn, error) {
 	s.dialMu.Unlock()
 	c, err := d.Dial(port)
 	if err != nil {
-		// The session may have ended with a pause or a restart of the
-		// agent: drop it so the next request starts another.
+		// The sandbox may have been paused and resumed (a new
+		// control socket, a new agent): drop the dialer so the next
+		// request makes another.
 		s.dialMu.Lock()
 		if s.dialers[id] == d {
 			delete(s.dialers, id)
