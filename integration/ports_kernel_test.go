@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -66,6 +67,33 @@ func checkForwarding(t *testing.T, e *env, runscFlags []string, id string, hostP
 	checkServed(t, fmt.Sprintf("http://127.0.0.1:%d", hostPorts[8080]), id, sum)
 }
 
+// checkOpenAcrossCheckpoints holds a forwarded connection open (to nc
+// running wc -c, which waits for its end) while the sandbox is forked,
+// then paused: both succeed, the pause ends the connection, and the port
+// answers again after the resume.
+func checkOpenAcrossCheckpoints(t *testing.T, e *env, runscFlags []string, id, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("open")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // made inside the sandbox
+	for _, copyID := range strings.Fields(e.ok(append(runscFlags, "fork", id)...)) {
+		defer e.run(nil, "rm", "-f", copyID)
+	}
+	e.ok(append(runscFlags, "pause", id)...)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // a live connection
+	if _, err := c.Read(make([]byte, 16)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a forwarded connection open across a pause: read %v, want its end", err)
+	}
+	e.ok(append(runscFlags, "resume", id)...)
+	waitFor(t, func() bool { s, err := halfClose(addr, 5); return err == nil && s == "5\n" })
+}
+
 // A sandbox with no network is reached through its own kernel: the
 // sentry makes each forwarded connection and copies it, and no process in
 // the sandbox relays it. Half closes pass both ways, large bodies arrive
@@ -101,6 +129,7 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 			if relay := strings.Contains(ps, "portmux"); relay != tc.relay {
 				t.Errorf("the agent's relay running: %v, want %v:\n%s", relay, tc.relay, ps)
 			}
+			checkOpenAcrossCheckpoints(t, e, tc.runscFlags, id, fmt.Sprintf("127.0.0.1:%d", hostPorts[9000]))
 			e.ok("rm", "-f", id)
 			e.assertClean(id)
 		})
