@@ -137,9 +137,10 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 }
 
 // A hostile server that listens with the smallest backlog and never
-// accepts: forwarded connections pile up against it (the sandbox's kernel
-// answers them with SYN cookies once its backlog is full), and the
-// sandbox's control still answers at once (exec, rm), and rm ends them.
+// accepts: once its backlog is full, the sandbox's kernel drops the SYNs
+// of the forwarded connections that follow, and their connects wait.
+// The sandbox's control still answers at once (exec, rm), and rm ends
+// them.
 func TestHostileServerHoldsForwardedConnections(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("--net", "none", "-p", "127.0.0.1:0:7000")
@@ -154,14 +155,14 @@ func TestHostileServerHoldsForwardedConnections(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for range 8 {
+	for range 16 {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
 	}
-	time.Sleep(time.Second) // the forwarder has asked the sandbox for each
+	time.Sleep(2 * time.Second) // the forwarder has asked the sandbox for each
 	start := time.Now()
 	done := make(chan result, 1)
 	go func() { done <- e.run(nil, "exec", id, "--", "echo", "answered") }()

@@ -75,7 +75,11 @@ func listenNoAccept(port string) {
 	if err := os.WriteFile("/tmp/listening", nil, 0o644); err != nil {
 		panic(err)
 	}
-	select {}
+	for {
+		// Not select {}: the runtime would end a program with no
+		// goroutine that can run.
+		unix.Pause()
+	}
 }
 
 func main() {
