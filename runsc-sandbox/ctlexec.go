@@ -1,6 +1,7 @@
 package runsc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -119,13 +120,28 @@ func (r *Runsc) loadCtlState(id string) (*ctlState, error) {
 
 // ctlCall makes one call on its own connection, as runsc does.
 func ctlCall(socket, method string, arg, result any) error {
+	return ctlCallContext(context.Background(), socket, method, arg, result)
+}
+
+// ctlCallContext is ctlCall that gives up when ctx ends (ctx's error).
+func ctlCallContext(ctx context.Context, socket, method string, arg, result any) error {
 	s, err := unet.Connect(socket, false)
 	if err != nil {
 		return err
 	}
 	c := urpc.NewClient(s)
 	defer c.Close()
-	return c.Call(method, arg, result)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { s.Shutdown() }) //nolint:errcheck // the call fails with it
+		defer stop()
+	}
+	if err := c.Call(method, arg, result); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	return nil
 }
 
 // capMask turns capability names into a mask; CAP_NET_RAW is left out, as

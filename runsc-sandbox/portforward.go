@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"gvisor.dev/gvisor/pkg/unet"
 	"gvisor.dev/gvisor/pkg/urpc"
 )
 
@@ -46,18 +45,7 @@ func (r *Runsc) ControlSocket(id string) (string, error) {
 // It gives up when ctx ends: a server that does not accept leaves the
 // connection waiting.
 func PortForward(ctx context.Context, socket, id string, port uint16, conn *os.File) error {
-	s, err := unet.Connect(socket, false)
-	if err != nil {
-		return err
-	}
-	c := urpc.NewClient(s)
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { s.Shutdown() }) //nolint:errcheck // the call fails with it
-	defer stop()
-	err = c.Call(ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+	err := ctlCallContext(ctx, socket, ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
 	var re urpc.RemoteError
 	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
 		return ErrNoPortForward

@@ -74,7 +74,6 @@ func (s *service) sandboxExited(root *container, status int) {
 	// An OOM kill of the sandbox's cgroup is every container's OOM:
 	// they share one gVisor kernel and its memory.
 	oom := pd != nil && oomKills(pd.oomCgroup) > pd.oomBase
-	var ended []*process
 	for _, p := range others {
 		if p.getState() == stateCreated {
 			continue
@@ -83,20 +82,11 @@ func (s *service) sandboxExited(root *container, status int) {
 			s.send(&eventstypes.TaskOOM{ContainerID: p.cid})
 		}
 		s.processExited(p, exitLost)
-		ended = append(ended, p)
 	}
 	// An exit that its own waiter recorded first is published by that
 	// waiter once the output is drained: wait for it (up to a drain's
 	// time), so that it still comes before the sandbox's.
-	deadline := time.After(ioDrain + time.Second)
-wait:
-	for _, p := range ended {
-		select {
-		case <-p.done:
-		case <-deadline:
-			break wait
-		}
-	}
+	waitPublished(others, ioDrain+time.Second)
 	if oom {
 		s.send(&eventstypes.TaskOOM{ContainerID: root.id})
 	}

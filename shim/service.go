@@ -427,13 +427,19 @@ func (s *service) startSubcontainer(ctx context.Context, r *runsc.Runsc, c *cont
 // waitExecs gives c's exec'd processes up to d to report their exits, so
 // that they are published before the init's.
 func (s *service) waitExecs(c *container, d time.Duration) {
+	waitPublished(s.execsOf(c), d)
+}
+
+// waitPublished gives the started processes of ps up to d in all to have
+// their exits published.
+func waitPublished(ps []*process, d time.Duration) {
 	deadline := time.After(d)
-	for _, e := range s.execsOf(c) {
-		if e.getState() == stateCreated {
+	for _, p := range ps {
+		if p.getState() == stateCreated {
 			continue
 		}
 		select {
-		case <-e.done:
+		case <-p.done:
 		case <-deadline:
 			return
 		}
