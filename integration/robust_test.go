@@ -319,12 +319,18 @@ func TestRunRmBrokenPipe(t *testing.T) {
 	for _, c := range []struct {
 		name, script   string
 		stderr, socket bool
+		// full: the reader goes once sbx's write waits for room in
+		// its buffer. A socket's reader that goes with data unread
+		// then fails that write with ECONNRESET, not EPIPE.
+		full bool
 	}{
-		{"stdout", "yes", false, false},
-		{"stderr", "yes >&2", true, false},
+		{"stdout", "yes", false, false, false},
+		{"stderr", "yes >&2", true, false, false},
 		// A socket is copied to, not spliced into (libuv gives a child
 		// one for its stdio).
-		{"stdout, a socket", "yes", false, true},
+		{"stdout, a socket", "yes", false, true, false},
+		{"stdout, a full socket", "yes", false, true, true},
+		{"stdout, a full pipe", "yes", false, false, true},
 	} {
 		cmd := e.cmd(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", c.script)
 		var out io.ReadCloser
@@ -355,6 +361,10 @@ func TestRunRmBrokenPipe(t *testing.T) {
 		buf := make([]byte, 2)
 		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "y\n" {
 			t.Fatalf("%s: first output %q, %v", c.name, buf, err)
+		}
+		if c.full {
+			// yes fills the buffer in far less.
+			time.Sleep(500 * time.Millisecond)
 		}
 		out.Close()
 		done := make(chan error, 1)

@@ -250,9 +250,25 @@ func (p *Pipes) copyOut(w io.Writer, r *os.File) {
 			return
 		}
 	}
-	if _, err := io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf)); errors.Is(err, unix.EPIPE) && ownStdio(w) {
-		r.Close() // as splice does
+	_, err := io.CopyBuffer(noReadFrom{w}, progressReader{r, &p.lastRead}, make([]byte, copyBuf))
+	if !ownStdio(w) || !readerGone(err) {
+		return
 	}
+	r.Close() // as splice does
+	if errors.Is(err, unix.ECONNRESET) {
+		// The socket's reader went with data unread: the kernel
+		// reports that once, with no SIGPIPE, and EPIPE (which os
+		// turns into SIGPIPE) from then on, as splice's write does.
+		w.Write([]byte{0}) //nolint:errcheck // it fails: nothing reads w
+	}
+}
+
+// readerGone tells whether a write's error err means that nothing reads
+// what is written any more: a pipe's or a socket's reader has gone. A
+// socket whose reader closed it with data unread fails one write with
+// ECONNRESET first.
+func readerGone(err error) bool {
+	return errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
 }
 
 // ownStdio tells whether w is this process's stdout or stderr. When its
