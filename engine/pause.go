@@ -198,7 +198,11 @@ func (e *Engine) finishPause(ctx context.Context, sb *record) error {
 	}
 	sb.Pid, sb.PidStart, sb.Deadline = 0, 0, nil
 	sb.WatchdogPid, sb.WatchdogStart = 0, 0
-	sb.FinisherPid, sb.FinisherStart = 0, 0
+	// The finisher stays recorded (destroyRuntime has ended any other):
+	// once this returns, it still checksums the checkpoint
+	// (FinishPause), and whoever removes the sandbox meanwhile must end
+	// it first (stopFinisher). Once it has ended, its PID and start time
+	// name no process.
 	sb.Teardown = false
 	return e.save(sb)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/engine"
 	"sbx.dev/sbx/overlay"
 )
 
@@ -524,6 +525,50 @@ func TestPauseThenRemoveAtOnce(t *testing.T) {
 			t.Fatalf("%s right after a pause left checkpoints %v", verb, m)
 		}
 	}
+}
+
+// A pause's detached end (docs/decisions/0029) still checksums the
+// checkpoint after it has removed the sandbox's runtime: a rm meanwhile
+// ends it too, and leaves nothing.
+func TestRemoveWhilePauseChecksums(t *testing.T) {
+	e := newEnv(t)
+	for try := 1; ; try++ {
+		id := e.create()
+		// 512 MiB to checksum take the finisher far longer than the
+		// runtime's removal.
+		e.ok("exec", id, "--", "sh", "-c", "head -c 536870912 /dev/urandom > /tmp/resident")
+		e.ok("pause", id)
+		caught := waitChecksumOnly(e, id)
+		e.ok("rm", "-f", id)
+		e.assertClean(id)
+		if caught {
+			return
+		}
+		if try == 3 {
+			t.Fatal("three times, the pause's end had finished before its runtime was seen removed")
+		}
+	}
+}
+
+// waitChecksumOnly waits until paused sandbox id's runtime state is gone
+// while the process that ends its pause still runs, and reports whether
+// it saw that.
+func waitChecksumOnly(e *env, id string) bool {
+	e.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		finisher := false
+		for _, p := range processesMentioning(id) {
+			finisher = finisher || strings.Contains(p, engine.FinishPauseCommand)
+		}
+		if !finisher {
+			return false
+		}
+		if m, _ := filepath.Glob(filepath.Join(e.root, "runsc", id+"*")); len(m) == 0 {
+			return true
+		}
+	}
+	e.t.Fatalf("the pause of %s was still ending after 10 s", id)
+	return false
 }
 
 // A paused sandbox survives everything of the host's runtime state going
