@@ -110,11 +110,22 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 		name       string
 		runscFlags []string
 		relay      bool // the agent's portmux relays
+		// deep: a root whose control sockets' paths are too long for a
+		// socket address, which runsc reaches through /proc.
+		deep bool
 	}{
-		{"sbx's runsc", nil, false},
-		{"runsc without the patch", []string{"--runsc", unpatched}, true},
+		{"sbx's runsc", nil, false, false},
+		{"sbx's runsc, a deep root", nil, false, true},
+		{"runsc without the patch", []string{"--runsc", unpatched}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e
+			if tc.deep {
+				d := *e
+				d.root = filepath.Join(e.root, strings.Repeat("d", 120))
+				e = &d
+				t.Cleanup(e.removeAll)
+			}
 			args := append(append([]string{}, tc.runscFlags...), "create", "--image", "busybox", "--net", "none")
 			for _, p := range []int{9000, 9001, 8080} {
 				args = append(args, "-p", fmt.Sprintf("127.0.0.1:0:%d", p))

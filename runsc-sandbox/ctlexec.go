@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -125,7 +126,7 @@ func ctlCall(socket, method string, arg, result any) error {
 
 // ctlCallContext is ctlCall that gives up when ctx ends (ctx's error).
 func ctlCallContext(ctx context.Context, socket, method string, arg, result any) error {
-	s, err := unet.Connect(socket, false)
+	s, err := ctlConnect(socket)
 	if err != nil {
 		return err
 	}
@@ -142,6 +143,21 @@ func ctlCallContext(ctx context.Context, socket, method string, arg, result any)
 		return err
 	}
 	return nil
+}
+
+// ctlConnect connects to the control socket at path. A path too long for
+// a socket address (a deep --root) is reached as runsc reaches it: through
+// /proc's name for a descriptor of the socket file.
+func ctlConnect(path string) (*unet.Socket, error) {
+	if len(path) < linux.UnixPathMax {
+		return unet.Connect(path, false)
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return unet.Connect("/proc/self/fd/"+strconv.Itoa(fd), false)
 }
 
 // capMask turns capability names into a mask; CAP_NET_RAW is left out, as

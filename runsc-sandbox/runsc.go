@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"gvisor.dev/gvisor/pkg/unet"
 	"gvisor.dev/gvisor/pkg/urpc"
 )
 
@@ -600,7 +599,7 @@ func (r *Runsc) TarRootfsUpperTo(ctx context.Context, id string, w *os.File) err
 	if err != nil {
 		return err
 	}
-	s, err := unet.Connect(st.Sandbox.ControlSocketPath, false)
+	s, err := ctlConnect(st.Sandbox.ControlSocketPath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoControl, err)
 	}
