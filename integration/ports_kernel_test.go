@@ -119,13 +119,13 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 		{"runsc without the patch", []string{"--runsc", unpatched}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := e
+			sub := *e
+			sub.t = t
 			if tc.deep {
-				d := *e
-				d.root = filepath.Join(e.root, strings.Repeat("d", 120))
-				e = &d
-				t.Cleanup(e.removeAll)
+				sub.root = filepath.Join(e.root, strings.Repeat("d", 120))
+				t.Cleanup(sub.removeAll)
 			}
+			e := &sub
 			args := append(append([]string{}, tc.runscFlags...), "create", "--image", "busybox", "--net", "none")
 			for _, p := range []int{9000, 9001, 8080} {
 				args = append(args, "-p", fmt.Sprintf("127.0.0.1:0:%d", p))
