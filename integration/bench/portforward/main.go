@@ -245,7 +245,7 @@ func main() {
 		"*`-p`, none*: `--net none`, through the sandbox's kernel: for each connection one call on the sandbox's control socket hands the sentry one end of a socket pair, and the sentry connects to the port on its 127.0.0.1 and copies between the two (runsc's port forward, docs/decisions/0033). "+
 		"*`-p`, none, through the agent*: the same with the pinned runsc built without sbx's patches (`bin/runsc-unpatched`), which cannot forward with `--net none`: the agent relays (one yamux session over one exec of the agent, shared by every connection), as every `none` sandbox did before 0033. "+
 		"The figures inside a sandbox include gVisor's netstack. "+
-		"A request into a sandbox right after one into another sandbox pays for waking it (about 0.2 ms here): in each round, *sandbox address, no sbx* and *`-p`, none* come first into their sandboxes, and *`-p`, open* and its server on 127.0.0.1 follow one into the same sandbox, so compare *none* with the sandbox's address. "+
+		"A request into a sandbox right after one into another sandbox pays for waking it: in each round, *sandbox address, no sbx* and *`-p`, none* come first into their sandboxes, and *`-p`, open* and its server on 127.0.0.1 follow one into the same sandbox, so compare *none* with the sandbox's address. "+
 		"The machine is shared: compare columns, not runs.\n\n")
 	fmt.Fprintf(&b, "| measure | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	row := func(name string, ds [][]time.Duration, have []string, f func([]time.Duration) string) {
