@@ -41,8 +41,8 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 # (0031); portforward.patch, runsc's port forward works with
 # --network=none, passes a half close on, writes all it reads, misses no
 # wake-up, does not hold the sandbox's other control calls while it
-# connects, and ends its connections before a checkpoint, under a name of
-# the call that says so (0033).
+# connects, and ends its connections before a checkpoint and starts none
+# during one, under a name of the call that says so (0033).
 # The module is vendored in a scratch copy to apply them; the module cache
 # stays untouched.
 RUNSC_PATCHES := $(sort $(wildcard tools/runsc/*.patch))

@@ -186,6 +186,22 @@ func TestHostileServerHoldsForwardedConnections(t *testing.T) {
 		t.Fatal("exec did not answer within 30 s while forwarded connections waited")
 	}
 	t.Logf("exec answered in %v", time.Since(start))
+	// A checkpoint while the connects wait: they end, the fork and the
+	// pause succeed, and the sandbox and its copy answer afterwards.
+	copies := strings.Fields(e.ok("fork", id))
+	for _, c := range copies {
+		defer e.run(nil, "rm", "-f", c)
+	}
+	if len(copies) != 1 {
+		t.Fatalf("fork: got copies %q", copies)
+	}
+	e.ok("pause", id)
+	e.ok("resume", id)
+	for _, s := range []string{id, copies[0]} {
+		if out := e.ok("exec", s, "--", "echo", "answered"); out != "answered\n" {
+			t.Errorf("exec into %s after the checkpoint: %q", s, out)
+		}
+	}
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
 }

@@ -163,6 +163,11 @@ func (e *Error) Error() string {
 	if msg == "" {
 		msg = e.Err.Error()
 	}
+	// A failure the sentry recovered from carries the goroutine's stack
+	// after its message (a panic while a checkpoint is encoded, say).
+	if i := strings.Index(msg, ":\ngoroutine "); i >= 0 {
+		msg = msg[:i]
+	}
 	// runsc prefixes some messages with a timestamped log header; keep the
 	// last line, which carries the error.
 	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {

@@ -309,3 +309,20 @@ func TestRunscEnvKeepsOnlyWhatRunscReads(t *testing.T) {
 		t.Errorf("runscEnv without PATH = %q, want only a default PATH", env)
 	}
 }
+
+// What runsc printed is cut to the line that says what failed.
+func TestErrorMessage(t *testing.T) {
+	for _, tc := range []struct{ stderr, want string }{
+		{"sandbox is not running\n", "runsc kill: sandbox is not running"},
+		{"I1201 08:44:02.000000   1 main.go:1] starting\nloading container: file does not exist\n", "runsc kill: loading container: file does not exist"},
+		{"checkpoint failed: checkpointing container \"c\": encoding error: type \"waiter.ChannelNotifier\" is not known:\n" +
+			"goroutine 190 [running]:\ngvisor.dev/gvisor/pkg/state.safely.func1()\n\tgvisor.dev/gvisor/pkg/state/state.go:309 +0x19e\n" +
+			"gvisor.dev/gvisor/pkg/urpc.(*Server).handleOne(...)\n\tgvisor.dev/gvisor/pkg/urpc/urpc.go:472 +0x6b\n",
+			"runsc kill: checkpoint failed: checkpointing container \"c\": encoding error: type \"waiter.ChannelNotifier\" is not known"},
+	} {
+		e := &Error{Sub: "kill", Status: 1, Stderr: tc.stderr, Err: errors.New("exit status 1")}
+		if got := e.Error(); got != tc.want {
+			t.Errorf("stderr %q: got %q, want %q", tc.stderr, got, tc.want)
+		}
+	}
+}
