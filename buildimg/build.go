@@ -79,6 +79,7 @@ func (b *Builder) Build(ctx context.Context, o Options) (img overlay.Image, err 
 		return img, err
 	}
 	addr := b.Addr
+	var opts []client.ClientOpt
 	if addr == "" {
 		release, err := b.Daemon.Acquire(ctx)
 		if err != nil {
@@ -86,6 +87,7 @@ func (b *Builder) Build(ctx context.Context, o Options) (img overlay.Image, err 
 		}
 		defer release()
 		addr = b.Daemon.Addr()
+		opts = append(opts, client.WithContextDialer(b.Daemon.Dial))
 	}
 	cs, releaseStore, err := b.Store.Content()
 	if err != nil {
@@ -93,7 +95,7 @@ func (b *Builder) Build(ctx context.Context, o Options) (img overlay.Image, err 
 	}
 	defer releaseStore()
 
-	c, err := client.New(ctx, addr)
+	c, err := client.New(ctx, addr, opts...)
 	if err != nil {
 		return img, fmt.Errorf("connect to buildkitd at %s: %w", addr, err)
 	}

@@ -43,11 +43,39 @@ type Daemon struct {
 	Idle time.Duration
 }
 
-func (d *Daemon) path(name string) string { return filepath.Join(d.Dir, name) }
-func (d *Daemon) socket() string          { return d.path("buildkitd.sock") }
+// socketName is the daemon's socket in Dir. buildkitd, run in Dir, listens
+// on it by this relative name, so that no Dir is too deep for a socket
+// address.
+const socketName = "buildkitd.sock"
 
-// Addr is the daemon's address as BuildKit's client takes it.
+func (d *Daemon) path(name string) string { return filepath.Join(d.Dir, name) }
+func (d *Daemon) socket() string          { return d.path(socketName) }
+
+// Addr is the daemon's address as BuildKit's client takes it. A client
+// dials it with Dial: a deep Dir makes it too long to dial by its name.
 func (d *Daemon) Addr() string { return "unix://" + d.socket() }
+
+// Dial connects to the daemon's socket; a BuildKit client takes it as
+// its dialer (client.WithContextDialer).
+func (d *Daemon) Dial(ctx context.Context, _ string) (net.Conn, error) {
+	return dialUnix(ctx, d.socket())
+}
+
+// dialUnix connects to the unix socket at path. A path too long for a
+// socket address is reached through /proc's name for a descriptor of the
+// socket file.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var dialer net.Dialer
+	if len(path) < len(unix.RawSockaddrUnix{}.Path) {
+		return dialer.DialContext(ctx, "unix", path)
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "dial", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	return dialer.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+}
 
 func (d *Daemon) idle() time.Duration {
 	if d.Idle > 0 {
@@ -110,7 +138,9 @@ func (d *Daemon) Check() error {
 
 // answers reports whether something accepts connections on the socket.
 func (d *Daemon) answers() bool {
-	c, err := net.DialTimeout("unix", d.socket(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := d.Dial(ctx, "")
 	if err != nil {
 		return false
 	}
@@ -256,7 +286,7 @@ func Supervise(ctx context.Context, d Daemon) error {
 
 	args := []string{d.Buildkitd,
 		"--root", d.path("state"),
-		"--addr", d.Addr(),
+		"--addr", "unix://" + socketName,
 		"--group", "0",
 		"--containerd-worker=false",
 		"--oci-worker=true",
@@ -291,6 +321,7 @@ func Supervise(ctx context.Context, d Daemon) error {
 		}
 	}
 	cmd.Env = append(os.Environ(), worker.Env()...)
+	cmd.Dir = d.Dir // where its socket's relative name is
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := start(); err != nil {
 		return fmt.Errorf("start buildkitd: %w", err)

@@ -123,9 +123,14 @@ func TestImageBuild(t *testing.T) {
 	}
 }
 
-// The daemon sbx starts for builds stops by itself once idle.
+// The daemon sbx starts for builds stops by itself once idle. Its root is
+// deep: the daemon's socket there is too long for a socket address.
 func TestImageBuildDaemonIdles(t *testing.T) {
 	e := newEnv(t)
+	e.root = filepath.Join(e.root, strings.Repeat("d", 120)) // e's cleanup reads it
+	if sock := filepath.Join(e.root, "buildkit", "buildkitd.sock"); len(sock) < 108 {
+		t.Fatalf("%s: not too long for a socket address", sock)
+	}
 	e.extra = append(e.extra, "SBX_BUILDKIT_IDLE=2s")
 	e.ok("image", "import", "busybox", filepath.Join(e.bin, "images", "busybox.tar"))
 	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM busybox\nRUN echo idle > /f\n"})
