@@ -312,10 +312,14 @@ func TestFullDiskCreate(t *testing.T) {
 }
 
 // `sbx run --rm ... | head -1`: the reader of the command's output goes
-// first. The command's writes fail and it ends, its sandbox is removed,
-// and sbx then ends by SIGPIPE, as a pipeline's writer does.
+// first. If the command writes more, its writes fail and it ends, its
+// sandbox is removed, and sbx then ends by SIGPIPE, as a pipeline's writer
+// does. If it writes nothing more, nothing was lost: sbx exits with the
+// command's status, as the command would in a pipeline
+// (`sh -c 'echo y; sleep 1' | head -1` exits 0). `sbx exec` alike.
 func TestRunRmBrokenPipe(t *testing.T) {
 	e := newEnv(t)
+	running := e.create()
 	for _, c := range []struct {
 		name, script   string
 		stderr, socket bool
@@ -323,66 +327,82 @@ func TestRunRmBrokenPipe(t *testing.T) {
 		// its buffer. A socket's reader that goes with data unread
 		// then fails that write with ECONNRESET, not EPIPE.
 		full bool
+		// lost: the command writes after the reader has gone.
+		lost bool
 	}{
-		{"stdout", "yes", false, false, false},
-		{"stderr", "yes >&2", true, false, false},
+		{"stdout", "yes", false, false, false, true},
+		{"stderr", "yes >&2", true, false, false, true},
 		// A socket is copied to, not spliced into (libuv gives a child
 		// one for its stdio).
-		{"stdout, a socket", "yes", false, true, false},
-		{"stdout, a full socket", "yes", false, true, true},
-		{"stdout, a full pipe", "yes", false, false, true},
+		{"stdout, a socket", "yes", false, true, false, true},
+		{"stdout, a full socket", "yes", false, true, true, true},
+		{"stdout, a full pipe", "yes", false, false, true, true},
+		{"stdout, all read", "echo y; sleep 1", false, false, false, false},
+		{"stderr, all read", "echo y >&2; sleep 1", true, false, false, false},
+		{"stdout, a socket, all read", "echo y; sleep 1", false, true, false, false},
 	} {
-		cmd := e.cmd(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", c.script)
-		var out io.ReadCloser
-		var err error
-		switch {
-		case c.socket:
-			fds, serr := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-			if serr != nil {
-				t.Fatal(serr)
+		for _, verb := range [][]string{{"run", "--rm", "--image", "busybox"}, {"exec", running}} {
+			name := verb[0] + ", " + c.name
+			cmd := e.cmd(nil, append(verb, "--", "sh", "-c", c.script)...)
+			var out io.ReadCloser
+			var err error
+			switch {
+			case c.socket:
+				fds, serr := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				theirs := os.NewFile(uintptr(fds[1]), "stdout")
+				cmd.Stdout, out = theirs, os.NewFile(uintptr(fds[0]), "reader")
+				defer theirs.Close()
+			case c.stderr:
+				out, err = cmd.StderrPipe()
+			default:
+				out, err = cmd.StdoutPipe()
 			}
-			theirs := os.NewFile(uintptr(fds[1]), "stdout")
-			cmd.Stdout, out = theirs, os.NewFile(uintptr(fds[0]), "reader")
-			defer theirs.Close()
-		case c.stderr:
-			out, err = cmd.StderrPipe()
-		default:
-			out, err = cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if c.socket {
+				cmd.Stdout.(*os.File).Close()
+			}
+			buf := make([]byte, 2)
+			if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "y\n" {
+				t.Fatalf("%s: first output %q, %v", name, buf, err)
+			}
+			if c.full {
+				// yes fills the buffer in far less.
+				time.Sleep(500 * time.Millisecond)
+			}
+			out.Close()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("%s: sbx went on for 30 s after its output's reader had gone", name)
+			}
+			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			switch {
+			case !ok:
+				t.Fatalf("%s: no wait status", name)
+			case c.lost && (!ws.Signaled() || ws.Signal() != syscall.SIGPIPE):
+				t.Errorf("%s: sbx ended with %v, want killed by SIGPIPE", name, cmd.ProcessState)
+			case !c.lost && !ws.Exited():
+				t.Errorf("%s: sbx ended with %v, want the command's exit status 0, no output having been lost", name, cmd.ProcessState)
+			case !c.lost && ws.ExitStatus() != 0:
+				t.Errorf("%s: sbx exited %d, want the command's status 0", name, ws.ExitStatus())
+			}
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if c.socket {
-			cmd.Stdout.(*os.File).Close()
-		}
-		buf := make([]byte, 2)
-		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "y\n" {
-			t.Fatalf("%s: first output %q, %v", c.name, buf, err)
-		}
-		if c.full {
-			// yes fills the buffer in far less.
-			time.Sleep(500 * time.Millisecond)
-		}
-		out.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("%s: sbx run --rm went on for 30 s after its output's reader had gone", c.name)
-		}
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGPIPE {
-			t.Errorf("%s: sbx ended with %v, want killed by SIGPIPE", c.name, cmd.ProcessState)
-		}
-		if left := e.ok("ls", "-q"); left != "" {
+		if left := e.ok("ls", "-q"); strings.TrimSpace(left) != running {
 			t.Fatalf("%s: sandboxes left after run --rm: %q", c.name, left)
 		}
-		if ents, err := os.ReadDir(filepath.Join(e.root, "sandboxes")); err != nil || len(ents) != 0 {
+		if ents, err := os.ReadDir(filepath.Join(e.root, "sandboxes")); err != nil || len(ents) != 1 {
 			t.Fatalf("%s: the state root holds %d sandbox directories (%v)", c.name, len(ents), err)
 		}
 	}

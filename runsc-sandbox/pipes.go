@@ -254,6 +254,7 @@ func (p *Pipes) copyOut(w io.Writer, r *os.File) {
 	if !ownStdio(w) || !readerGone(err) {
 		return
 	}
+	markLost(w)
 	r.Close() // as splice does
 	if errors.Is(err, unix.ECONNRESET) {
 		// The socket's reader went with data unread: the kernel
@@ -269,6 +270,35 @@ func (p *Pipes) copyOut(w io.Writer, r *os.File) {
 // ECONNRESET first.
 func readerGone(err error) bool {
 	return errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
+}
+
+// lostStdout and lostStderr record that some of a sandbox's output was
+// not written to this process's stdout or stderr because its reader had
+// gone.
+var lostStdout, lostStderr atomic.Bool
+
+func markLost(w io.Writer) {
+	if w == io.Writer(os.Stdout) {
+		lostStdout.Store(true)
+	} else {
+		lostStderr.Store(true)
+	}
+}
+
+// LostOutput returns those of this process's stdout and stderr that lost
+// some of a sandbox's output because their reader had gone: a command's
+// output that had all been read when its reader went is not lost (`sh -c
+// 'echo a; sleep 1' | head -1`). A pipeline's writer that loses output
+// ends by SIGPIPE, one that does not exits as it would have.
+func LostOutput() []*os.File {
+	var lost []*os.File
+	if lostStdout.Load() {
+		lost = append(lost, os.Stdout)
+	}
+	if lostStderr.Load() {
+		lost = append(lost, os.Stderr)
+	}
+	return lost
 }
 
 // ownStdio tells whether w is this process's stdout or stderr. When its
@@ -352,9 +382,17 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 					return true
 				}
 				continue
+			case errors.Is(err, unix.EPIPE):
+				// The kernel looks for dst's reader before it
+				// looks for r's end: with r empty, r has ended
+				// (its writers are gone, or the splice would
+				// have waited) and nothing was lost.
+				if avail, _ := unix.IoctlGetInt(int(fd), unix.TIOCINQ); avail > 0 {
+					broken = true
+				}
+				return true
 			case err != nil:
 				handled = moved || !errors.Is(err, unix.EINVAL)
-				broken = errors.Is(err, unix.EPIPE)
 				return true
 			case n == 0:
 				return true // the process's end is closed
@@ -380,6 +418,7 @@ func (p *Pipes) splice(dst, r *os.File) bool {
 		// its stdout or stderr, as a copy would have, unless it handles
 		// SIGPIPE.
 		if ownStdio(dst) {
+			markLost(dst)
 			r.Close()
 		}
 		dst.Write([]byte{0}) //nolint:errcheck // it fails: nothing reads dst
