@@ -36,6 +36,7 @@ $(BIN)/sbx-init: $(GO_SOURCES)
 # (docs/decisions/0020-runsc-errnoret-patch.md); tarorder.patch, `runsc tar
 # rootfs-upper` writes a directory's entries in name order and
 # tarstream.patch each file in 1 MiB pieces, not read whole into memory,
+# and to the size its header gave, whatever the file became since,
 # under a name of the call that says so
 # (0030); timewait.patch, a restored connection's TIME-WAIT ends at once
 # (0031); portforward.patch, runsc's port forward works with

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -141,6 +142,48 @@ func TestSnapshotOrder(t *testing.T) {
 	child := e.create("--image", "streamed")
 	checkOrderFiles(t, e, child)
 	e.ok("rm", "-f", id, child)
+	e.assertClean(id)
+}
+
+// A snapshot of a sandbox whose process keeps writing to its files (a
+// server's logs, through descriptors it holds open) succeeds, and each file
+// in it holds what had been written by some moment: whole lines. runsc's
+// export (tools/runsc/tarstream.patch) writes a file to its header's size;
+// it failed ("archive/tar: write too long") when the file grew between its
+// header and its content. A large file before each growing one fills the
+// export's pipe, so that the growing one's header waits for room there,
+// and the file grows meanwhile.
+func TestSnapshotWhileFilesGrow(t *testing.T) {
+	e := newEnv(t)
+	id := e.create()
+	const line = "a line of the log\n"
+	e.ok("exec", id, "--", "sh", "-c", "mkdir /logs && for f in a c e; do head -c 8388608 /dev/zero > /logs/$f; done")
+	e.ok("exec", "-d", id, "--", "sh", "-c",
+		"cd /logs && exec 3>>b 4>>d 5>>f && "+
+			"while :; do for fd in 3 4 5; do printf 'a line of the log\\n' >&$fd; done; done")
+	waitFor(t, func() bool { return e.run(nil, "exec", id, "--", "test", "-s", "/logs/f").code == 0 })
+	var tags []string
+	for i := range 10 {
+		tag := fmt.Sprintf("growing:%d", i)
+		if r := e.run(nil, "snapshot", "-t", tag, id); r.code != 0 {
+			t.Fatalf("snapshot %d while files grow: %s", i, r)
+		}
+		tags = append(tags, tag)
+	}
+	for _, tag := range tags {
+		// Every growing file is whole lines of the one line: nothing
+		// torn, no zeros, no other file's bytes.
+		out := e.ok("run", "--rm", "--image", tag, "--", "sh", "-c",
+			`cd /logs && for f in b d f; do n=$(wc -c < $f); l=$(grep -c -x 'a line of the log' $f); echo "$f $n $l"; done`)
+		for _, f := range strings.Split(strings.TrimSpace(out), "\n") {
+			var name string
+			var size, lines int
+			if _, err := fmt.Sscan(f, &name, &size, &lines); err != nil || size == 0 || size != lines*len(line) {
+				t.Errorf("%s: /logs/%s holds %d bytes, %d of them in whole lines (%v)", tag, name, size, lines*len(line), err)
+			}
+		}
+	}
+	e.ok("rm", "-f", id)
 	e.assertClean(id)
 }
 
