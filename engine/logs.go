@@ -34,7 +34,8 @@ const logPollInterval = 100 * time.Millisecond
 // Logs writes sandbox ref's log: the output of its init and of the
 // background processes started with ExecRequest.Detach, one line each,
 // prefixed by a UTC timestamp and the source (init or a PID inside the
-// sandbox). The log survives pause and resume.
+// sandbox). The log survives pause and resume. Only whole lines are
+// written while the sandbox runs: the one being written waits for its end.
 func (e *Engine) Logs(ctx context.Context, ref string, req LogsRequest) error {
 	sb, err := e.get(ctx, ref)
 	if err != nil {
@@ -45,11 +46,13 @@ func (e *Engine) Logs(ctx context.Context, ref string, req LogsRequest) error {
 		return fmt.Errorf("log of sandbox %s: %w", sb.ShortID(), err)
 	}
 	defer f.Close()
+	l := &logLines{f: f, out: req.Out}
+	stopped := sb.State == StateStopped
 	for {
-		if _, err := io.Copy(req.Out, f); err != nil {
+		if err := l.copy(stopped); err != nil {
 			return err
 		}
-		if !req.Follow {
+		if !req.Follow || stopped {
 			return nil
 		}
 		select {
@@ -58,11 +61,100 @@ func (e *Engine) Logs(ctx context.Context, ref string, req LogsRequest) error {
 		case <-time.After(logPollInterval):
 		}
 		cur, err := e.load(sb.ID)
-		if err != nil || cur.State == StateStopped {
-			_, err := io.Copy(req.Out, f)
-			return err
+		stopped = err != nil || cur.State == StateStopped
+	}
+}
+
+// logLines copies a sandbox log to out as the init writes it: whole lines
+// (the init writes each in one piece, which a reader may still find half
+// written), across the init's cuts (agent's cappedLog: the file emptied,
+// then a note and the newest lines written back).
+type logLines struct {
+	f   *os.File
+	out io.Writer
+	off int64 // how far f has been read
+	// partial is what was read of a line not yet whole.
+	partial []byte
+	// last is the last line written to out, its newline included.
+	last []byte
+}
+
+// copy writes the whole lines f holds past what has been written, and
+// with final the rest as well.
+func (l *logLines) copy(final bool) error {
+	fi, err := l.f.Stat()
+	if err != nil {
+		return err
+	}
+	cut := l.rewritten(fi.Size())
+	if cut {
+		// The lines read so far are gone from the file; the newest of
+		// them are written again after the note.
+		l.off, l.partial = 0, nil
+	}
+	b, err := io.ReadAll(io.NewSectionReader(l.f, l.off, max(fi.Size()-l.off, 0)))
+	if err != nil {
+		return err
+	}
+	l.off += int64(len(b))
+	b = append(l.partial, b...)
+	l.partial = nil
+	if i := bytes.LastIndexByte(b, '\n'); !final {
+		b, l.partial = b[:i+1], append([]byte(nil), b[i+1:]...)
+	}
+	if cut && l.last != nil {
+		// Written back after a cut: what this reader has written
+		// already, up to the last line it wrote. Lines lost to the
+		// cut before this reader saw them leave it not found: then
+		// all is written, the note saying so first.
+		if i := lastLine(b, l.last); i >= 0 {
+			b = b[i+len(l.last):]
 		}
 	}
+	if len(b) == 0 {
+		return nil
+	}
+	if _, err := l.out.Write(b); err != nil {
+		return err
+	}
+	if i := bytes.LastIndexByte(b[:len(b)-1], '\n'); b[len(b)-1] == '\n' {
+		l.last = append(l.last[:0], b[i+1:]...)
+	}
+	return nil
+}
+
+// rewritten tells whether f, of size size, no longer holds what was read
+// last where it was read: the init has cut the log since (and it may have
+// grown past where it was read to).
+func (l *logLines) rewritten(size int64) bool {
+	if size < l.off {
+		return true
+	}
+	n := int64(len(l.last) + len(l.partial))
+	if n == 0 || n > l.off {
+		return false
+	}
+	b := make([]byte, n)
+	if _, err := l.f.ReadAt(b, l.off-n); err != nil {
+		return true
+	}
+	return !bytes.Equal(b[:len(l.last)], l.last) || !bytes.Equal(b[len(l.last):], l.partial)
+}
+
+// lastLine is the offset in b of the last whole line equal to line (its
+// newline included), or -1.
+func lastLine(b, line []byte) int {
+	for end := len(b); end > 0; {
+		i := bytes.LastIndex(b[:end], line)
+		if i < 0 {
+			return -1
+		}
+		if i == 0 || b[i-1] == '\n' {
+			return i
+		}
+		end = i + len(line) - 1
+	}
+	return -1
 }
 
 // spawn starts proc's command as a child of the sandbox's init, so that it

@@ -18,10 +18,6 @@ import (
 // initLogMax is the most a sandbox's log may take on the host.
 const initLogMax = 8 << 20
 
-// A process printing without end inside a sandbox, or root writing to the
-// init's log through /proc/1/fd, must not fill the host's state disk: the
-// log on the host stays under its cap and `sbx logs` still shows the
-// newest lines.
 // The init closes its /proc/1/fd (the host's log file) to the sandbox's
 // processes once its runtime runs: create returns only after that, so the
 // first command in a new sandbox already finds it closed.
@@ -48,6 +44,11 @@ func TestCreateWaitsForInit(t *testing.T) {
 	}
 }
 
+// A process printing without end inside a sandbox, or root writing to the
+// init's log through /proc/1/fd, must not fill the host's state disk: the
+// log on the host stays under its cap and `sbx logs` still shows the
+// newest lines. `sbx logs -f`, following it all along, writes whole lines,
+// each once, in order, and goes on past each cut of the log.
 func TestHostileInitLogIsBounded(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -58,6 +59,16 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 		t.Fatalf("root in the sandbox wrote to the host's log through /proc/1/fd/1 (%v, %v): %s", fi.Size(), err, r)
 	}
 
+	var followed bytes.Buffer
+	follow := e.cmd(nil, "logs", "-f", id)
+	follow.Stdout = &followed
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		follow.Process.Kill()
+		follow.Wait()
+	}()
 	e.ok("exec", id, "--", "/.sbx/sbx-init", "spawn", "--", "yes", "flood")
 	var largest int64
 	cut := false
@@ -95,6 +106,36 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 	ts, err := time.Parse("2006-01-02T15:04:05.000000Z", strings.Fields(last)[0])
 	if !strings.HasSuffix(last, " flood") || err != nil || ts.Before(t0) {
 		t.Errorf("`sbx logs` does not end with a recent line of the flood: %q", last)
+	}
+
+	follow.Process.Kill()
+	follow.Wait()
+	out := followed.String()
+	if i := strings.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[:i] // the kill may have cut a write short
+	}
+	var prev time.Time
+	flood := 0
+	for n, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		ts, err := time.Parse("2006-01-02T15:04:05.000000Z", f[0])
+		switch {
+		case err != nil:
+			t.Fatalf("`sbx logs -f`, line %d, is not whole: %q", n+1, line)
+		case strings.HasSuffix(line, "older lines dropped"):
+			// The follower fell behind by more than the init keeps
+			// at a cut: the note, stamped with the cut's time,
+			// comes before the newest lines it kept.
+			continue
+		case ts.Before(prev):
+			t.Fatalf("`sbx logs -f`, line %d, comes after a newer one (%s): %q", n+1, prev.Format(time.RFC3339Nano), line)
+		case strings.HasSuffix(line, " flood"):
+			flood++
+		}
+		prev = ts
+	}
+	if flood == 0 || prev.Before(t0) {
+		t.Errorf("`sbx logs -f` followed %d lines of the flood, the last at %s: not past the log's cuts", flood, prev.Format(time.RFC3339Nano))
 	}
 }
 

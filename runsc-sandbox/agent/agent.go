@@ -207,15 +207,11 @@ func (l *cappedLog) cut() error {
 	}
 	l.tail = trimToLine(l.tail, l.keep)
 	note := fmt.Sprintf("%s init log over %d bytes: older lines dropped\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), l.max)
-	l.size = 0
-	for _, b := range [][]byte{[]byte(note), l.tail} {
-		k, err := l.f.Write(b)
-		l.size += int64(k)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	// In one write: a reader of the file (sbx logs) finds it empty
+	// for as short a time as can be.
+	k, err := l.f.Write(append([]byte(note), l.tail...))
+	l.size = int64(k)
+	return err
 }
 
 // fileSize is the size of l's file, or -1 unless it is a regular file.
