@@ -99,7 +99,8 @@ func (l *logLines) copy(final bool) error {
 	l.off += int64(len(b))
 	b = append(l.partial, b...)
 	l.partial = nil
-	if i := bytes.LastIndexByte(b, '\n'); !final {
+	if !final {
+		i := bytes.LastIndexByte(b, '\n')
 		b, l.partial = b[:i+1], append([]byte(nil), b[i+1:]...)
 	}
 	if cut && l.last != nil {
@@ -117,7 +118,8 @@ func (l *logLines) copy(final bool) error {
 	if _, err := l.out.Write(b); err != nil {
 		return err
 	}
-	if i := bytes.LastIndexByte(b[:len(b)-1], '\n'); b[len(b)-1] == '\n' {
+	if b[len(b)-1] == '\n' {
+		i := bytes.LastIndexByte(b[:len(b)-1], '\n')
 		l.last = append(l.last[:0], b[i+1:]...)
 	}
 	return nil

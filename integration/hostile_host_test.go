@@ -117,8 +117,8 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 	var prev time.Time
 	flood := 0
 	for n, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		ts, err := time.Parse("2006-01-02T15:04:05.000000Z", f[0])
+		stamp, _, _ := strings.Cut(line, " ")
+		ts, err := time.Parse("2006-01-02T15:04:05.000000Z", stamp)
 		switch {
 		case err != nil:
 			t.Fatalf("`sbx logs -f`, line %d, is not whole: %q", n+1, line)
