@@ -253,13 +253,15 @@ type forwarder struct {
 	// cannot reach it (no link, or a rootless one).
 	direct string
 
-	mu   sync.Mutex // guards sess, stop, ctlSocket and kernel
+	mu   sync.Mutex // guards sess, stop, ctl, kernel and sockets
 	sess *yamux.Session
 	stop func() // ends the current session's exec
-	// ctlSocket is the sandbox's control socket, once looked up;
-	// kernel, whether its runsc forwards ports itself, once known.
-	ctlSocket string
-	kernel    kernelForwards
+	// ctl is the sandbox's control socket, once looked up; kernel,
+	// whether its runsc forwards ports itself, once known; sockets,
+	// whether it takes the client's connection itself.
+	ctl     *runsc.Control
+	kernel  kernelForwards
+	sockets kernelForwards
 }
 
 // kernelForwards is whether a sandbox's runsc forwards ports itself.
@@ -350,6 +352,9 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 // when the sandbox's runsc cannot: then the agent carries this
 // connection and every later one.
 func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
+	if f.handOver(c, port) {
+		return true
+	}
 	sc, ok, err := f.kernelConn(port, func() { c.Close() })
 	if !ok {
 		return false
@@ -366,6 +371,89 @@ func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
 	return true
 }
 
+// handOver hands c itself to the sandbox's kernel, which connects it to
+// port on the sandbox's 127.0.0.1 and copies between the two: the host
+// copies nothing, and c is closed here either way (the sandbox holds the
+// connection; a refused one ends). It reports false, leaving c alone,
+// when the sandbox's runsc cannot take a connection (a runsc without
+// tools/runsc/portforward.patch, or one from before PortForwardSocket):
+// then no later connection is handed over either.
+//
+// A connection handed over lasts until either end closes it, or the
+// sandbox stops or saves its state (pause, fork); not until this
+// forwarder stops, which only stops taking new ones.
+func (f *forwarder) handOver(c net.Conn, port uint16) bool {
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	f.mu.Lock()
+	sockets := f.sockets
+	f.mu.Unlock()
+	if !ok || sockets == kernelNo {
+		return false
+	}
+	ctl, err := f.control()
+	if err != nil {
+		log.G(f.ctx).WithError(err).Warn("port forward")
+		c.Close()
+		return true
+	}
+	file, err := fc.File()
+	if err != nil {
+		log.G(f.ctx).WithError(err).Warn("port forward")
+		c.Close()
+		return true
+	}
+	err = runsc.PortForwardSocket(f.ctx, ctl, f.sb.ID, port, file)
+	file.Close()
+	f.answered(ctl, err, &f.sockets)
+	if errors.Is(err, runsc.ErrNoPortForward) {
+		return false
+	}
+	if err != nil {
+		// Nothing listens on the port, or the sandbox is gone: the
+		// client sees its connection closed.
+		log.G(f.ctx).WithError(err).Debug("port forward: not connected")
+	}
+	c.Close()
+	return true
+}
+
+// control returns the sandbox's control socket, looked up once while it
+// answers.
+func (f *forwarder) control() (*runsc.Control, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctl == nil {
+		sock, err := f.e.runscFor(f.sb).ControlSocket(f.sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		f.ctl = runsc.NewControl(sock)
+	}
+	return f.ctl, nil
+}
+
+// answered records what a port forward call on ctl said: in *can,
+// whether the sandbox's runsc has that call, once it answers; a call not
+// answered (the sandbox stopping, or gone) drops ctl, to be looked up
+// again.
+func (f *forwarder) answered(ctl *runsc.Control, err error, can *kernelForwards) {
+	var re urpc.RemoteError
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case errors.Is(err, runsc.ErrNoPortForward):
+		*can = kernelNo
+	case err == nil:
+		*can = kernelYes
+	case errors.As(err, &re):
+	default:
+		if f.ctl == ctl {
+			f.ctl = nil
+			ctl.Close()
+		}
+	}
+}
+
 // kernelConn connects to port on the sandbox's 127.0.0.1 through the
 // sandbox's own kernel (runsc's port forward, over its control socket)
 // and returns the host's end: the sandbox's end of a socket pair is
@@ -377,16 +465,15 @@ func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
 // (and the connection closes) if it does not.
 func (f *forwarder) kernelConn(port uint16, failed func()) (sc *net.UnixConn, ok bool, err error) {
 	f.mu.Lock()
-	sock, known := f.ctlSocket, f.kernel
+	known := f.kernel
 	f.mu.Unlock()
 	if known == kernelNo {
 		return nil, false, nil
 	}
-	if sock == "" {
-		if sock, err = f.e.runscFor(f.sb).ControlSocket(f.sb.ID); err != nil {
-			log.G(f.ctx).WithError(err).Warn("port forward")
-			return nil, true, err
-		}
+	ctl, err := f.control()
+	if err != nil {
+		log.G(f.ctx).WithError(err).Warn("port forward")
+		return nil, true, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -401,22 +488,9 @@ func (f *forwarder) kernelConn(port uint16, failed func()) (sc *net.UnixConn, ok
 	}
 	sc = c.(*net.UnixConn)
 	call := func() error {
-		err := runsc.PortForward(f.ctx, sock, f.sb.ID, port, theirs)
+		err := runsc.PortForward(f.ctx, ctl, f.sb.ID, port, theirs)
 		theirs.Close()
-		var re urpc.RemoteError
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		switch {
-		case errors.Is(err, runsc.ErrNoPortForward):
-			f.kernel = kernelNo
-		case err == nil:
-			f.kernel = kernelYes
-			fallthrough
-		case errors.As(err, &re):
-			f.ctlSocket = sock
-		default:
-			f.ctlSocket = "" // not answered: looked up again next time
-		}
+		f.answered(ctl, err, &f.kernel)
 		if err != nil && !errors.Is(err, runsc.ErrNoPortForward) {
 			log.G(f.ctx).WithError(err).Debug("port forward: not connected")
 		}
@@ -554,6 +628,9 @@ func (f *forwarder) close() {
 	defer f.mu.Unlock()
 	if f.stop != nil {
 		f.stop()
+	}
+	if f.ctl != nil {
+		f.ctl.Close()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,11 @@ func checkForwarding(t *testing.T, e *env, runscFlags []string, id string, hostP
 // running wc -c, which waits for its end) while the sandbox is forked,
 // then paused: both succeed, the pause ends the connection, and the port
 // answers again after the resume.
-func checkOpenAcrossCheckpoints(t *testing.T, e *env, runscFlags []string, id, addr string) {
+//
+// The host's end of the connection is held by the forwarder when relay
+// is set (it copies between the client and the sandbox), else by the
+// sandbox alone: the forwarder handed it over and copies nothing.
+func checkOpenAcrossCheckpoints(t *testing.T, e *env, runscFlags []string, id, addr string, relay bool) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -82,6 +87,9 @@ func checkOpenAcrossCheckpoints(t *testing.T, e *env, runscFlags []string, id, a
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // made inside the sandbox
+	if holders := connHolders(t, c); len(holders) != 1 || strings.Contains(holders[0], "port-forward") != relay {
+		t.Errorf("the host's end of a forwarded connection is held by %q; want one holder, the forwarder if it relays (%v)", holders, relay)
+	}
 	for _, copyID := range strings.Fields(e.ok(append(runscFlags, "fork", id)...)) {
 		defer e.run(nil, "rm", "-f", copyID)
 	}
@@ -92,6 +100,45 @@ func checkOpenAcrossCheckpoints(t *testing.T, e *env, runscFlags []string, id, a
 	}
 	e.ok(append(runscFlags, "resume", id)...)
 	waitFor(t, func() bool { s, err := halfClose(addr, 5); return err == nil && s == "5\n" })
+}
+
+// connHolders returns the command lines (arguments joined by spaces),
+// each once, of the processes that hold the host's end of c, a TCP
+// connection over IPv4 loopback: the socket whose local address is c's
+// remote one. Processes with no command line are left out: the sentry's
+// systrap stubs share its descriptors.
+func connHolders(t *testing.T, c net.Conn) []string {
+	t.Helper()
+	hexAddr := func(a net.Addr) string {
+		ta := a.(*net.TCPAddr)
+		ip := ta.IP.To4()
+		return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
+	}
+	local, remote := hexAddr(c.RemoteAddr()), hexAddr(c.LocalAddr())
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inode := ""
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 9 && f[1] == local && f[2] == remote {
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		t.Fatalf("no socket %s -> %s in /proc/net/tcp", local, remote)
+	}
+	var holders []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if link, err := os.Readlink(fd); err == nil && link == "socket:["+inode+"]" {
+			cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(fd)), "cmdline"))
+			if h := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")); h != "" && !slices.Contains(holders, h) {
+				holders = append(holders, h)
+			}
+		}
+	}
+	return holders
 }
 
 // A sandbox with no network is reached through its own kernel: the
@@ -140,7 +187,7 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 			if relay := strings.Contains(ps, "portmux"); relay != tc.relay {
 				t.Errorf("the agent's relay running: %v, want %v:\n%s", relay, tc.relay, ps)
 			}
-			checkOpenAcrossCheckpoints(t, e, tc.runscFlags, id, fmt.Sprintf("127.0.0.1:%d", hostPorts[9000]))
+			checkOpenAcrossCheckpoints(t, e, tc.runscFlags, id, fmt.Sprintf("127.0.0.1:%d", hostPorts[9000]), tc.relay)
 			e.ok("rm", "-f", id)
 			e.assertClean(id)
 		})

@@ -37,15 +37,34 @@ func (r *Runsc) ControlSocket(id string) (string, error) {
 }
 
 // PortForward hands conn, one end of a stream socket pair, to the kernel
-// of the sandbox behind the control socket, which joins it to a new TCP
+// of the sandbox behind ctl, which joins it to a new TCP
 // connection to port on the sandbox's 127.0.0.1 and copies between the
 // two in the sentry: no process of the sandbox relays it. It returns once
 // the connection is made; an error names why it was not (nothing
 // listens: connection refused).
 // It gives up when ctx ends: a server that does not accept leaves the
 // connection waiting.
-func PortForward(ctx context.Context, socket, id string, port uint16, conn *os.File) error {
-	err := ctlCallContext(ctx, socket, ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
+func PortForward(ctx context.Context, ctl *Control, id string, port uint16, conn *os.File) error {
+	err := ctl.call(ctx, ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
+	var re urpc.RemoteError
+	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
+		return ErrNoPortForward
+	}
+	return err
+}
+
+// ctlPortForwardSocket is the port forward tools/runsc/portforward.patch
+// adds for a connected host stream socket of any family: the sentry reads
+// and writes the client's own connection, and the host copies nothing.
+const ctlPortForwardSocket = "containerManager.PortForwardSocket"
+
+// PortForwardSocket is PortForward with conn a connected stream socket of
+// any family: a TCP connection accepted on the host is handed to the
+// sentry as it is, and the caller may close its own copy once this
+// returns. A runsc that cannot take one reports ErrNoPortForward, having
+// done nothing with conn.
+func PortForwardSocket(ctx context.Context, ctl *Control, id string, port uint16, conn *os.File) error {
+	err := ctl.call(ctx, ctlPortForwardSocket, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
 	var re urpc.RemoteError
 	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
 		return ErrNoPortForward

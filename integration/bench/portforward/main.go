@@ -242,7 +242,7 @@ func main() {
 		"*Sandbox address, no sbx*: the open sandbox's own address dialled from the host, what the direct path adds to is this. "+
 		"*`-p`, open*: `--net open`, the forwarder dials the sandbox's address. "+
 		"*`-p`, open, server on 127.0.0.1*: a server the sandbox's address does not reach: the dial is refused, and the sandbox's kernel makes the connection, as for *none*. "+
-		"*`-p`, none*: `--net none`, through the sandbox's kernel: for each connection one call on the sandbox's control socket hands the sentry one end of a socket pair, and the sentry connects to the port on its 127.0.0.1 and copies between the two (runsc's port forward, docs/decisions/0033). "+
+		"*`-p`, none*: `--net none`, through the sandbox's kernel: for each connection one call on the sandbox's control socket (a connection kept while calls follow each other) hands the sentry the client's connection itself, and the sentry connects to the port on its 127.0.0.1 and copies between the two: the host copies nothing (runsc's port forward, docs/decisions/0033 and 0034). "+
 		"*`-p`, none, through the agent*: the same with the pinned runsc built without sbx's patches (`bin/runsc-unpatched`), which cannot forward with `--net none`: the agent relays (one yamux session over one exec of the agent, shared by every connection), as every `none` sandbox did before 0033. "+
 		"The figures inside a sandbox include gVisor's netstack. "+
 		"A request into a sandbox right after one into another sandbox pays for waking it: in each round, *sandbox address, no sbx* and *`-p`, none* come first into their sandboxes, and *`-p`, open* and its server on 127.0.0.1 follow one into the same sandbox, so compare *none* with the sandbox's address. "+
