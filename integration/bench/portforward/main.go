@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing/fstest"
 	"time"
 
 	"sbx.dev/sbx/integration/bench/benchdoc"
@@ -56,8 +57,11 @@ func sbx(root string, args ...string) string {
 // request or a health check does.
 var client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 
-func fetch(url string) int64 {
-	resp, err := client.Get(url)
+func fetch(url string) int64 { return fetchWith(client, url) }
+
+// fetchWith GETs url with c and reads the whole body.
+func fetchWith(c *http.Client, url string) int64 {
+	resp, err := c.Get(url)
 	if err != nil {
 		benchexit.Fatal(err)
 	}
@@ -83,11 +87,17 @@ func timeIt(n int, f func()) []time.Duration {
 // timeEach times n rounds of a request to every url, taking the urls in
 // turn within a round, so that the machine's load falls on all alike.
 func timeEach(n int, urls []string) [][]time.Duration {
+	return timeEachWith(n, urls, func(int) *http.Client { return client })
+}
+
+// timeEachWith is timeEach with the client clientFor gives each url.
+func timeEachWith(n int, urls []string, clientFor func(int) *http.Client) [][]time.Duration {
 	ds := make([][]time.Duration, len(urls))
 	for i := 0; i < n; i++ {
 		for j, u := range urls {
+			c := clientFor(j)
 			t := time.Now()
-			fetch(u)
+			fetchWith(c, u)
 			ds[j] = append(ds[j], time.Since(t))
 		}
 	}
@@ -109,9 +119,14 @@ func main() {
 	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	serve := flag.String("serve", "", "serve the directory given as argument on this address, and nothing else")
+	self := flag.Bool("self", false, "serve on 127.0.0.1 and fetch from it in this process, print the medians as JSON, and nothing else")
 	flag.Parse()
 	if *serve != "" {
 		benchexit.Fatal(http.ListenAndServe(*serve, http.FileServer(http.Dir(flag.Arg(0)))))
+	}
+	if *self {
+		selfFetch()
+		return
 	}
 	root, err := os.MkdirTemp("", "sbx-bench-pf-")
 	if err != nil {
@@ -230,9 +245,33 @@ func main() {
 		return out
 	}
 	lat := timeEach(latencyRuns, paths(goURLs, "/"))
+	// The same on one kept connection per column (HTTP keep-alive).
+	kept := make([]*http.Client, len(goURLs))
+	for i := range kept {
+		kept[i] = &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	}
+	keptLat := timeEachWith(latencyRuns, paths(goURLs, "/"), func(i int) *http.Client { return kept[i] })
 	big := timeEach(throughputRuns, paths(goURLs, "/big"))
 	httpd := timeEach(latencyRuns/4, paths(httpdURLs, "/"))
 	execs := timeIt(execRuns, func() { sbx(root, "exec", none.id, "--", "true") })
+	// The sandbox's address on a kept connection, requests back to
+	// back: the sandbox does not idle between them.
+	bc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	fetchWith(bc, goURLs[1]+"/")
+	backToBack := timeIt(latencyRuns, func() { fetchWith(bc, goURLs[1]+"/") })
+	// A GET with no host in its path: this program serving and fetching
+	// on its own 127.0.0.1, on the host and inside the open sandbox.
+	var onHost, inSandbox selfResult
+	selfOut, err := exec.Command(server, "-self").Output()
+	if err != nil {
+		benchexit.Fatalf("%s -self: %v", server, err)
+	}
+	if err := json.Unmarshal(selfOut, &onHost); err != nil {
+		benchexit.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(sbx(root, "exec", open.id, "--", "/tmp/fileserver", "-self")), &inSandbox); err != nil {
+		benchexit.Fatal(err)
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Port forwarding (`-p`, `sbx port-forward`)\n\n")
@@ -263,11 +302,50 @@ func main() {
 	}
 	row(fmt.Sprintf("small GET, median of %d", latencyRuns), lat, goURLs, func(d []time.Duration) string { return ms(pct(d, 0.5)) })
 	row("small GET, p95", lat, goURLs, func(d []time.Duration) string { return ms(pct(d, 0.95)) })
+	row(fmt.Sprintf("small GET on a kept connection, median of %d", latencyRuns), keptLat, goURLs, func(d []time.Duration) string { return ms(pct(d, 0.5)) })
 	row(fmt.Sprintf("%d MiB GET, median of %d", bigSize>>20, throughputRuns), big, goURLs, mibps)
 	row(fmt.Sprintf("small GET from busybox `httpd`, median of %d", latencyRuns/4), httpd, httpdURLs, func(d []time.Duration) string { return ms(pct(d, 0.5)) })
+	us := func(v int64) string { return ms(time.Duration(v) * time.Microsecond) }
+	addrNew, addrKept, addrBack := pct(lat[1], 0.5), pct(keptLat[1], 0.5), pct(backToBack, 0.5)
+	inKept := time.Duration(inSandbox.Kept) * time.Microsecond
+	fmt.Fprintf(&b, "\nWhere a small GET's time goes. With no host in the path (`-self`: one process serves the small file on its own 127.0.0.1 and GETs it, median of %d), it takes %s on a new connection and %s on a kept one on the host, and %s and %s inside the open sandbox (`sbx exec`), where gVisor's netstack carries both ends and every system call of the client and the server goes through the sentry. "+
+		"From the host, with no sbx in the path, the sandbox's own address takes %s on a new connection and %s on a kept one when the sandbox idles between requests (the rounds above, which visit the other columns in between), and %s on a kept connection with requests back to back (median of %d). "+
+		"So a request that crosses from the host into the sandbox and back pays %s for the crossing (gVisor's packet path between the host's link and its netstack, and the wake-ups of the sentry's and the server's threads), and %s more when the sandbox was idle. ",
+		latencyRuns, us(onHost.New), us(onHost.Kept), us(inSandbox.New), us(inSandbox.Kept),
+		ms(addrNew), ms(addrKept), ms(addrBack), latencyRuns, ms(addrBack-inKept), ms(addrKept-addrBack))
+	if addrKept >= time.Millisecond {
+		fmt.Fprintf(&b, "That is more than the aim for `-p`, open (1 ms, on a new connection) before any connection is set up, and with nothing of sbx's in the path: what would close it is in gVisor, not in the forwarder (compare `-p`, open with the sandbox's address above). ")
+	}
+	fmt.Fprintf(&b, "A client that keeps its connection open skips the set-up (the kept-connection row).\n")
 	fmt.Fprintf(&b, "\nOne exec per connection was the other design for `--net none`: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
 	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
 		benchexit.Fatal(err)
 	}
 	fmt.Print(b.String())
+}
+
+// selfResult is what -self prints: medians of a small GET from this
+// process to its own server on 127.0.0.1, a new connection each and on a
+// kept connection, in microseconds.
+type selfResult struct {
+	New, Kept int64
+}
+
+// selfFetch serves the small file on 127.0.0.1 and times latencyRuns
+// GETs of it from this process, a new connection each, then as many on
+// one kept connection: where it runs (the host, a sandbox) is then the
+// only difference between two runs.
+func selfFetch() {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		benchexit.Fatal(err)
+	}
+	go http.Serve(l, http.FileServer(http.FS(fstest.MapFS{"index.html": {Data: []byte("hello\n")}})))
+	url := "http://" + l.Addr().String() + "/"
+	fetch(url) // warm up
+	fresh := timeIt(latencyRuns, func() { fetch(url) })
+	kc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	fetchWith(kc, url)
+	kept := timeIt(latencyRuns, func() { fetchWith(kc, url) })
+	json.NewEncoder(os.Stdout).Encode(selfResult{New: pct(fresh, 0.5).Microseconds(), Kept: pct(kept, 0.5).Microseconds()}) //nolint:errcheck // stdout
 }
