@@ -45,12 +45,7 @@ func (r *Runsc) ControlSocket(id string) (string, error) {
 // It gives up when ctx ends: a server that does not accept leaves the
 // connection waiting.
 func PortForward(ctx context.Context, ctl *Control, id string, port uint16, conn *os.File) error {
-	err := ctl.call(ctx, ctlPortForward, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
-	var re urpc.RemoteError
-	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
-		return ErrNoPortForward
-	}
-	return err
+	return portForward(ctx, ctl, ctlPortForward, id, port, conn)
 }
 
 // ctlPortForwardSocket is the port forward tools/runsc/portforward.patch
@@ -64,7 +59,13 @@ const ctlPortForwardSocket = "containerManager.PortForwardSocket"
 // returns. A runsc that cannot take one reports ErrNoPortForward, having
 // done nothing with conn.
 func PortForwardSocket(ctx context.Context, ctl *Control, id string, port uint16, conn *os.File) error {
-	err := ctl.call(ctx, ctlPortForwardSocket, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
+	return portForward(ctx, ctl, ctlPortForwardSocket, id, port, conn)
+}
+
+// portForward makes one port forward call, method, on ctl: a sentry
+// that does not know it is ErrNoPortForward.
+func portForward(ctx context.Context, ctl *Control, method, id string, port uint16, conn *os.File) error {
+	err := ctl.call(ctx, method, &ctlPortForwardArgs{FilePayload: urpc.FilePayload{Files: []*os.File{conn}}, ContainerID: id, Port: port}, nil)
 	var re urpc.RemoteError
 	if errors.As(err, &re) && re.Message == urpc.ErrUnknownMethod.Error() {
 		return ErrNoPortForward
