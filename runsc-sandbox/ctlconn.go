@@ -48,21 +48,17 @@ func (c *Control) call(ctx context.Context, method string, arg, result any) erro
 		}
 		cl = urpc.NewClient(s)
 	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { cl.Socket.Shutdown() }) //nolint:errcheck // the call fails with it
-		defer stop()
-	}
-	err := cl.Call(method, arg, result)
-	var re urpc.RemoteError
+	err := clientCall(ctx, cl, method, arg, result)
 	if ctx.Err() != nil {
 		cl.Close()
-		return ctx.Err()
+		return err
 	}
 	// An answer, even a refusal, leaves the connection fit for the next
 	// call; anything else (the sentry gone, a connection it closed) does
 	// not. A call on a connection the sentry closed while it was idle
 	// fails: that sentry is stopping, and the call is not tried again,
 	// as it may have been made.
+	var re urpc.RemoteError
 	if err == nil || errors.As(err, &re) {
 		c.put(cl)
 	} else {

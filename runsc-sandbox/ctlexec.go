@@ -132,8 +132,14 @@ func ctlCallContext(ctx context.Context, socket, method string, arg, result any)
 	}
 	c := urpc.NewClient(s)
 	defer c.Close()
+	return clientCall(ctx, c, method, arg, result)
+}
+
+// clientCall makes one call on c, giving up when ctx ends (ctx's error),
+// which leaves c unfit for another.
+func clientCall(ctx context.Context, c *urpc.Client, method string, arg, result any) error {
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { s.Shutdown() }) //nolint:errcheck // the call fails with it
+		stop := context.AfterFunc(ctx, func() { c.Socket.Shutdown() }) //nolint:errcheck // the call fails with it
 		defer stop()
 	}
 	if err := c.Call(method, arg, result); err != nil {
