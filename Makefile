@@ -1,9 +1,9 @@
-# sbx build. `make help` lists the targets.
+# hutch build. `make help` lists the targets.
 
 GO            ?= go
 BIN           := bin
 RUNSC_VERSION := release-20260905.0
-SBX_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+HUTCH_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
@@ -12,22 +12,22 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path '
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: $(BIN)/sbx $(BIN)/sbx-helper $(BIN)/sbx-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build sbx, sbx-helper, sbx-init, the pinned runsc, BuildKit and the test image
+build: $(BIN)/hutch $(BIN)/hutch-helper $(BIN)/hutch-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build hutch, hutch-helper, hutch-init, the pinned runsc, BuildKit and the test image
 
-deps: ## install the host packages sbx and its tests need (Debian)
+deps: ## install the host packages hutch and its tests need (Debian)
 	@scripts/install-deps.sh
 
-$(BIN)/sbx: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X sbx.dev/sbx/cmd/sbx/commands/system.version=$(SBX_VERSION)" -o $@ ./cmd/sbx
+$(BIN)/hutch: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X hutch.dev/hutch/cmd/hutch/commands/system.version=$(HUTCH_VERSION)" -o $@ ./cmd/hutch
 
-# sbx-helper runs a sandbox's host helpers (DNS resolver, lifetime
-# watchdog, port forwarder); sbx finds it beside itself.
-$(BIN)/sbx-helper: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-helper
+# hutch-helper runs a sandbox's host helpers (DNS resolver, lifetime
+# watchdog, port forwarder); hutch finds it beside itself.
+$(BIN)/hutch-helper: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/hutch-helper
 
-# sbx-init runs inside gVisor: static, no cgo.
-$(BIN)/sbx-init: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-init
+# hutch-init runs inside gVisor: static, no cgo.
+$(BIN)/hutch-init: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/hutch-init
 
 # runsc is built from its own module (tools/runsc) so that gVisor's pins
 # never meet the main module's. It must be static: a cgo runsc cannot
@@ -52,7 +52,7 @@ $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum $(RUNSC_PATCHES)
 	$(call build-runsc,$(RUNSC_PATCHES))
 
 # runsc-unpatched is the same runsc without the patches, as a runsc from
-# elsewhere would be: the tests of what sbx does with one use it.
+# elsewhere would be: the tests of what hutch does with one use it.
 $(BIN)/runsc-unpatched: tools/runsc/go.mod tools/runsc/go.sum
 	$(call build-runsc,)
 
@@ -67,57 +67,57 @@ define build-runsc
 endef
 
 # Image builds: buildkitd from the module pinned in go.mod (the same
-# version as the client in sbx), the supervisor sbx starts it under, and the
+# version as the client in hutch), the supervisor hutch starts it under, and the
 # OCI runtime through which its RUN steps run under gVisor.
-builder: $(BIN)/buildkitd $(BIN)/sbx-buildkitd $(BIN)/sbx-buildkit-runtime
+builder: $(BIN)/buildkitd $(BIN)/hutch-buildkitd $(BIN)/hutch-buildkit-runtime
 
 $(BIN)/buildkitd: go.mod go.sum
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ github.com/moby/buildkit/cmd/buildkitd
 
-$(BIN)/sbx-buildkitd: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-buildkitd
+$(BIN)/hutch-buildkitd: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/hutch-buildkitd
 
-$(BIN)/sbx-buildkit-runtime: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-buildkit-runtime
+$(BIN)/hutch-buildkit-runtime: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/hutch-buildkit-runtime
 
 # The Debian root filesystem of the default image, from Debian's packages
-# (mmdebstrap, a few minutes, once). sbx imports it instead of running
-# mmdebstrap itself when the default image is first needed; without it sbx
+# (mmdebstrap, a few minutes, once). hutch imports it instead of running
+# mmdebstrap itself when the default image is first needed; without it hutch
 # runs mmdebstrap on demand.
-base-rootfs: $(BIN)/images/bookworm-rootfs.tar ## install Debian for the default image once (mmdebstrap), for sbx and the tests
+base-rootfs: $(BIN)/images/bookworm-rootfs.tar ## install Debian for the default image once (mmdebstrap), for hutch and the tests
 
 # Rebuilt when the package list changes, not on every change to Go code.
-$(BIN)/images/bookworm-rootfs.tar: buildimg/base.go | $(BIN)/sbx-mkimage
-	$(BIN)/sbx-mkimage -bootstrap -o $@
+$(BIN)/images/bookworm-rootfs.tar: buildimg/base.go | $(BIN)/hutch-mkimage
+	$(BIN)/hutch-mkimage -bootstrap -o $@
 
-$(BIN)/sbx-mkimage: $(GO_SOURCES)
-	$(GO) build -o $@ ./cmd/sbx-mkimage
+$(BIN)/hutch-mkimage: $(GO_SOURCES)
+	$(GO) build -o $@ ./cmd/hutch-mkimage
 
 # The default image: Debian's busybox-static, no network needed.
-$(BIN)/images/busybox.tar: $(BIN)/sbx-mkimage /bin/busybox
+$(BIN)/images/busybox.tar: $(BIN)/hutch-mkimage /bin/busybox
 	@mkdir -p $(dir $@)
-	$(BIN)/sbx-mkimage -busybox /bin/busybox -o $@.tmp && mv $@.tmp $@
+	$(BIN)/hutch-mkimage -busybox /bin/busybox -o $@.tmp && mv $@.tmp $@
 
 /bin/busybox:
 	@scripts/install-deps.sh
 
 # --- containerd shim -------------------------------------------------------
-# The containerd runtime v2 shim (io.containerd.sbx.v1), and the pinned
+# The containerd runtime v2 shim (io.containerd.hutch.v1), and the pinned
 # containerd, ctr and crictl its integration tests run against. The tools
 # are built once and kept in bin/ (about 3 minutes the first time).
 CONTAINERD_VERSION := v2.4.2
 CRITOOLS_VERSION   := v1.37.0
 CONTAINERD_TOOLS   := $(BIN)/containerd $(BIN)/ctr $(BIN)/crictl
 
-shim: $(BIN)/containerd-shim-sbx-v1 $(BIN)/sbx-init $(BIN)/images/pause.tar ## build the containerd shim and the CRI pause image
+shim: $(BIN)/containerd-shim-hutch-v1 $(BIN)/hutch-init $(BIN)/images/pause.tar ## build the containerd shim and the CRI pause image
 
-$(BIN)/containerd-shim-sbx-v1: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/containerd-shim-sbx-v1
+$(BIN)/containerd-shim-hutch-v1: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/containerd-shim-hutch-v1
 
-# The CRI pause image: busybox plus sbx-init as /pause (it waits for SIGTERM).
-$(BIN)/images/pause.tar: $(BIN)/sbx-mkimage $(BIN)/sbx-init /bin/busybox
+# The CRI pause image: busybox plus hutch-init as /pause (it waits for SIGTERM).
+$(BIN)/images/pause.tar: $(BIN)/hutch-mkimage $(BIN)/hutch-init /bin/busybox
 	@mkdir -p $(dir $@)
-	$(BIN)/sbx-mkimage -busybox /bin/busybox -pause $(BIN)/sbx-init -name pause:sbx -o $@.tmp && mv $@.tmp $@
+	$(BIN)/hutch-mkimage -busybox /bin/busybox -pause $(BIN)/hutch-init -name pause:hutch -o $@.tmp && mv $@.tmp $@
 
 containerd-tools: $(CONTAINERD_TOOLS) ## build the pinned containerd, ctr and crictl for the shim's tests
 
@@ -129,23 +129,23 @@ $(BIN)/crictl:
 # ---------------------------------------------------------------------------
 
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
-	$(BIN)/sbx run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
+	$(BIN)/hutch run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
 test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 45m ./...
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 45m ./...
 
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
 test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_INTEGRATION=1 SBX_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 HUTCH_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
 
-bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools ## measure sbx against raw runsc; writes docs/benchmarks.md
+bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools ## measure hutch against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
@@ -181,7 +181,7 @@ clean: ## remove build outputs
 # A single-node Kubernetes built from the Go module proxy (tools/k8s pins the
 # release; etcd at the version Kubernetes pins), kept in bin/k8s. The first
 # build takes about 14 CPU-minutes. `make k8s-test` runs pods with
-# runtimeClassName sbx under a real kubelet and the shim
+# runtimeClassName hutch under a real kubelet and the shim
 # (integration/k8s), then removes everything it started on the host.
 .PHONY: k8s-tools k8s-test k8s-load k8s-bench
 K8S_VERSION := v1.37.2
@@ -205,41 +205,41 @@ $(K8S_TOOLS) &: tools/k8s/go.mod tools/k8s/go.sum tools/k8s/etcd/main.go
 	@touch $(K8S_TOOLS)
 
 # The node installer image that deploy/kubernetes/daemonset.yaml runs:
-# busybox, the shim, runsc, sbx-init, install-node.sh and sbx-node (which
+# busybox, the shim, runsc, hutch-init, install-node.sh and hutch-node (which
 # labels the node), built without a registry. `ctr -n k8s.io images import`
 # loads it on a node, or push it to the cluster's registry. The test
 # cluster's DaemonSet pod runs under runc, containerd's default runtime:
 # containerd-shim-runc-v2 from the pinned containerd, and Debian's runc.
 .PHONY: installer-image
-INSTALLER_FILES := containerd-shim-sbx-v1 runsc sbx-init sbx-node
+INSTALLER_FILES := containerd-shim-hutch-v1 runsc hutch-init hutch-node
 
-installer-image: $(BIN)/images/sbx-installer.tar ## build the sbx node installer image (bin/images/sbx-installer.tar) for deploy/kubernetes/daemonset.yaml
+installer-image: $(BIN)/images/hutch-installer.tar ## build the hutch node installer image (bin/images/hutch-installer.tar) for deploy/kubernetes/daemonset.yaml
 
-$(BIN)/sbx-node: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/sbx-node
+$(BIN)/hutch-node: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/hutch-node
 
-$(BIN)/images/sbx-installer.tar: $(addprefix $(BIN)/,$(INSTALLER_FILES)) $(BIN)/sbx-mkimage /bin/busybox $(wildcard deploy/kubernetes/*.sh deploy/kubernetes/*.toml)
+$(BIN)/images/hutch-installer.tar: $(addprefix $(BIN)/,$(INSTALLER_FILES)) $(BIN)/hutch-mkimage /bin/busybox $(wildcard deploy/kubernetes/*.sh deploy/kubernetes/*.toml)
 	@mkdir -p $(dir $@)
-	$(BIN)/sbx-mkimage -busybox /bin/busybox -name localhost/sbx/installer:latest -o $@.tmp \
-		$(foreach f,$(INSTALLER_FILES),-add $(BIN)/$(f):/sbx/bin/$(f)) \
-		$(foreach f,install-node.sh installer.sh containerd-shim-sbx-v1.toml,-add deploy/kubernetes/$(f):/sbx/$(f)) \
-		-entrypoint "/bin/sh /sbx/installer.sh" -cmd install \
+	$(BIN)/hutch-mkimage -busybox /bin/busybox -name localhost/hutch/installer:latest -o $@.tmp \
+		$(foreach f,$(INSTALLER_FILES),-add $(BIN)/$(f):/hutch/bin/$(f)) \
+		$(foreach f,install-node.sh installer.sh containerd-shim-hutch-v1.toml,-add deploy/kubernetes/$(f):/hutch/$(f)) \
+		-entrypoint "/bin/sh /hutch/installer.sh" -cmd install \
 		&& mv $@.tmp $@
 
 $(BIN)/containerd-shim-runc-v2:
 	GOBIN=$(CURDIR)/$(BIN) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/$(notdir $@)@$(CONTAINERD_VERSION)
 
 k8s-test: build shim containerd-tools k8s-tools installer-image $(BIN)/containerd-shim-runc-v2 e2b-sdk ## run the Kubernetes end-to-end tests (etcd, apiserver, kubelet, containerd with the shim; as root)
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 $(GO) test -count=1 -timeout 30m -v ./integration/k8s/
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_K8S=1 $(GO) test -count=1 -timeout 30m -v ./integration/k8s/
 
-k8s-load: build shim containerd-tools k8s-tools e2b-sdk ## 20 E2B SDK clients × 50 commands through `sbx serve --backend kubernetes` on the test cluster (as root)
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 SBX_K8S_LOAD=1 $(GO) test -count=1 -timeout 30m -run TestServeKubeLoad -v ./integration/k8s/
+k8s-load: build shim containerd-tools k8s-tools e2b-sdk ## 20 E2B SDK clients × 50 commands through `hutch serve --backend kubernetes` on the test cluster (as root)
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_K8S=1 HUTCH_K8S_LOAD=1 $(GO) test -count=1 -timeout 30m -run TestServeKubeLoad -v ./integration/k8s/
 
-k8s-bench: build shim containerd-tools k8s-tools ## measure `sbx serve --backend kubernetes` beside local on the test cluster; writes docs/benchmarks.md (as root)
-	SBX_BIN=$(CURDIR)/$(BIN) SBX_K8S=1 SBX_K8S_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestBenchServeKube -v ./integration/k8s/ -out docs/benchmarks.md
+k8s-bench: build shim containerd-tools k8s-tools ## measure `hutch serve --backend kubernetes` beside local on the test cluster; writes docs/benchmarks.md (as root)
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_K8S=1 HUTCH_K8S_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestBenchServeKube -v ./integration/k8s/ -out docs/benchmarks.md
 
 # --- E2B SDK for the serve tests ---------------------------------------------
-# The integration tests of `sbx serve` drive it with the real E2B JavaScript
+# The integration tests of `hutch serve` drive it with the real E2B JavaScript
 # SDK, pinned in integration/e2b/package-lock.json; npm ci installs exactly
 # that, again only when the lock file changes.
 .PHONY: e2b-sdk
@@ -251,20 +251,20 @@ $(E2B_SDK_STAMP): integration/e2b/package.json integration/e2b/package-lock.json
 	cd integration/e2b && npm ci --no-audit --no-fund
 	@touch $@
 
-# --- MCP Inspector for the sbx mcp tests --------------------------------------
-# The integration tests of `sbx mcp` also drive it with the MCP Inspector's
+# --- MCP Inspector for the hutch mcp tests --------------------------------------
+# The integration tests of `hutch mcp` also drive it with the MCP Inspector's
 # CLI, pinned in integration/mcp/package-lock.json.
 .PHONY: mcp-inspector
 MCP_INSPECTOR_STAMP := integration/mcp/node_modules/.package-lock.json
 
-mcp-inspector: $(MCP_INSPECTOR_STAMP) ## install the pinned MCP Inspector the sbx mcp tests drive (npm ci in integration/mcp)
+mcp-inspector: $(MCP_INSPECTOR_STAMP) ## install the pinned MCP Inspector the hutch mcp tests drive (npm ci in integration/mcp)
 
 $(MCP_INSPECTOR_STAMP): integration/mcp/package.json integration/mcp/package-lock.json
 	cd integration/mcp && npm ci --no-audit --no-fund
 	@touch $@
 
 # --- envd protocol -----------------------------------------------------------
-# Go code for the envd Process and Filesystem services that `sbx serve`
+# Go code for the envd Process and Filesystem services that `hutch serve`
 # answers (E2B's data plane). The generated files are committed; this target
 # regenerates them with Debian's protoc and the plugins at the versions the
 # module pins.

@@ -1,4 +1,4 @@
-module sbx.dev/sbx
+module hutch.dev/hutch
 
 go 1.26.8
 

@@ -9,11 +9,11 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
-// AgentMount gives a container the sandbox's agent: the sbx-init binary
+// AgentMount gives a container the sandbox's agent: the hutch-init binary
 // at path, bind-mounted read-only at agent.MountPath (gVisor makes the
 // mount point, a file, on the container's root). A mount the spec already
 // has there is replaced.
@@ -35,27 +35,27 @@ func HasAgent(s *specs.Spec) bool {
 	})
 }
 
-// FindAgent locates the sbx-init binary beside the running executable
-// (sbx's bin/, or the shim's directory on a node).
+// FindAgent locates the hutch-init binary beside the running executable
+// (hutch's bin/, or the shim's directory on a node).
 func FindAgent() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("sbx-init: locate the running executable: %w", err)
+		return "", fmt.Errorf("hutch-init: locate the running executable: %w", err)
 	}
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = r
 	}
-	return CheckAgent(filepath.Join(filepath.Dir(exe), "sbx-init"))
+	return CheckAgent(filepath.Join(filepath.Dir(exe), "hutch-init"))
 }
 
 // CheckAgent checks that p names an executable file.
 func CheckAgent(p string) (string, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("sbx-init %q: %w: %w", p, errdefs.ErrNotFound, err)
+		return "", fmt.Errorf("hutch-init %q: %w: %w", p, errdefs.ErrNotFound, err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("sbx-init %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
+		return "", fmt.Errorf("hutch-init %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
 	}
 	return p, nil
 }

@@ -16,21 +16,21 @@ import (
 func TestAgentMount(t *testing.T) {
 	s := &specs.Spec{Mounts: []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/.sbx/sbx-init", Type: "bind", Source: "/pod/own", Options: []string{"rbind", "rw"}},
+		{Destination: "/.hutch/hutch-init", Type: "bind", Source: "/pod/own", Options: []string{"rbind", "rw"}},
 	}}
 	if HasAgent(&specs.Spec{Mounts: s.Mounts[:1]}) {
 		t.Fatal("HasAgent without the mount")
 	}
-	if err := Apply(s, AgentMount("/opt/sbx/sbx-init")); err != nil {
+	if err := Apply(s, AgentMount("/opt/hutch/hutch-init")); err != nil {
 		t.Fatal(err)
 	}
 	var got []specs.Mount
 	for _, m := range s.Mounts {
-		if m.Destination == "/.sbx/sbx-init" {
+		if m.Destination == "/.hutch/hutch-init" {
 			got = append(got, m)
 		}
 	}
-	if len(got) != 1 || got[0].Source != "/opt/sbx/sbx-init" || !slices.Contains(got[0].Options, "ro") || slices.Contains(got[0].Options, "rw") {
+	if len(got) != 1 || got[0].Source != "/opt/hutch/hutch-init" || !slices.Contains(got[0].Options, "ro") || slices.Contains(got[0].Options, "rw") {
 		t.Fatalf("want one read-only mount of the agent, got %+v", got)
 	}
 	if len(s.Mounts) != 2 || !HasAgent(s) {
@@ -40,7 +40,7 @@ func TestAgentMount(t *testing.T) {
 
 func TestCheckAgent(t *testing.T) {
 	dir := t.TempDir()
-	exe, plain := filepath.Join(dir, "sbx-init"), filepath.Join(dir, "plain")
+	exe, plain := filepath.Join(dir, "hutch-init"), filepath.Join(dir, "plain")
 	os.WriteFile(exe, nil, 0o755)
 	os.WriteFile(plain, nil, 0o644)
 	if _, err := CheckAgent(exe); err != nil {

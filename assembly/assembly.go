@@ -12,8 +12,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // RunscConfig is what differs between sandboxes in runsc's global flags.
@@ -25,7 +25,7 @@ type RunscConfig struct {
 	// DebugLogDir, if set, receives runsc's debug logs.
 	DebugLogDir string
 	// Linked says the sandbox runs in a network namespace with a link
-	// (sbx's veth, or a pod's CNI interfaces) that gVisor's netstack
+	// (hutch's veth, or a pod's CNI interfaces) that gVisor's netstack
 	// takes over; otherwise it has loopback only.
 	Linked bool
 	// OverlayDir holds the file that backs the sandbox's writable layer;

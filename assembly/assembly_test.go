@@ -6,8 +6,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 func TestRunsc(t *testing.T) {
@@ -18,9 +18,9 @@ func TestRunsc(t *testing.T) {
 	}{
 		{
 			name: "CLI sandbox with a link",
-			c:    RunscConfig{Path: "/bin/runsc", Root: "/var/lib/sbx/runsc", Linked: true, OverlayDir: "/var/lib/sbx/sandboxes/x", Disk: 1 << 30},
-			want: runsc.Runsc{Path: "/bin/runsc", Root: "/var/lib/sbx/runsc", Network: "sandbox", GoferNetNS: "new",
-				Overlay: "root:dir=/var/lib/sbx/sandboxes/x,size=1073741824", OCISeccomp: true},
+			c:    RunscConfig{Path: "/bin/runsc", Root: "/var/lib/hutch/runsc", Linked: true, OverlayDir: "/var/lib/hutch/sandboxes/x", Disk: 1 << 30},
+			want: runsc.Runsc{Path: "/bin/runsc", Root: "/var/lib/hutch/runsc", Network: "sandbox", GoferNetNS: "new",
+				Overlay: "root:dir=/var/lib/hutch/sandboxes/x,size=1073741824", OCISeccomp: true},
 		},
 		{
 			name: "rootless sandbox without a network",
@@ -30,8 +30,8 @@ func TestRunsc(t *testing.T) {
 		},
 		{
 			name: "pod",
-			c:    RunscConfig{Path: "runsc", Root: "/run/sbx/containerd/k8s.io", DebugLogDir: "/tmp/logs", Disk: 4 << 30},
-			want: runsc.Runsc{Path: "runsc", Root: "/run/sbx/containerd/k8s.io", DebugLogDir: "/tmp/logs", Network: "none", GoferNetNS: "new",
+			c:    RunscConfig{Path: "runsc", Root: "/run/hutch/containerd/k8s.io", DebugLogDir: "/tmp/logs", Disk: 4 << 30},
+			want: runsc.Runsc{Path: "runsc", Root: "/run/hutch/containerd/k8s.io", DebugLogDir: "/tmp/logs", Network: "none", GoferNetNS: "new",
 				Overlay: "root:self,size=4294967296", OCISeccomp: true},
 		},
 	} {
@@ -89,7 +89,7 @@ func TestSandboxOpts(t *testing.T) {
 	}
 }
 
-// checkSeccomp checks that s carries sbx's profile: every rule of
+// checkSeccomp checks that s carries hutch's profile: every rule of
 // policy.SeccompRules denied with EPERM, everything else allowed.
 func checkSeccomp(t *testing.T, s *specs.Spec) {
 	t.Helper()

@@ -17,7 +17,7 @@ import (
 const Cgroup2Mount = "/sys/fs/cgroup"
 
 // CreateCgroup creates a sandbox's cgroup at path (a cgroupfs path such as
-// /sbx/ID) with res, before runsc runs: runsc then joins a cgroup it did
+// /hutch/ID) with res, before runsc runs: runsc then joins a cgroup it did
 // not create, applies nothing to it and never deletes it
 // (docs/decisions/0004-sandbox-cgroups.md). The cgroup is the caller's to
 // remove (RemoveCgroup) when the sandbox is stopped or removed, so a
@@ -79,7 +79,7 @@ func UpdateCgroup(path string, res *specs.LinuxResources) error {
 	return c.Update(res)
 }
 
-// CgroupStats are the counters of a sandbox's cgroup that sbx reports.
+// CgroupStats are the counters of a sandbox's cgroup that hutch reports.
 type CgroupStats struct {
 	CPUUsageNS uint64
 	// CPUPeriods, CPUThrottledPeriods and CPUThrottledNS are the CFS
@@ -104,7 +104,7 @@ type CgroupStats struct {
 var ErrNoCgroup = errors.New("no cgroup")
 
 // ReadCgroup reads the counters of the cgroup at path (a cgroupfs path
-// such as /sbx/ID): those of a sandbox's cgroup, including its OOM kills,
+// such as /hutch/ID): those of a sandbox's cgroup, including its OOM kills,
 // which stay readable after the sandbox died until the cgroup is removed.
 func ReadCgroup(path string) (CgroupStats, error) {
 	m, err := CgroupMetrics(path)

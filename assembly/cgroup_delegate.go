@@ -23,7 +23,7 @@ import (
 // the user a cgroup v2 subtree of their own: systemd's user@UID.service
 // (and the scopes below it made with Delegate=yes), whose directory and
 // control files belong to the user. Sandboxes go below it, in
-// <delegated>/sbx/<ID>, with the same limits a root sandbox gets.
+// <delegated>/hutch/<ID>, with the same limits a root sandbox gets.
 
 // Delegation is a cgroup v2 subtree delegated to the calling user.
 type Delegation struct {
@@ -89,7 +89,7 @@ func FindDelegation(mount string, procCgroup []byte, uid int) (Delegation, error
 		}
 	}
 	if found == "" {
-		return Delegation{}, fmt.Errorf("no cgroup delegated to uid %d contains this process's cgroup %s (run sbx under `systemd-run --user --scope`, or as a service of the user's systemd): %w", uid, own, errdefs.ErrNotFound)
+		return Delegation{}, fmt.Errorf("no cgroup delegated to uid %d contains this process's cgroup %s (run hutch under `systemd-run --user --scope`, or as a service of the user's systemd): %w", uid, own, errdefs.ErrNotFound)
 	}
 	d := Delegation{Mount: mount, Path: found}
 	b, err := os.ReadFile(filepath.Join(mount, found, "cgroup.controllers"))
@@ -122,7 +122,7 @@ func ownedBy(dir string, uid int) bool {
 
 // SandboxPath is the cgroup of sandbox id in d, relative to d.Mount.
 func (d Delegation) SandboxPath(id string) string {
-	return filepath.Join(d.Path, "sbx", id)
+	return filepath.Join(d.Path, "hutch", id)
 }
 
 // CreateDelegated creates the cgroup at path (a SandboxPath of a

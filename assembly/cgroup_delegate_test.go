@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // fakeCgroupfs lays out a unified hierarchy in a temporary directory as
@@ -98,7 +98,7 @@ func TestCreateDelegated(t *testing.T) {
 	mount := fakeCgroupfs(t, 4242, "cpu memory pids")
 	d := Delegation{Mount: mount, Path: "/user.slice/user-1000.slice/user@1000.service", Controllers: []string{"cpu", "memory", "pids"}}
 	path := d.SandboxPath("abc")
-	if path != d.Path+"/sbx/abc" {
+	if path != d.Path+"/hutch/abc" {
 		t.Fatalf("sandbox path %s", path)
 	}
 	res := policy.HostResources(policy.Request{CPUs: 1.5, Memory: 256 << 20, Pids: 100})
@@ -109,7 +109,7 @@ func TestCreateDelegated(t *testing.T) {
 	if strings.Join(ctrls, ",") != "cpu,memory,pids" {
 		t.Fatalf("controllers set: %v", ctrls)
 	}
-	for _, p := range []string{d.Path, filepath.Join(d.Path, "sbx")} {
+	for _, p := range []string{d.Path, filepath.Join(d.Path, "hutch")} {
 		got, _ := os.ReadFile(filepath.Join(mount, p, "cgroup.subtree_control"))
 		if string(got) != "+cpu +memory +pids" {
 			t.Fatalf("%s/cgroup.subtree_control = %q, want +cpu +memory +pids", p, got)

@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
-// JoinCgroup moves process pid (a helper sbx runs on the host for one
+// JoinCgroup moves process pid (a helper hutch runs on the host for one
 // sandbox, such as its DNS resolver) into the sandbox's cgroup at path,
 // so that what the sandbox makes it spend counts against the sandbox's
 // own limits, and it goes with the sandbox's cgroup.

@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
-// removeCgroup deletes the cgroup at path (a cgroupfs path such as /sbx/ID) in
+// removeCgroup deletes the cgroup at path (a cgroupfs path such as /hutch/ID) in
 // every hierarchy it exists in; a missing cgroup is not an error.
 // Everything still in it belongs to the sandbox and is killed first; a
 // process that is still exiting keeps the cgroup busy for a moment, so the

@@ -7,7 +7,7 @@ import (
 	v2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 )
 
-// A cgroup's counters as sbx reports them, from a v1 and a v2 hierarchy's
+// A cgroup's counters as hutch reports them, from a v1 and a v2 hierarchy's
 // metrics alike: CFS throttling, swap (v1 counts memory and swap
 // together), kernel memory and OOM kills.
 func TestCgroupCounters(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // The cgroup v2 path cannot run against a kernel on this project's v1
@@ -19,7 +19,7 @@ func TestCreateCgroup2(t *testing.T) {
 		t.Fatal(err)
 	}
 	mnt := t.TempDir()
-	for _, d := range []string{mnt, filepath.Join(mnt, "sbx")} {
+	for _, d := range []string{mnt, filepath.Join(mnt, "hutch")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +27,7 @@ func TestCreateCgroup2(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := createCgroup2(mnt, "/sbx/abc", policy.HostResources(r)); err != nil {
+	if err := createCgroup2(mnt, "/hutch/abc", policy.HostResources(r)); err != nil {
 		t.Fatal(err)
 	}
 	read := func(rel string) string {
@@ -38,14 +38,14 @@ func TestCreateCgroup2(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	for f, want := range map[string]string{
-		"sbx/abc/cpu.max": "50000 100000", "sbx/abc/memory.max": "268435456",
-		"sbx/abc/pids.max": "556",
+		"hutch/abc/cpu.max": "50000 100000", "hutch/abc/memory.max": "268435456",
+		"hutch/abc/pids.max": "556",
 	} {
 		if got := read(f); got != want {
 			t.Errorf("%s = %q, want %q", f, got, want)
 		}
 	}
-	for _, f := range []string{"cgroup.subtree_control", "sbx/cgroup.subtree_control"} {
+	for _, f := range []string{"cgroup.subtree_control", "hutch/cgroup.subtree_control"} {
 		got := read(f)
 		for _, c := range []string{"+cpu", "+memory", "+pids"} {
 			if !strings.Contains(got, c) {
@@ -76,7 +76,7 @@ func TestProcessCgroup(t *testing.T) {
 	if st.MemoryUsage == 0 {
 		t.Fatalf("own cgroup %s shows no memory in use: %+v", path, st)
 	}
-	if _, err := ReadCgroup("/sbx-no-such-cgroup/x"); !errors.Is(err, ErrNoCgroup) {
+	if _, err := ReadCgroup("/hutch-no-such-cgroup/x"); !errors.Is(err, ErrNoCgroup) {
 		t.Fatalf("missing cgroup: %v, want ErrNoCgroup", err)
 	}
 }

@@ -1,12 +1,12 @@
 package assembly
 
-import "sbx.dev/sbx/assembly/hostnet"
+import "hutch.dev/hutch/assembly/hostnet"
 
-// HelperName is the small binary beside sbx that runs a sandbox's host
-// helpers (its resolver, port forwarder and lifetime watchdog; cmd/sbx-
+// HelperName is the small binary beside hutch that runs a sandbox's host
+// helpers (its resolver, port forwarder and lifetime watchdog; cmd/hutch-
 // helper): it links only what they need, so an idle helper holds a small
-// part of an idle sbx's memory (docs/decisions/0026-sandbox-helpers.md).
+// part of an idle hutch's memory (docs/decisions/0026-sandbox-helpers.md).
 const HelperName = hostnet.HelperName
 
-// Helper is HelperName beside the sbx binary sbx, or "" if there is none.
-func Helper(sbx string) string { return hostnet.Helper(sbx) }
+// Helper is HelperName beside the hutch binary hutch, or "" if there is none.
+func Helper(hutch string) string { return hostnet.Helper(hutch) }

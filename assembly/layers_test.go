@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-const module = "sbx.dev/sbx"
+const module = "hutch.dev/hutch"
 
 // listedPackage is what `go list -json` says of a package.
 type listedPackage struct {
@@ -101,7 +101,7 @@ func TestImportRules(t *testing.T) {
 		// serve/ and mcp/ use engine's API; the sandbox's assembly is
 		// engine's business. The agent's wire formats are not: serve's
 		// Kubernetes placement speaks them to a pod's agent itself
-		// (docs/decisions/0025); they run and import nothing of sbx.
+		// (docs/decisions/0025); they run and import nothing of hutch.
 		if under(path, "serve") || under(path, "mcp") {
 			for _, d := range p.Imports {
 				if wire[d] {

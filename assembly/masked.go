@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // kind is what a path is inside gVisor's own /proc or /sys.
@@ -22,7 +22,7 @@ const (
 )
 
 // gvisorTree is what the pinned gVisor's /proc and /sys hold, as far as
-// sbx needs to know: each listed directory's entries are all there is.
+// hutch needs to know: each listed directory's entries are all there is.
 // /proc's numeric entries (processes) are not listed. Checked inside a
 // sandbox by TestContainerdPodMaskedPaths.
 var gvisorTree = map[string]map[string]kind{
@@ -77,7 +77,7 @@ func lookup(p string) kind {
 //     read-only, as gVisor cannot bind a directory onto itself.
 //
 // A path elsewhere (in the image, whose rootfs is not mounted yet), a
-// symlink, or a path below what sbx knows of gVisor's tree is refused
+// symlink, or a path below what hutch knows of gVisor's tree is refused
 // with errdefs.ErrInvalidArgument.
 func MaskedPaths(emptyFile string) policy.SpecOpt {
 	return func(s *specs.Spec) error {
@@ -92,7 +92,7 @@ func MaskedPaths(emptyFile string) policy.SpecOpt {
 			switch k {
 			case dir:
 				if p == "/proc" || p == "/sys" {
-					return fmt.Errorf("maskedPaths %s: sbx cannot mask all of %s: %w", p, p, errdefs.ErrInvalidArgument)
+					return fmt.Errorf("maskedPaths %s: hutch cannot mask all of %s: %w", p, p, errdefs.ErrInvalidArgument)
 				}
 				s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "tmpfs", Source: "tmpfs",
 					Options: []string{"ro", "nosuid", "nodev", "noexec"}})
@@ -121,17 +121,17 @@ func MaskedPaths(emptyFile string) policy.SpecOpt {
 }
 
 // classify is what p (from the spec's list named field) is in the
-// sandbox, or an error when sbx cannot tell.
+// sandbox, or an error when hutch cannot tell.
 func classify(field, p string) (kind, error) {
 	if !path.IsAbs(p) || path.Clean(p) != p {
 		return unknown, fmt.Errorf("%s %q: not a clean absolute path: %w", field, p, errdefs.ErrInvalidArgument)
 	}
 	if p != "/proc" && p != "/sys" && !strings.HasPrefix(p, "/proc/") && !strings.HasPrefix(p, "/sys/") {
-		return unknown, fmt.Errorf("%s %s: sbx enforces these only in the sandbox's /proc and /sys, not in the image: %w", field, p, errdefs.ErrInvalidArgument)
+		return unknown, fmt.Errorf("%s %s: hutch enforces these only in the sandbox's /proc and /sys, not in the image: %w", field, p, errdefs.ErrInvalidArgument)
 	}
 	k := lookup(p)
 	if k == unknown {
-		return unknown, fmt.Errorf("%s %s: sbx cannot tell what this is inside gVisor (a symlink, a process's entry, or deeper than sbx knows), so cannot enforce it: %w", field, p, errdefs.ErrInvalidArgument)
+		return unknown, fmt.Errorf("%s %s: hutch cannot tell what this is inside gVisor (a symlink, a process's entry, or deeper than hutch knows), so cannot enforce it: %w", field, p, errdefs.ErrInvalidArgument)
 	}
 	return k, nil
 }

@@ -83,7 +83,7 @@ func TestMaskedPathsRefuses(t *testing.T) {
 		kind             error
 		msg              string
 	}{
-		{"image path", []string{"/etc/shadow"}, nil, errdefs.ErrInvalidArgument, "maskedPaths /etc/shadow: sbx enforces these only in the sandbox's /proc and /sys"},
+		{"image path", []string{"/etc/shadow"}, nil, errdefs.ErrInvalidArgument, "maskedPaths /etc/shadow: hutch enforces these only in the sandbox's /proc and /sys"},
 		{"read-only image path", nil, []string{"/usr"}, errdefs.ErrInvalidArgument, "readonlyPaths /usr"},
 		{"process entry", []string{"/proc/1/environ"}, nil, errdefs.ErrInvalidArgument, "cannot tell"},
 		{"symlink", []string{"/proc/self/mem"}, nil, errdefs.ErrInvalidArgument, "cannot tell"},

@@ -10,8 +10,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly/hostnet"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly/hostnet"
+	"hutch.dev/hutch/policy"
 )
 
 // NetworkSpec is a linked sandbox's network as policy decided it: what

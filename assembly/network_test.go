@@ -15,8 +15,8 @@ import (
 
 	"github.com/miekg/dns"
 
-	"sbx.dev/sbx/assembly/hostnet"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly/hostnet"
+	"hutch.dev/hutch/policy"
 )
 
 // needHostNetwork skips unless the test may change the host's network: as
@@ -123,7 +123,7 @@ func TestSetupNetwork(t *testing.T) {
 
 // resolverHelperEnv makes the test binary the resolver process of
 // TestSetupNetwork, with the configuration file as its last argument.
-const resolverHelperEnv = "SBX_ASSEMBLY_TEST_RESOLVER"
+const resolverHelperEnv = "HUTCH_ASSEMBLY_TEST_RESOLVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(resolverHelperEnv) == "1" {

@@ -1,8 +1,8 @@
 package assembly
 
-import "sbx.dev/sbx/assembly/hostproc"
+import "hutch.dev/hutch/assembly/hostproc"
 
-// The host processes sbx starts for a sandbox (runsc's, its resolver, its
+// The host processes hutch starts for a sandbox (runsc's, its resolver, its
 // forwarder and watchdog) outlive the command that started them, so they
 // are named by PID and start time: a PID the kernel has reused since is
 // never taken for them.

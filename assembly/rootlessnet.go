@@ -20,8 +20,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly/hostnet"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly/hostnet"
+	"hutch.dev/hutch/policy"
 )
 
 // A rootless sandbox's network (docs/decisions/0022-rootless-network.md)
@@ -34,13 +34,13 @@ import (
 // as root of U, so that it may join S, and puts gVisor in a user
 // namespace nested in U, which holds no privilege over R or S.
 const (
-	rootlessHostIf = "sbx0"
+	rootlessHostIf = "hutch0"
 	rootlessTap    = "tap0"
 	// slirpDNS is slirp4netns's DNS forwarder, which asks the host's
 	// own resolvers: the rootless resolver's default upstream.
 	slirpDNS = "10.0.2.3"
 	// rootlessHostTable rejects the host's own addresses.
-	rootlessHostTable = "sbx_host"
+	rootlessHostTable = "hutch_host"
 	rootlessStateFile = "usernet.json"
 	rootlessNetnsLink = "netns"
 )
@@ -53,7 +53,7 @@ func rootlessAddrs() (host, sandbox netip.Addr) {
 }
 
 // rootlessTable names the sandbox's nftables table in its router.
-const rootlessTable = "sbx"
+const rootlessTable = "hutch"
 
 // procRef names a process by its PID and start time.
 type procRef struct {
@@ -75,7 +75,7 @@ func (p procRef) kill() {
 }
 
 // userNet is what SetupRootlessNetwork started, saved in the sandbox's
-// directory so that any later sbx process can update or tear it down.
+// directory so that any later hutch process can update or tear it down.
 type userNet struct {
 	// Router holds U, R and M; Sandbox holds S.
 	Router  procRef `json:"router"`
@@ -168,15 +168,15 @@ func CheckRootlessNetwork(mode string) error {
 	for i, n := range missing {
 		m[i] = n.String()
 	}
-	return fmt.Errorf("--net %s without root: %s; see `sbx doctor`: %w", mode, strings.Join(m, "; "), errdefs.ErrFailedPrecondition)
+	return fmt.Errorf("--net %s without root: %s; see `hutch doctor`: %w", mode, strings.Join(m, "; "), errdefs.ErrFailedPrecondition)
 }
 
 // SetupRootlessNetwork makes a rootless sandbox's network (see above) for
-// a sandbox whose state directory is s.Dir; sbxPath is the sbx binary that
-// serves the resolver (`sbxPath resolverArgs... CFG`). runsc runs through
+// a sandbox whose state directory is s.Dir; hutchPath is the hutch binary that
+// serves the resolver (`hutchPath resolverArgs... CFG`). runsc runs through
 // RootlessRunsc for as long as the network is up. The firewall is in
 // place before the link is up. On error nothing is left.
-func SetupRootlessNetwork(ctx context.Context, s NetworkSpec, sbxPath string, resolverArgs []string) (_ *Network, err error) {
+func SetupRootlessNetwork(ctx context.Context, s NetworkSpec, hutchPath string, resolverArgs []string) (_ *Network, err error) {
 	if err := CheckRootlessNetwork(s.Mode); err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ ip route add default via %s
 	}
 	// The resolver runs in R as root of U: it listens on R's side of the
 	// link and admits answers into R's table.
-	resolver, err = ResolverProcess{Exe: "nsenter", Args: u.enter(true, append([]string{sbxPath}, resolverArgs...)...)}.
+	resolver, err = ResolverProcess{Exe: "nsenter", Args: u.enter(true, append([]string{hutchPath}, resolverArgs...)...)}.
 		start(cfg, filepath.Join(s.Dir, "resolver.log"))
 	if err != nil {
 		return nil, err

@@ -9,11 +9,11 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// FindRunsc locates the runsc binary both front ends drive: $SBX_RUNSC,
-// then "runsc" beside the running executable (sbx's bin/, or the shim's
+// FindRunsc locates the runsc binary both front ends drive: $HUTCH_RUNSC,
+// then "runsc" beside the running executable (hutch's bin/, or the shim's
 // directory on a node), then $PATH.
 func FindRunsc() (string, error) {
-	if p := os.Getenv("SBX_RUNSC"); p != "" {
+	if p := os.Getenv("HUTCH_RUNSC"); p != "" {
 		return CheckRunsc(p)
 	}
 	if exe, err := os.Executable(); err == nil {
@@ -26,7 +26,7 @@ func FindRunsc() (string, error) {
 	}
 	p, err := exec.LookPath("runsc")
 	if err != nil {
-		return "", fmt.Errorf("runsc not found beside %s, in $SBX_RUNSC or on $PATH (run `make`, or name it): %w", filepath.Base(os.Args[0]), errdefs.ErrNotFound)
+		return "", fmt.Errorf("runsc not found beside %s, in $HUTCH_RUNSC or on $PATH (run `make`, or name it): %w", filepath.Base(os.Args[0]), errdefs.ErrNotFound)
 	}
 	return p, nil
 }
@@ -41,7 +41,7 @@ func CheckRunsc(p string) (string, error) {
 	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
 		return "", fmt.Errorf("runsc %q is not an executable file: %w", p, errdefs.ErrInvalidArgument)
 	}
-	// Absolute: sbx's detached processes (a pause's end, a pool's
+	// Absolute: hutch's detached processes (a pause's end, a pool's
 	// filler, a forwarder) are given it and run in another directory.
 	return filepath.Abs(p)
 }

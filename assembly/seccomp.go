@@ -11,14 +11,14 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // PodSeccomp combines a pod's own seccomp profile (Kubernetes'
 // RuntimeDefault or a Localhost profile, as the container's spec carries
-// it) with the profile the spec holds already, sbx's: the result lets a
+// it) with the profile the spec holds already, hutch's: the result lets a
 // call run only if both profiles let it run. A nil profile (Unconfined)
-// leaves sbx's alone. A pod profile that gVisor cannot enforce as written
+// leaves hutch's alone. A pod profile that gVisor cannot enforce as written
 // is refused with an error naming what it uses.
 func PodSeccomp(pod *specs.LinuxSeccomp) policy.SpecOpt {
 	return func(s *specs.Spec) error {
@@ -38,7 +38,7 @@ func PodSeccomp(pod *specs.LinuxSeccomp) policy.SpecOpt {
 }
 
 // CombineSeccomp returns one profile that acts on every call as the more
-// restrictive of outer (sbx's) and inner (the pod's) would: kill before
+// restrictive of outer (hutch's) and inner (the pod's) would: kill before
 // SIGSYS (trap) before an errno before allow. When both deny with an
 // errno, outer's errno is returned. A nil profile allows everything.
 //
@@ -69,7 +69,7 @@ func CombineSeccomp(outer, inner *specs.LinuxSeccomp) (*specs.LinuxSeccomp, erro
 	}
 	out, err := readProfile(outer)
 	if err != nil {
-		return nil, fmt.Errorf("sbx's seccomp profile: %w", err)
+		return nil, fmt.Errorf("hutch's seccomp profile: %w", err)
 	}
 	def := stricter(out.def, in.def)
 	c := &specs.LinuxSeccomp{
@@ -278,7 +278,7 @@ func product(n string, outer []rule, outerDef action, inner []rule, innerDef act
 		for _, i := range inner {
 			conds, ok, err := conjoin(o.conds, i.conds)
 			if err != nil {
-				return nil, fmt.Errorf("seccomp rules for %s of sbx's profile and the pod's: %w", n, err)
+				return nil, fmt.Errorf("seccomp rules for %s of hutch's profile and the pod's: %w", n, err)
 			}
 			if ok {
 				list = append(list, rule{conds: conds, act: stricter(o.act, i.act)})

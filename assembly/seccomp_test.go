@@ -10,7 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // eval is what runsc does with a call under profile s: the first rule
@@ -84,7 +84,7 @@ func maskEq(i uint, m, v uint64) specs.LinuxSeccompArg {
 	return specs.LinuxSeccompArg{Index: i, Op: specs.OpMaskedEqual, Value: m, ValueTwo: v}
 }
 
-func sbxProfile(t *testing.T) *specs.LinuxSeccomp {
+func hutchProfile(t *testing.T) *specs.LinuxSeccomp {
 	t.Helper()
 	s := &specs.Spec{}
 	if err := policy.Seccomp()(s); err != nil {
@@ -109,7 +109,7 @@ var runtimeDefault = &specs.LinuxSeccomp{
 }
 
 func TestCombineSeccomp(t *testing.T) {
-	sbx := sbxProfile(t)
+	hutch := hutchProfile(t)
 	eperm := action{act: specs.ActErrno, errno: uint(unix.EPERM)}
 	enosys := action{act: specs.ActErrno, errno: uint(unix.ENOSYS)}
 	eacces := action{act: specs.ActErrno, errno: uint(unix.EACCES)}
@@ -165,7 +165,7 @@ func TestCombineSeccomp(t *testing.T) {
 			},
 		},
 		{
-			name: "stricter actions of the pod win over sbx's errno",
+			name: "stricter actions of the pod win over hutch's errno",
 			pod: &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Syscalls: []specs.LinuxSyscall{
 				{Names: []string{"unshare"}, Action: specs.ActKill},
 				{Names: []string{"bpf"}, Action: specs.ActTrap},
@@ -175,7 +175,7 @@ func TestCombineSeccomp(t *testing.T) {
 			calls: []call{
 				{"unshare", [6]uint64{}, kill},
 				{"bpf", [6]uint64{}, trap},
-				{"ptrace", [6]uint64{unix.PTRACE_ATTACH}, eperm}, // both deny with an errno: sbx's
+				{"ptrace", [6]uint64{unix.PTRACE_ATTACH}, eperm}, // both deny with an errno: hutch's
 				{"ptrace", [6]uint64{unix.PTRACE_TRACEME}, eacces},
 				{"getpid", [6]uint64{}, allow},
 			},
@@ -191,7 +191,7 @@ func TestCombineSeccomp(t *testing.T) {
 			}},
 			calls: []call{
 				{"socket", [6]uint64{unix.AF_INET, unix.SOCK_STREAM}, allow},
-				{"socket", [6]uint64{unix.AF_INET, unix.SOCK_RAW}, eperm}, // pod allows (first match), sbx denies
+				{"socket", [6]uint64{unix.AF_INET, unix.SOCK_RAW}, eperm}, // pod allows (first match), hutch denies
 				{"socket", [6]uint64{unix.AF_PACKET, unix.SOCK_RAW}, kill},
 				{"socket", [6]uint64{unix.AF_PACKET, unix.SOCK_DGRAM}, eperm},
 				{"socket", [6]uint64{unix.AF_UNIX, unix.SOCK_STREAM}, allow},
@@ -215,7 +215,7 @@ func TestCombineSeccomp(t *testing.T) {
 			},
 		},
 		{
-			name: "pod conditions on sbx's arguments",
+			name: "pod conditions on hutch's arguments",
 			pod: &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Syscalls: []specs.LinuxSyscall{
 				{Names: []string{"clone"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{maskEq(0, unix.CLONE_NEWUSER|unix.CLONE_NEWNS, 0)}},
 				{Names: []string{"clone"}, Action: specs.ActKill},
@@ -245,12 +245,12 @@ func TestCombineSeccomp(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := CombineSeccomp(sbx, tc.pod)
+			c, err := CombineSeccomp(hutch, tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, call := range tc.calls {
-				want := stricter(eval(sbx, call.name, call.args), eval(tc.pod, call.name, call.args))
+				want := stricter(eval(hutch, call.name, call.args), eval(tc.pod, call.name, call.args))
 				if want != call.want {
 					t.Fatalf("table is wrong for %s%v: the profiles give %v, the table %v", call.name, call.args, want, call.want)
 				}
@@ -266,15 +266,15 @@ func TestCombineSeccomp(t *testing.T) {
 // two profiles on every argument value the rules name, and their
 // neighbours.
 func TestCombineSeccompExhaustive(t *testing.T) {
-	sbx := sbxProfile(t)
+	hutch := hutchProfile(t)
 	pod := runtimeDefault
-	c, err := CombineSeccomp(sbx, pod)
+	c, err := CombineSeccomp(hutch, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	values := map[uint][]uint64{}
 	names := map[string]bool{"getpid": true, "nosuchcall": true}
-	for _, s := range []*specs.LinuxSeccomp{sbx, pod} {
+	for _, s := range []*specs.LinuxSeccomp{hutch, pod} {
 		for _, sc := range s.Syscalls {
 			for _, n := range sc.Names {
 				names[n] = true
@@ -289,7 +289,7 @@ func TestCombineSeccompExhaustive(t *testing.T) {
 		for _, v0 := range append(values[0], 0, math.MaxUint64) {
 			for _, v1 := range append(values[1], 0) {
 				args := [6]uint64{v0, v1}
-				want := stricter(eval(sbx, name, args), eval(pod, name, args))
+				want := stricter(eval(hutch, name, args), eval(pod, name, args))
 				if got := eval(c, name, args); got != want {
 					t.Errorf("%s%x: combined %v, profiles %v", name, args, got, want)
 				}
@@ -301,7 +301,7 @@ func TestCombineSeccompExhaustive(t *testing.T) {
 }
 
 func TestCombineSeccompRefuses(t *testing.T) {
-	sbx := sbxProfile(t)
+	hutch := hutchProfile(t)
 	for _, tc := range []struct {
 		name string
 		pod  *specs.LinuxSeccomp
@@ -322,14 +322,14 @@ func TestCombineSeccompRefuses(t *testing.T) {
 			errdefs.ErrInvalidArgument, "argument index 6"},
 		{"errno", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: errno(70000)},
 			errdefs.ErrInvalidArgument, "errno 70000"},
-		// sbx denies socket(AF_INET, SOCK_RAW & 0xf); a pod rule on a
+		// hutch denies socket(AF_INET, SOCK_RAW & 0xf); a pod rule on a
 		// range of the same argument meets a masked comparison.
 		{"inexpressible", &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Syscalls: []specs.LinuxSyscall{
 			{Names: []string{"socket"}, Action: specs.ActErrno, Args: []specs.LinuxSeccompArg{op(1, specs.OpLessThan, 3)}}}},
 			errdefs.ErrInvalidArgument, "argument 1 must meet both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := CombineSeccomp(sbx, tc.pod)
+			_, err := CombineSeccomp(hutch, tc.pod)
 			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want %v containing %q", err, tc.kind, tc.msg)
 			}
@@ -337,12 +337,12 @@ func TestCombineSeccompRefuses(t *testing.T) {
 	}
 }
 
-func TestPodSeccompUnconfinedKeepsSbx(t *testing.T) {
+func TestPodSeccompUnconfinedKeepsHutch(t *testing.T) {
 	s := &specs.Spec{}
 	if err := Apply(s, policy.Seccomp(), PodSeccomp(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if got := eval(s.Linux.Seccomp, "unshare", [6]uint64{}); got.act != specs.ActErrno {
-		t.Fatalf("unshare under an unconfined pod: %v, want sbx's EPERM", got)
+		t.Fatalf("unshare under an unconfined pod: %v, want hutch's EPERM", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/overlay"
 )
 
 // The default image and the Debian root filesystem it is built on.
@@ -145,7 +145,7 @@ func Bootstrap(ctx context.Context, store *overlay.Store, name, workDir string, 
 	if mode == "--mode=unshare" {
 		// The chroot belongs to the first subordinate ID, which must
 		// reach it: not under the user's own 0700 directories.
-		if chroots, err = os.MkdirTemp(unshareTmp(), "sbx-mmdebstrap-"); err != nil {
+		if chroots, err = os.MkdirTemp(unshareTmp(), "hutch-mmdebstrap-"); err != nil {
 			return overlay.Image{}, err
 		}
 		defer os.RemoveAll(chroots)

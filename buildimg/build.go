@@ -22,11 +22,11 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
 
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/overlay"
 )
 
-// storeID names sbx's store among the build session's OCI stores.
-const storeID = "sbx"
+// storeID names hutch's store among the build session's OCI stores.
+const storeID = "hutch"
 
 // Options describe one Dockerfile build.
 type Options struct {
@@ -47,11 +47,11 @@ type Options struct {
 	Image func(ctx context.Context, name string) (overlay.Image, error)
 }
 
-// Builder builds Dockerfiles into an sbx image store.
+// Builder builds Dockerfiles into a hutch image store.
 type Builder struct {
 	// Store is where FROM images come from and results go.
 	Store *overlay.Store
-	// Daemon is the buildkitd sbx runs; used when Addr is empty.
+	// Daemon is the buildkitd hutch runs; used when Addr is empty.
 	Daemon *Daemon
 	// Addr is an existing buildkitd's address (e.g. unix:///run/buildkit/buildkitd.sock).
 	Addr string
@@ -188,7 +188,7 @@ func (b *Builder) prepare(ctx context.Context, o Options) (*prepared, error) {
 		}
 		img, err := get(ctx, r.name)
 		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%s:%d: image %q is not in sbx's store (pull it first: sbx image pull %s): %w",
+			return nil, fmt.Errorf("%s:%d: image %q is not in hutch's store (pull it first: hutch image pull %s): %w",
 				df, r.line, r.name, r.name, errdefs.ErrNotFound)
 		}
 		if err != nil {

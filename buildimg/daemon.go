@@ -18,22 +18,22 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/runsc-sandbox/ociworker"
+	"hutch.dev/hutch/runsc-sandbox/ociworker"
 )
 
 // DefaultIdle is how long the daemon stays up after its last build.
 const DefaultIdle = 5 * time.Minute
 
-// Daemon is the buildkitd that sbx runs for itself under one state
+// Daemon is the buildkitd that hutch runs for itself under one state
 // directory. Its zero value is not usable: Dir and the binaries must be set.
 type Daemon struct {
 	// Dir holds the daemon's socket, state and locks (see the package doc).
 	Dir string
 	// Buildkitd is the buildkitd binary.
 	Buildkitd string
-	// Supervisor is the sbx-buildkitd binary, which runs Supervise.
+	// Supervisor is the hutch-buildkitd binary, which runs Supervise.
 	Supervisor string
-	// Runtime is sbx-buildkit-runtime, buildkitd's OCI worker binary.
+	// Runtime is hutch-buildkit-runtime, buildkitd's OCI worker binary.
 	Runtime string
 	// Runsc is the runsc binary the runtime runs steps with.
 	Runsc string
@@ -255,7 +255,7 @@ func alive(pid int) bool {
 // Supervise runs buildkitd for d until it has been idle for d.Idle, or
 // until SIGTERM or SIGINT, then stops it and cleans up after it: its
 // socket, and any build step's sandbox it left behind. It is the body of
-// the sbx-buildkitd binary. Run by an unprivileged user, it runs buildkitd
+// the hutch-buildkitd binary. Run by an unprivileged user, it runs buildkitd
 // as root of a user namespace of its own (see rootless.go).
 func Supervise(ctx context.Context, d Daemon) error {
 	rootless := os.Geteuid() != 0
@@ -308,7 +308,7 @@ func Supervise(ctx context.Context, d Daemon) error {
 		}
 	} else {
 		cmd = exec.Command(args[0], args[1:]...)
-		// No network: the daemon resolves images only from sbx's
+		// No network: the daemon resolves images only from hutch's
 		// store, and build steps run with gVisor's --network=none
 		// anyway. Its own mount namespace (private: Go remounts /
 		// with MS_PRIVATE for CLONE_NEWNS in Unshareflags): the

@@ -1,19 +1,19 @@
-// Package buildimg builds images for sbx with BuildKit and makes the
+// Package buildimg builds images for hutch with BuildKit and makes the
 // default image, base.
 //
 // Builds go through BuildKit's Go client (client.Solve with the dockerfile
-// frontend) to a buildkitd that the package runs for sbx when the caller
+// frontend) to a buildkitd that the package runs for hutch when the caller
 // names none: Daemon starts it on demand under a small supervisor
-// (Supervise, the sbx-buildkitd binary), which stops it when it has been
+// (Supervise, the hutch-buildkitd binary), which stops it when it has been
 // idle for a while. That buildkitd has no network (its own network
 // namespace), and its OCI worker runs every RUN step under gVisor through
-// sbx-buildkit-runtime (runsc-sandbox/ociworker). For an unprivileged user
+// hutch-buildkit-runtime (runsc-sandbox/ociworker). For an unprivileged user
 // the supervisor runs buildkitd as root of user, mount, network and PID
 // namespaces of the user's own, mapped to the user's subordinate IDs
 // (rootless.go; docs/decisions/0027-rootless-builds.md); its RUN steps
 // still run under gVisor.
 //
-// Images come from and go to sbx's own store (overlay): every stored image
+// Images come from and go to hutch's own store (overlay): every stored image
 // is offered to the build as a named context, so `FROM <image>` resolves
 // locally and never reaches a registry, and the result is exported straight
 // into the store's content and tagged there.

@@ -27,7 +27,7 @@ import (
 // with those programs, and only then lets the child run buildkitd. The PID
 // namespace ends every build step's sandbox with the daemon.
 
-// UsernsInitArg, as the first argument of the sbx-buildkitd binary, runs
+// UsernsInitArg, as the first argument of the hutch-buildkitd binary, runs
 // UsernsInit instead of the supervisor.
 const UsernsInitArg = "--userns-init"
 
@@ -102,7 +102,7 @@ func checkRootless() error {
 }
 
 // rootlessCommand is the command that runs buildkitd with args in new
-// namespaces: this binary (sbx-buildkitd) as UsernsInit. start starts
+// namespaces: this binary (hutch-buildkitd) as UsernsInit. start starts
 // it and maps its user namespace.
 func rootlessCommand(self string, args []string) (cmd *exec.Cmd, start func() error, err error) {
 	if err := checkRootless(); err != nil {
@@ -166,7 +166,7 @@ func rootlessCommand(self string, args []string) (cmd *exec.Cmd, start func() er
 var keepOpen []*os.File
 
 // UsernsInit is the first process of a rootless daemon's namespaces (the
-// sbx-buildkitd binary run with UsernsInitArg, args being "--" and
+// hutch-buildkitd binary run with UsernsInitArg, args being "--" and
 // buildkitd's command line): it waits until its parent has mapped the user
 // namespace and runs itself again (its capabilities went with its exec
 // before the mapping; an exec as root of the namespace gives them back).
@@ -176,25 +176,25 @@ var keepOpen []*os.File
 // it, which ends everything else in the PID namespace.
 func UsernsInit(args []string) int {
 	if len(args) < 2 || (args[0] != "--" && args[0] != "--mapped") {
-		fmt.Fprintln(os.Stderr, "sbx-buildkitd: usage: sbx-buildkitd", UsernsInitArg, "-- BUILDKITD [ARG]...")
+		fmt.Fprintln(os.Stderr, "hutch-buildkitd: usage: hutch-buildkitd", UsernsInitArg, "-- BUILDKITD [ARG]...")
 		return 2
 	}
 	if args[0] == "--" {
 		ready := os.NewFile(3, "ready")
 		var b [1]byte
 		if n, _ := ready.Read(b[:]); n != 1 {
-			fmt.Fprintln(os.Stderr, "sbx-buildkitd: the user namespace was not mapped")
+			fmt.Fprintln(os.Stderr, "hutch-buildkitd: the user namespace was not mapped")
 			return 1
 		}
 		if os.Getuid() != 0 {
-			fmt.Fprintln(os.Stderr, "sbx-buildkitd: not root in the user namespace")
+			fmt.Fprintln(os.Stderr, "hutch-buildkitd: not root in the user namespace")
 			return 1
 		}
 		self, err := os.Executable()
 		if err == nil {
 			err = syscall.Exec(self, append([]string{self, UsernsInitArg, "--mapped"}, args[1:]...), os.Environ())
 		}
-		fmt.Fprintln(os.Stderr, "sbx-buildkitd: run again in the user namespace:", err)
+		fmt.Fprintln(os.Stderr, "hutch-buildkitd: run again in the user namespace:", err)
 		return 1
 	}
 	args = args[1:]
@@ -206,7 +206,7 @@ func UsernsInit(args []string) int {
 	// Mounts here do not reach the host (a namespace of a less
 	// privileged user receives the host's mounts as slaves).
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-buildkitd: mount /proc:", err)
+		fmt.Fprintln(os.Stderr, "hutch-buildkitd: mount /proc:", err)
 		return 1
 	}
 	sigs := make(chan os.Signal, 4)
@@ -215,7 +215,7 @@ func UsernsInit(args []string) int {
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-buildkitd:", err)
+		fmt.Fprintln(os.Stderr, "hutch-buildkitd:", err)
 		return 1
 	}
 	main := cmd.Process.Pid

@@ -10,8 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/buildkit/client"
 
-	"sbx.dev/sbx/buildimg"
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/buildimg"
+	"hutch.dev/hutch/overlay"
 )
 
 // BuildRequest is one Dockerfile build into the engine's image store.
@@ -40,7 +40,7 @@ type BaseRequest struct {
 }
 
 // builder is the engine's BuildKit client: Options.BuildkitAddr, or the
-// buildkitd sbx runs under <root>/buildkit.
+// buildkitd hutch runs under <root>/buildkit.
 func (e *Engine) builder() *buildimg.Builder {
 	dir := exeDir()
 	return &buildimg.Builder{
@@ -49,8 +49,8 @@ func (e *Engine) builder() *buildimg.Builder {
 		Daemon: &buildimg.Daemon{
 			Dir:        filepath.Join(e.opts.Root, "buildkit"),
 			Buildkitd:  filepath.Join(dir, "buildkitd"),
-			Supervisor: filepath.Join(dir, "sbx-buildkitd"),
-			Runtime:    filepath.Join(dir, "sbx-buildkit-runtime"),
+			Supervisor: filepath.Join(dir, "hutch-buildkitd"),
+			Runtime:    filepath.Join(dir, "hutch-buildkit-runtime"),
 			Runsc:      e.opts.RunscPath,
 			Platform:   e.opts.Platform,
 			Idle:       e.opts.BuildkitIdle,
@@ -91,7 +91,7 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 			if dir := e.SharedImages(); dir != "" {
 				shared = "the shared image store " + dir + " lacks it"
 			}
-			return overlay.Image{}, fmt.Errorf("the default image %s is not in this store, %s, and it cannot be built here (%w); ask root to run `sbx image share %s`, import one (sbx image import base FILE.tar) or use --image busybox",
+			return overlay.Image{}, fmt.Errorf("the default image %s is not in this store, %s, and it cannot be built here (%w); ask root to run `hutch image share %s`, import one (hutch image import base FILE.tar) or use --image busybox",
 				DefaultImage, shared, err, DefaultImage)
 		}
 	}
@@ -107,7 +107,7 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 	return img, nil
 }
 
-// StopBuilder stops the buildkitd sbx runs for this root, if it runs.
+// StopBuilder stops the buildkitd hutch runs for this root, if it runs.
 func (e *Engine) StopBuilder(ctx context.Context) error {
 	return e.builder().Daemon.Stop(ctx)
 }

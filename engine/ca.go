@@ -17,10 +17,10 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
-// Extra CA certificates reach a sandbox without changing its image: sbx
+// Extra CA certificates reach a sandbox without changing its image: hutch
 // writes the image's own system bundle followed by the extra certificates
 // to a file in the sandbox's state directory and bind-mounts it, read-only,
 // over the image's bundle; every process gets the policy.CAEnv variables
@@ -70,7 +70,7 @@ var systemCABundles = []string{
 	"/etc/ssl/cert.pem",                                 // Alpine, BSDs
 }
 
-// maxSystemBundle bounds the image's bundle that sbx reads: an image is
+// maxSystemBundle bounds the image's bundle that hutch reads: an image is
 // not trusted to keep it small.
 const maxSystemBundle = 16 << 20
 
@@ -184,7 +184,7 @@ func (e *Engine) AddTrustedCA(name string, c CACert) error {
 	// A link fails if the name is taken, where a rename would replace it.
 	if err := os.Link(tmp.Name(), dst); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("CA %s exists (sbx ca rm %s first): %w", name, name, errdefs.ErrAlreadyExists)
+			return fmt.Errorf("CA %s exists (hutch ca rm %s first): %w", name, name, errdefs.ErrAlreadyExists)
 		}
 		return err
 	}

@@ -6,11 +6,11 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // createCgroup creates sandbox sb's cgroup with the host resources of its
-// record through assembly (sbx owns it; runsc joins it: see
+// record through assembly (hutch owns it; runsc joins it: see
 // assembly.CreateCgroup) and puts its removal on undo. Create, resume and
 // fork all start a sandbox this way. A rootless sandbox has one only in
 // its user's delegated subtree (createDelegatedCgroup).
@@ -42,7 +42,7 @@ func updateCgroup(path string, res *specs.LinuxResources) error {
 	return assembly.UpdateCgroup(path, res)
 }
 
-// cgroupStats are the counters of a sandbox's cgroup that sbx reports.
+// cgroupStats are the counters of a sandbox's cgroup that hutch reports.
 type cgroupStats = assembly.CgroupStats
 
 // errNoCgroup: the sandbox has no cgroup (rootless, or already removed).

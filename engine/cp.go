@@ -9,14 +9,14 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
-// A copy between the host and a sandbox is a tar stream between sbx and
+// A copy between the host and a sandbox is a tar stream between hutch and
 // the sandbox's agent (tar-out, tar-in) through `runsc exec`, never held in
 // memory. Both ends extract with agent.Extract, which refuses names with
 // "..", absolute names, and every symlink below the destination: the
-// stream from a sandbox cannot make sbx write outside the destination on
+// stream from a sandbox cannot make hutch write outside the destination on
 // the host. Directories are copied recursively; modes and modification
 // times are kept, symlinks stay symlinks, owners become the receiver's.
 // A destination that is an existing directory receives the source under

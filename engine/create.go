@@ -14,10 +14,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // CreateRequest is what a new sandbox should be. Zero values take the
@@ -42,7 +42,7 @@ type CreateRequest struct {
 	Workdir string
 	Labels  map[string]string
 	// Ports are published on the host by a detached forwarder process
-	// (Options.SbxPath) until the sandbox stops.
+	// (Options.HutchPath) until the sandbox stops.
 	Ports []PortMapping
 	// Explicit names the limits the caller set (e.g. "memory"), so
 	// that a rootless create can refuse limits it cannot enforce.
@@ -153,7 +153,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		return nil, err
 	}
 	if _, err := os.Stat(e.opts.InitPath); err != nil {
-		return nil, fmt.Errorf("sbx-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("hutch-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
 	}
 	id, err := newID()
 	if err != nil {
@@ -240,7 +240,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		HostUID:          hostID(e.inUserNS(id), os.Getuid()),
 		HostGID:          hostID(e.inUserNS(id), os.Getgid()),
 		CgroupsPath:      e.sandboxCgroup(sb),
-		Annotations:      map[string]string{"dev.sbx.sandbox.id": id},
+		Annotations:      map[string]string{"dev.hutch.sandbox.id": id},
 	})
 	if owners != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{

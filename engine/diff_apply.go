@@ -241,7 +241,7 @@ func (a *applier) replace(dirfd int, name string, isDir bool, make func(tmp stri
 	}
 	var tmp string
 	for i := 0; ; i++ {
-		tmp = ".sbx-apply-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i) + "-" + name
+		tmp = ".hutch-apply-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i) + "-" + name
 		if len(tmp) > 255 {
 			tmp = tmp[:255]
 		}

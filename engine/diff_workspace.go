@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // An :overlay mount is a workspace: a host overlayfs whose lower layer is

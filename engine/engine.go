@@ -1,5 +1,5 @@
-// Package engine is sbx's Go API: what the sbx CLI does, for platforms that
-// embed sbx instead of shelling out to it.
+// Package engine is hutch's Go API: what the hutch CLI does, for platforms that
+// embed hutch instead of shelling out to it.
 //
 // It orchestrates the other packages in the order of DESIGN.md: policy
 // validates and renders a request, overlay provides the image's rootfs,
@@ -22,17 +22,17 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/buildimg"
-	"sbx.dev/sbx/overlay"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/buildimg"
+	"hutch.dev/hutch/overlay"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // DefaultImage is the image a sandbox gets when the request names none:
 // Debian with Python, Node and git, built on first use (BuildBase).
 const DefaultImage = buildimg.BaseImage
 
-// TestImage is a small busybox image imported from an archive beside sbx
+// TestImage is a small busybox image imported from an archive beside hutch
 // the first time it is asked for.
 const TestImage = "busybox:latest"
 
@@ -42,8 +42,8 @@ type Options struct {
 	Root string
 	// RunscPath is the runsc binary; empty means FindRunsc().
 	RunscPath string
-	// InitPath is the sbx-init binary mounted into every sandbox as its
-	// init; empty means "sbx-init" beside the running executable.
+	// InitPath is the hutch-init binary mounted into every sandbox as its
+	// init; empty means "hutch-init" beside the running executable.
 	InitPath string
 	// DefaultImageArchive is an OCI archive imported as TestImage the
 	// first time a sandbox needs it; empty means images/busybox.tar beside
@@ -53,27 +53,27 @@ type Options struct {
 	// root filesystem of the default image instead of running mmdebstrap;
 	// empty means images/bookworm-rootfs.tar beside the running executable.
 	BaseRootfsArchive string
-	// BuildkitAddr is an existing buildkitd to build with; empty: sbx runs
+	// BuildkitAddr is an existing buildkitd to build with; empty: hutch runs
 	// its own under <Root>/buildkit, started on demand.
 	BuildkitAddr string
-	// BuildkitIdle is how long sbx's own buildkitd outlives its last build;
+	// BuildkitIdle is how long hutch's own buildkitd outlives its last build;
 	// 0 means buildimg.DefaultIdle.
 	BuildkitIdle time.Duration
 	// Platform is gVisor's platform; empty means runsc's default.
 	Platform string
 	// DebugLog, if set, is a directory for runsc's debug logs.
 	DebugLog string
-	// SbxPath is the sbx binary, which runs a sandbox's detached helper
+	// HutchPath is the hutch binary, which runs a sandbox's detached helper
 	// processes (its DNS resolver, its port forwarder); empty means the
-	// running executable. Programs that embed the engine set it to an sbx
+	// running executable. Programs that embed the engine set it to a hutch
 	// binary.
-	SbxPath string
+	HutchPath string
 	// WatchdogCommand, with a sandbox ID appended, runs RunWatchdog for
-	// that sandbox in a new process (the sbx CLI's hidden watchdog
+	// that sandbox in a new process (the hutch CLI's hidden watchdog
 	// command). Without it, creates with a Timeout are refused.
 	WatchdogCommand []string
 	// SharedImages is the shared image store, looked in for an image this
-	// root lacks (ShareImage fills it); empty means $SBX_SHARED_IMAGES if
+	// root lacks (ShareImage fills it); empty means $HUTCH_SHARED_IMAGES if
 	// set (set and empty: none), else DefaultSharedImages.
 	SharedImages string
 }
@@ -85,23 +85,23 @@ type Engine struct {
 	rootless bool
 }
 
-// DefaultRoot is the state root for the current user: $SBX_ROOT if set,
-// /var/lib/sbx for root, else $XDG_DATA_HOME/sbx or ~/.local/share/sbx.
+// DefaultRoot is the state root for the current user: $HUTCH_ROOT if set,
+// /var/lib/hutch for root, else $XDG_DATA_HOME/hutch or ~/.local/share/hutch.
 func DefaultRoot() string {
-	if r := os.Getenv("SBX_ROOT"); r != "" {
+	if r := os.Getenv("HUTCH_ROOT"); r != "" {
 		return r
 	}
 	if os.Geteuid() == 0 {
-		return "/var/lib/sbx"
+		return "/var/lib/hutch"
 	}
 	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Join(x, "sbx")
+		return filepath.Join(x, "hutch")
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		home = "/tmp/sbx-" + strconv.Itoa(os.Getuid())
+		home = "/tmp/hutch-" + strconv.Itoa(os.Getuid())
 	}
-	return filepath.Join(home, ".local", "share", "sbx")
+	return filepath.Join(home, ".local", "share", "hutch")
 }
 
 // exeDir is the directory of the running executable.
@@ -116,7 +116,7 @@ func exeDir() string {
 	return filepath.Dir(exe)
 }
 
-// FindRunsc locates runsc: $SBX_RUNSC, then "runsc" beside the running
+// FindRunsc locates runsc: $HUTCH_RUNSC, then "runsc" beside the running
 // executable, then $PATH.
 func FindRunsc() (string, error) { return assembly.FindRunsc() }
 
@@ -137,13 +137,13 @@ func Open(o Options) (*Engine, error) {
 	} else if o.RunscPath, err = assembly.CheckRunsc(o.RunscPath); err != nil {
 		return nil, err
 	}
-	if o.SbxPath == "" {
-		if o.SbxPath, err = os.Executable(); err != nil {
+	if o.HutchPath == "" {
+		if o.HutchPath, err = os.Executable(); err != nil {
 			return nil, err
 		}
 	}
 	if o.InitPath == "" {
-		o.InitPath = filepath.Join(exeDir(), "sbx-init")
+		o.InitPath = filepath.Join(exeDir(), "hutch-init")
 	}
 	if o.DefaultImageArchive == "" {
 		o.DefaultImageArchive = filepath.Join(exeDir(), "images", "busybox.tar")
@@ -238,7 +238,7 @@ func (e *Engine) runscFor(sb *record) *runsc.Runsc {
 }
 
 // cgroupPath is the cgroup runsc puts sandbox id in (root only).
-func cgroupPath(id string) string { return "/sbx/" + id }
+func cgroupPath(id string) string { return "/hutch/" + id }
 
 // shortID is the ID as lists show it.
 func shortID(id string) string {

@@ -15,9 +15,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // Exit statuses Exec reports besides the command's own.
@@ -63,7 +63,7 @@ type ExecRequest struct {
 	// TTY runs the command on a pty of the sandbox's own devpts (its
 	// /dev/pts/N), as the leader of a session with it as controlling
 	// terminal: Stdin is what is typed, Stdout gets the terminal's output
-	// (Stderr only sbx's own errors). Size is its size at start (zero:
+	// (Stderr only hutch's own errors). Size is its size at start (zero:
 	// the pty's default), Resize its changes. A ^C, ^\ or ^Z in Stdin
 	// reaches the foreground job as on any terminal.
 	TTY    bool
@@ -74,7 +74,7 @@ type ExecRequest struct {
 // Exec runs req in sandbox ref and returns the command's exit status: its
 // own, 128+N if killed by signal N, ExitNotFound or ExitNotExecutable if it
 // could not start, ExitTimeout (with ErrTimeout) if it timed out. A non-nil
-// error with status -1 is sbx's own failure. It is Start and Command.Wait,
+// error with status -1 is hutch's own failure. It is Start and Command.Wait,
 // except that with req.Detach it returns once the command runs in the
 // background.
 func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, error) {
@@ -84,7 +84,7 @@ func (e *Engine) Exec(ctx context.Context, ref string, req ExecRequest) (int, er
 			return -1, err
 		}
 		if sb.OneShot {
-			// Its init is its command, not sbx-init, which starts
+			// Its init is its command, not hutch-init, which starts
 			// background processes.
 			return -1, fmt.Errorf("sandbox %s runs one command (run --rm) and takes no background commands (exec -d): %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 		}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // The files API works on a running sandbox's own view of its filesystem
@@ -79,7 +79,7 @@ func agentStatusError(sb *record, code int, stderr string) error {
 	return AgentError(sb.ShortID(), code, stderr)
 }
 
-// AgentPath is where the sandbox agent is in every sandbox and pod sbx
+// AgentPath is where the sandbox agent is in every sandbox and pod hutch
 // runs, for placements that run it themselves (pods/exec).
 const AgentPath = agent.MountPath
 

@@ -22,10 +22,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // Port forwarding publishes a TCP port of a sandbox on the host. It is not
@@ -465,10 +465,10 @@ type ForwarderRef struct {
 	Start uint64 `json:"start"`
 }
 
-// ForwarderArgs are the arguments the engine runs Options.SbxPath
+// ForwarderArgs are the arguments the engine runs Options.HutchPath
 // with for a sandbox's published ports: it must serve the listeners it
 // inherits as fds 3, 4, ... (in the order of the mappings) with Forward,
-// as `sbx port-forward --inherited` does.
+// as `hutch port-forward --inherited` does.
 func (e *Engine) ForwarderArgs(sb *record, ms []PortMapping) []string {
 	args := []string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath, "port-forward", "--inherited", sb.ID}
 	for _, m := range ms {
@@ -479,10 +479,10 @@ func (e *Engine) ForwarderArgs(sb *record, ms []PortMapping) []string {
 
 // startForwarder starts sb's detached forwarder on ls. It survives the
 // caller and ends with the sandbox (stop, rm) or when the sandbox stops.
-// With sbx-helper beside sbx, the process is sbx-helper until the first
+// With hutch-helper beside hutch, the process is hutch-helper until the first
 // connection, when it execs the forwarder (the same PID).
 func (e *Engine) startForwarder(sb *record, ls []PortListener) error {
-	exe := e.opts.SbxPath
+	exe := e.opts.HutchPath
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {

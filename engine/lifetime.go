@@ -12,7 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // Actions when a sandbox's lifetime (CreateRequest.Timeout) ends.
@@ -46,8 +46,8 @@ func (e *Engine) checkLifetime(timeout time.Duration, onTimeout string) error {
 // one, and records it in sb (not saved). There is no daemon: each sandbox
 // with a lifetime has one detached watchdog process (Options.
 // WatchdogCommand + the sandbox ID, which calls RunWatchdog), in a session
-// of its own so that no terminal signal reaches it. With sbx-helper
-// beside sbx, that process is sbx-helper until the deadline, when it
+// of its own so that no terminal signal reaches it. With hutch-helper
+// beside hutch, that process is hutch-helper until the deadline, when it
 // execs the watchdog command (the same PID). destroyRuntime kills it:
 // stop, rm and pause end it, resume starts a new one.
 func (e *Engine) startWatchdog(sb *record) error {
@@ -82,11 +82,11 @@ func (e *Engine) startWatchdog(sb *record) error {
 	return nil
 }
 
-// helperPath is the small binary beside sbx that runs a sandbox's host
-// helpers (cmd/sbx-helper; docs/decisions/0026-sandbox-helpers.md), or ""
-// if there is none: sbx then runs the helpers itself, as its hidden
+// helperPath is the small binary beside hutch that runs a sandbox's host
+// helpers (cmd/hutch-helper; docs/decisions/0026-sandbox-helpers.md), or ""
+// if there is none: hutch then runs the helpers itself, as its hidden
 // commands.
-func (e *Engine) helperPath() string { return assembly.Helper(e.opts.SbxPath) }
+func (e *Engine) helperPath() string { return assembly.Helper(e.opts.HutchPath) }
 
 // sandboxProcess is sb's runsc process as a helper's -sandbox flag
 // (PID:START), or "" if it is not known: a helper ends with it.

@@ -8,8 +8,8 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
 )
 
 // LimitsReport says which limits hold for the sandboxes this engine
@@ -62,7 +62,7 @@ func (e *Engine) unenforceable() ([]string, string) {
 		return nil, ""
 	}
 	rep := e.Limits()
-	return rep.Unenforced, "for an unprivileged user on this host: " + rep.Why + "; see `sbx doctor`"
+	return rep.Unenforced, "for an unprivileged user on this host: " + rep.Why + "; see `hutch doctor`"
 }
 
 // unenforceableLive names the limits an update cannot change on running
@@ -75,7 +75,7 @@ func unenforceableLive(sb *record) ([]string, string) {
 	return []string{"cpus", "memory"}, "on a running sandbox of an unprivileged user (its limits are set when it is created)"
 }
 
-// sandboxCgroup is sandbox sb's cgroup: root's under /sbx, a rootless
+// sandboxCgroup is sandbox sb's cgroup: root's under /hutch, a rootless
 // sandbox's in the user's delegated subtree, or none.
 func (e *Engine) sandboxCgroup(sb *record) string {
 	if sb.Rootless {

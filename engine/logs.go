@@ -15,8 +15,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // LogsRequest says what Logs writes where.

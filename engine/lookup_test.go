@@ -11,7 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // lookupEngine is an engine whose state holds n sandboxes named sb-0 …
@@ -85,7 +85,7 @@ func TestGetResolvesIDNamePrefix(t *testing.T) {
 }
 
 // BenchmarkGetByName is a lookup by name among 500 sandboxes, what
-// `sbx exec NAME` does before anything else.
+// `hutch exec NAME` does before anything else.
 func BenchmarkGetByName(b *testing.B) {
 	e := lookupEngine(b, 500)
 	ctx := context.Background()
@@ -96,7 +96,7 @@ func BenchmarkGetByName(b *testing.B) {
 	}
 }
 
-// A state root without a name index (an earlier sbx's) gets one from its
+// A state root without a name index (an earlier hutch's) gets one from its
 // records; names taken and dropped keep it right, and an entry whose
 // sandbox is gone, was never written or has another name is free.
 func TestNameIndex(t *testing.T) {

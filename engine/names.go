@@ -14,13 +14,13 @@ import (
 // The name index: <root>/names/NAME is a symbolic link whose target is the
 // ID of the sandbox named NAME, so that a lookup by name reads one link and
 // one record instead of every sandbox's record (with 500 sandboxes, 7 ms
-// on every `sbx exec NAME`).
+// on every `hutch exec NAME`).
 //
 // The index may name more than the records do, never less: an entry is
 // made, under the names lock, before the record that takes the name is
 // written, and removed after the sandbox is; an entry whose sandbox does
 // not exist or has another name is stale, and taken as free. A state root
-// without an index (made by an earlier sbx) gets one, built from its
+// without an index (made by an earlier hutch) gets one, built from its
 // records, on first use.
 
 func (e *Engine) namesDir() string { return filepath.Join(e.opts.Root, "names") }
@@ -78,7 +78,7 @@ func (e *Engine) nameOwner(name string) (string, error) {
 		return "", err
 	}
 	if len(id) != 32 || !isHex(id) {
-		return "", nil // not an entry sbx made
+		return "", nil // not an entry hutch made
 	}
 	b, err := os.ReadFile(e.recordPath(id))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -7,11 +7,11 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
 )
 
-// ResolverCommand is the sbx subcommand that runs a sandbox's DNS
+// ResolverCommand is the hutch subcommand that runs a sandbox's DNS
 // resolver; its one argument is the resolver's configuration file.
 const ResolverCommand = "__dns-resolver"
 
@@ -28,7 +28,7 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.Al
 
 // linkNetwork makes sb's namespace, link, firewall (its mode, none
 // included: an updated sandbox keeps its link) and resolver. The resolver
-// is a detached sbx process: the engine has no daemon to serve it.
+// is a detached hutch process: the engine has no daemon to serve it.
 func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *assembly.Undo) (string, []specs.Mount, error) {
 	undo.Add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
 	spec := assembly.NetworkSpec{
@@ -39,9 +39,9 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 	if sb.Rootless {
 		// Namespaces the user owns, with user-mode networking
 		// (docs/decisions/0022-rootless-network.md).
-		n, err = assembly.SetupRootlessNetwork(ctx, spec, cmp.Or(e.helperPath(), e.opts.SbxPath), []string{ResolverCommand})
+		n, err = assembly.SetupRootlessNetwork(ctx, spec, cmp.Or(e.helperPath(), e.opts.HutchPath), []string{ResolverCommand})
 	} else {
-		n, err = assembly.SetupNetwork(ctx, spec, assembly.ResolverProcess{Exe: e.opts.SbxPath, Args: []string{ResolverCommand}})
+		n, err = assembly.SetupNetwork(ctx, spec, assembly.ResolverProcess{Exe: e.opts.HutchPath, Args: []string{ResolverCommand}})
 	}
 	if err != nil {
 		return "", nil, err

@@ -14,19 +14,19 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // Pause checkpoints sandbox ref's memory and filesystem into the image
 // store and stops its processes: it then uses no CPU and no memory, and its
-// state survives sbx restarts and host reboots. Resume continues it.
+// state survives hutch restarts and host reboots. Resume continues it.
 //
 // The checkpoint is taken with the sandbox left running and recorded
-// before the sandbox is stopped: if sbx dies halfway, the sandbox either
+// before the sandbox is stopped: if hutch dies halfway, the sandbox either
 // still runs (no checkpoint recorded, the partial one invisible) or is
 // paused. Pause returns once the sandbox process is killed; the rest of
 // its runtime (runsc's state, its cgroup, its network and helpers) is
-// removed by a detached sbx (FinishPause) while the kernel frees its
+// removed by a detached hutch (FinishPause) while the kernel frees its
 // memory, as `runsc checkpoint` returns without waiting for the sandbox
 // it stops (docs/decisions/0029). Resume and Remove remove whatever is
 // left of it first.
@@ -75,17 +75,17 @@ func (e *Engine) Pause(ctx context.Context, ref string) (*Sandbox, error) {
 	return sb.view(), nil
 }
 
-// FinishPauseCommand is the sbx subcommand that ends a pause (FinishPause):
+// FinishPauseCommand is the hutch subcommand that ends a pause (FinishPause):
 // it checksums the checkpoint and removes what is left of the sandbox's
 // runtime. Its arguments are the sandbox ID and the digest of the
 // checkpoint the pause recorded.
 const FinishPauseCommand = "__finish-pause"
 
-// RemoveDroppedCommand is the sbx subcommand that deletes the files of
+// RemoveDroppedCommand is the hutch subcommand that deletes the files of
 // checkpoints that are no longer used (RemoveDroppedCheckpoints).
 const RemoveDroppedCommand = "__remove-dropped-checkpoints"
 
-// spawnFinishPause starts a detached sbx that runs FinishPause for sb, and
+// spawnFinishPause starts a detached hutch that runs FinishPause for sb, and
 // returns its PID, or 0 if it did not start.
 func (e *Engine) spawnFinishPause(sb *record) int {
 	return e.spawnDetached(FinishPauseCommand, sb.ID, sb.Checkpoint.String())
@@ -109,15 +109,15 @@ func stopFinisher(sb *record) {
 	}
 }
 
-// spawnDetached starts this engine's sbx, with its root and runsc, running
+// spawnDetached starts this engine's hutch, with its root and runsc, running
 // hidden command args in a session of its own, and returns its PID, or 0
 // if it did not start.
 func (e *Engine) spawnDetached(args ...string) int {
-	cmd := exec.Command(e.opts.SbxPath, append([]string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath}, args...)...)
+	cmd := exec.Command(e.opts.HutchPath, append([]string{"--root", e.opts.Root, "--runsc", e.opts.RunscPath}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
-		log.L.WithError(err).WithField("command", args[0]).Warn("starting a detached sbx")
+		log.L.WithError(err).WithField("command", args[0]).Warn("starting a detached hutch")
 		return 0
 	}
 	// Reap it if it ends while we still run; it outlives us otherwise.
@@ -126,7 +126,7 @@ func (e *Engine) spawnDetached(args ...string) int {
 }
 
 // removeCheckpointLater makes checkpoint d invisible at once and has a
-// detached sbx delete its files: freeing the page cache and the disk
+// detached hutch delete its files: freeing the page cache and the disk
 // blocks of a large checkpoint takes the kernel tens of milliseconds that
 // a resume or a fork need not wait for.
 func (e *Engine) removeCheckpointLater(ctx context.Context, d digest.Digest) error {

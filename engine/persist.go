@@ -17,10 +17,10 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/overlay"
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // PersistState is the part of a sandbox record that pause/resume, fork,
@@ -52,8 +52,8 @@ type PersistState struct {
 }
 
 // snapshotExclude are the sandbox paths a snapshot never captures: /run
-// holds secrets (tmpfs files) and runtime state, /.sbx the agent.
-var snapshotExclude = []string{"/run", "/.sbx"}
+// holds secrets (tmpfs files) and runtime state, /.hutch the agent.
+var snapshotExclude = []string{"/run", "/.hutch"}
 
 // SnapshotRequest names the image a snapshot becomes.
 type SnapshotRequest struct {
@@ -63,7 +63,7 @@ type SnapshotRequest struct {
 
 // Snapshot commits the filesystem changes of running sandbox ref (its
 // gVisor upper layer) as one layer on top of its image, tagged req.Name.
-// The sandbox keeps running. /run and /.sbx are never captured. An
+// The sandbox keeps running. /run and /.hutch are never captured. An
 // interrupted snapshot leaves no image (see overlay's persistence
 // contract).
 func (e *Engine) Snapshot(ctx context.Context, ref string, req SnapshotRequest) (overlay.Image, error) {
@@ -89,7 +89,7 @@ func (e *Engine) Snapshot(ctx context.Context, ref string, req SnapshotRequest) 
 	if sb.State != StateRunning {
 		return overlay.Image{}, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ShortID(), sb.State, errdefs.ErrFailedPrecondition)
 	}
-	return e.snapshotLocked(ctx, sb, name, "sbx snapshot "+sb.ShortID())
+	return e.snapshotLocked(ctx, sb, name, "hutch snapshot "+sb.ShortID())
 }
 
 // sandboxImage is the image sb was created from, as long as its name
@@ -324,7 +324,7 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 
 // restore starts sb from checkpoint ck with its own bundle, log, overlay
 // directory and cgroup, and records the new sandbox process in sb (not
-// saved). The cgroup is sbx's, made with the record's current limits before
+// saved). The cgroup is hutch's, made with the record's current limits before
 // runsc runs, as at create: runsc joins it and never deletes it, so an OOM
 // after the restore is counted as after a create (docs/decisions/0004). On
 // error nothing of the runtime is left.
@@ -532,7 +532,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 		return nil, err
 	}
 	spec.Linux.CgroupsPath = e.sandboxCgroup(sb)
-	spec.Annotations["dev.sbx.sandbox.id"] = id
+	spec.Annotations["dev.hutch.sandbox.id"] = id
 	for i, kv := range spec.Process.Env {
 		if len(kv) > 9 && kv[:9] == "HOSTNAME=" {
 			spec.Process.Env[i] = "HOSTNAME=" + sb.ShortID()
@@ -565,7 +565,7 @@ func phase(ctx context.Context, step string, start time.Time) time.Time {
 	return now
 }
 
-// readSpec reads a sandbox's bundle spec, which sbx wrote: it must have
+// readSpec reads a sandbox's bundle spec, which hutch wrote: it must have
 // what resume and fork rebuild from.
 func readSpec(bundle string) (*specs.Spec, error) {
 	s, err := runsc.ReadBundle(bundle)

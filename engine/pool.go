@@ -25,12 +25,12 @@ import (
 // directory indexes them. A claim renames a member's pooled.json to
 // claiming.json: the rename succeeds for exactly one claimer, which then
 // applies the request and saves the record as sandbox.json. A filler
-// (FillPool) boots sandboxes until the pool is full again: a detached sbx
+// (FillPool) boots sandboxes until the pool is full again: a detached hutch
 // (PoolFillCommand), or a goroutine in a long-lived process
 // (FillPoolsInProcess). Locks: fill.lock is held by the one filler of a
 // pool; lock guards the definition and the index against pool rm.
 
-// PoolFillCommand is the sbx subcommand that fills a pool (FillPool): its
+// PoolFillCommand is the hutch subcommand that fills a pool (FillPool): its
 // argument is the pool's name, after a flag --delay DURATION to wait first.
 const PoolFillCommand = "__pool-fill"
 
@@ -39,7 +39,7 @@ const MaxPoolSize = 256
 
 // poolLabel marks a pool's sandbox while it is being booted, when it is
 // briefly listed; a claim replaces the labels.
-const poolLabel = "sbx.pool"
+const poolLabel = "hutch.pool"
 
 // RefillDelay is how long a pool waits after a claim before it boots a
 // replacement: the claimer's first commands run before the boot competes
@@ -109,7 +109,7 @@ func (d *poolDef) request() CreateRequest {
 	}
 }
 
-// poolNameRE bounds no length: a bounded repetition costs every sbx process
+// poolNameRE bounds no length: a bounded repetition costs every hutch process
 // a large compile at start. validPoolName checks the length.
 var poolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 

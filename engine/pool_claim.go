@@ -10,8 +10,8 @@ import (
 
 	"github.com/containerd/log"
 
-	"sbx.dev/sbx/overlay"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/policy"
 )
 
 // Claiming a warm pool's sandbox for a create that matches its class.
@@ -46,7 +46,7 @@ func (e *Engine) poolServes(ctx context.Context, req CreateRequest) bool {
 // Claim takes a pooled sandbox for req, as Create does when a pool serves
 // req, and returns nil, nil when none does: nothing was done, and Create
 // would boot a fresh sandbox. A caller that runs a command in the new
-// sandbox right away (sbx run) claims first and creates only on nil.
+// sandbox right away (hutch run) claims first and creates only on nil.
 func (e *Engine) Claim(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	pr, err := e.validate(req)
 	if err != nil {

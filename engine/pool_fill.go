@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // Refilling a warm pool: booting members, moving them in, collecting the
@@ -27,8 +27,8 @@ import (
 var fillHere atomic.Bool
 
 // FillPoolsInProcess makes pools that this process claims from refill in
-// goroutines of its own rather than in a detached sbx: for a long-lived
-// process such as sbx serve.
+// goroutines of its own rather than in a detached hutch: for a long-lived
+// process such as hutch serve.
 func FillPoolsInProcess() { fillHere.Store(true) }
 
 // deferFills: detached fillers start late (DeferPoolFills).
@@ -39,11 +39,11 @@ var deferFills atomic.Bool
 // before the filler's delay ends, whichever is first. Starting a process
 // costs the CPU the claimer's first command needs; a pool's refill does
 // not start any later for it. A process that calls DeferPoolFills calls
-// StartPoolFills before it exits (the sbx CLI does, in main).
+// StartPoolFills before it exits (the hutch CLI does, in main).
 func DeferPoolFills() { deferFills.Store(true) }
 
-// fillerStartup is how long before its delay ends a filler's sbx is
-// started: about what an sbx process takes to start on a loaded host.
+// fillerStartup is how long before its delay ends a filler's hutch is
+// started: about what a hutch process takes to start on a loaded host.
 const fillerStartup = 50 * time.Millisecond
 
 // deferred are the fillers waiting to be started, by root and pool.
@@ -136,7 +136,7 @@ func (e *Engine) shareFillersLock(name string) (*os.File, error) {
 const FillerLockFD = 3
 
 // shell runs a detached filler's delay: a shell and sleep start in a
-// fraction of what sbx takes, so that sbx starts only once its delay is
+// fraction of what hutch takes, so that hutch starts only once its delay is
 // nearly over, not while the claimer's first commands run.
 var shell = sync.OnceValue(func() string {
 	if _, err := os.Stat("/bin/sh"); err != nil {
@@ -145,12 +145,12 @@ var shell = sync.OnceValue(func() string {
 	return "/bin/sh"
 })
 
-// spawnFill starts a detached sbx that fills pool name after delay,
+// spawnFill starts a detached hutch that fills pool name after delay,
 // handing it lock (fillersLock) and closing this process's copy.
 func (e *Engine) spawnFill(name string, delay time.Duration, lock *os.File) {
 	defer lock.Close()
 	delay = max(delay, 0)
-	fill := []string{e.opts.SbxPath, "--root", e.opts.Root, "--runsc", e.opts.RunscPath, PoolFillCommand,
+	fill := []string{e.opts.HutchPath, "--root", e.opts.Root, "--runsc", e.opts.RunscPath, PoolFillCommand,
 		"--lock-fd", strconv.Itoa(FillerLockFD)}
 	cmd := exec.Command(fill[0], append(fill[1:], "--delay", delay.String(), name)...)
 	if wait := delay - fillerStartup; wait > 0 && shell() != "" {

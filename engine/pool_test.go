@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
 )
 
 func TestPoolMatches(t *testing.T) {
@@ -58,17 +58,17 @@ func TestPoolMatches(t *testing.T) {
 // the pool and its image, the rename, the record. Its members are records
 // naming this process as their running sandbox, so that no sandbox
 // boots; the pool has no fillers.lock, so that no filler starts. Needs
-// SBX_BIN (the image archive and a runsc to name).
+// HUTCH_BIN (the image archive and a runsc to name).
 func BenchmarkClaim(b *testing.B) {
-	bin := os.Getenv("SBX_BIN")
+	bin := os.Getenv("HUTCH_BIN")
 	if bin == "" {
-		b.Skip("needs SBX_BIN, the built bin/ directory")
+		b.Skip("needs HUTCH_BIN, the built bin/ directory")
 	}
 	e, err := Open(Options{
 		Root:                b.TempDir(),
 		RunscPath:           filepath.Join(bin, "runsc"),
 		DefaultImageArchive: filepath.Join(bin, "images", "busybox.tar"),
-		SbxPath:             filepath.Join(bin, "sbx"),
+		HutchPath:           filepath.Join(bin, "hutch"),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -125,14 +125,14 @@ func BenchmarkClaim(b *testing.B) {
 func TestDeferredFill(t *testing.T) {
 	dir := t.TempDir()
 	mark := filepath.Join(dir, "started")
-	fake := filepath.Join(dir, "sbx")
+	fake := filepath.Join(dir, "hutch")
 	// The filler: it records its arguments and whether its descriptor 3
 	// is the pool's fillers.lock.
 	script := "#!/bin/sh\nls -l /proc/self/fd/3 > " + mark + ".fd\necho \"$@\" > " + mark + ".tmp && mv " + mark + ".tmp " + mark + "\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{opts: Options{Root: filepath.Join(dir, "root"), RunscPath: "/runsc", SbxPath: fake}}
+	e := &Engine{opts: Options{Root: filepath.Join(dir, "root"), RunscPath: "/runsc", HutchPath: fake}}
 	if err := os.MkdirAll(e.poolDir("p"), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,14 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// runscEngine opens an engine over the binaries in SBX_BIN with a running
+// runscEngine opens an engine over the binaries in HUTCH_BIN with a running
 // busybox sandbox, removed at the end of the test. It skips unless
-// SBX_INTEGRATION=1 and SBX_BIN are set, and needs root.
+// HUTCH_INTEGRATION=1 and HUTCH_BIN are set, and needs root.
 func runscEngine(t *testing.T) (*Engine, string) {
 	t.Helper()
-	bin := os.Getenv("SBX_BIN")
-	if os.Getenv("SBX_INTEGRATION") == "" || bin == "" {
-		t.Skip("needs runsc: set SBX_INTEGRATION=1 and SBX_BIN to the built bin/ directory")
+	bin := os.Getenv("HUTCH_BIN")
+	if os.Getenv("HUTCH_INTEGRATION") == "" || bin == "" {
+		t.Skip("needs runsc: set HUTCH_INTEGRATION=1 and HUTCH_BIN to the built bin/ directory")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the runsc tests of the engine run as root")
@@ -32,9 +32,9 @@ func runscEngine(t *testing.T) (*Engine, string) {
 	e, err := Open(Options{
 		Root:                t.TempDir(),
 		RunscPath:           filepath.Join(bin, "runsc"),
-		InitPath:            filepath.Join(bin, "sbx-init"),
+		InitPath:            filepath.Join(bin, "hutch-init"),
 		DefaultImageArchive: filepath.Join(bin, "images", "busybox.tar"),
-		SbxPath:             filepath.Join(bin, "sbx"),
+		HutchPath:           filepath.Join(bin, "hutch"),
 	})
 	if err != nil {
 		t.Fatal(err)

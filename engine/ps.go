@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // Process is a process inside a sandbox. PIDs are the sandbox's own.

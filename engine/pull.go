@@ -9,8 +9,8 @@ import (
 	"github.com/moby/buildkit/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"sbx.dev/sbx/overlay"
-	"sbx.dev/sbx/registry"
+	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/registry"
 )
 
 // PullPolicy says when a create fetches its image from a registry.

@@ -11,7 +11,7 @@ import (
 )
 
 // Sandbox is what the engine reports about one sandbox: what List, Get,
-// Create and the other verbs return, and what `sbx inspect` prints. It
+// Create and the other verbs return, and what `hutch inspect` prints. It
 // carries no host PIDs and no host paths of the engine's own; the
 // on-disk record behind it (Record) does, for debugging.
 type Sandbox struct {

@@ -31,7 +31,7 @@ func fullRecord(t *testing.T) *record {
 		State: StateStopped, CPUs: 1.5, Memory: 512 << 20, Pids: 256, Disk: 1 << 30,
 		Network: "allow", Allow: []string{"10.1.2.3"}, DNS: []string{"10.0.0.53"}, Linked: true,
 		IP: "10.200.0.2", Env: []string{"A=1"}, Workdir: "/work", Labels: map[string]string{"k": "v"},
-		Rootfs:   "/var/lib/sbx-host-only/rootfs",
+		Rootfs:   "/var/lib/hutch-host-only/rootfs",
 		ImageEnv: []string{"PATH=/bin"}, ImageWorkdir: "/", ImageUser: "1000",
 		Pid: 987651, PidStart: 987652, BootID: "boot-id-host-only", CreatorPid: 987653,
 		Stopped: true, ResolverPid: 987654, ResolverStart: 987655,
@@ -87,7 +87,7 @@ func TestViewHidesHost(t *testing.T) {
 	}
 	out := string(b)
 	// A host number as a JSON number, or a host string anywhere.
-	hostValue := regexp.MustCompile(`[:\[,]98765[1-8][,}\]]|boot-id-host-only|sbx-host-only`)
+	hostValue := regexp.MustCompile(`[:\[,]98765[1-8][,}\]]|boot-id-host-only|hutch-host-only`)
 	if v := hostValue.FindString(out); v != "" {
 		t.Errorf("the view shows host value %s: %s", v, out)
 	}
@@ -164,9 +164,9 @@ const oldRecord = `{
   "ip": "10.200.0.6",
   "env": ["A=1"],
   "workdir": "/root",
-  "labels": {"dev.sbx.serve.tenant": "t1"},
+  "labels": {"dev.hutch.serve.tenant": "t1"},
   "rootless": false,
-  "rootfs": "/var/lib/sbx/overlay/rootfs/aaaa",
+  "rootfs": "/var/lib/hutch/overlay/rootfs/aaaa",
   "imageEnv": ["PATH=/usr/bin:/bin"],
   "imageWorkdir": "/",
   "pid": 4242,
@@ -201,7 +201,7 @@ func TestOldRecordLoads(t *testing.T) {
 	}
 	if sb.ID != id || sb.State != StateStopped || sb.Memory != 512<<20 || sb.Network != "open" ||
 		len(sb.Ports) != 1 || sb.Ports[0].HostPort != 8080 || sb.Deadline == nil || sb.Mounts != nil ||
-		sb.Labels["dev.sbx.serve.tenant"] != "t1" || len(sb.CACerts) != 1 {
+		sb.Labels["dev.hutch.serve.tenant"] != "t1" || len(sb.CACerts) != 1 {
 		t.Fatalf("old record: %+v", sb)
 	}
 	rec, err := e.load(id)
@@ -209,11 +209,11 @@ func TestOldRecordLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rec.Pid != 4242 || rec.ResolverPid != 4343 || rec.Forwarder == nil || rec.Forwarder.Pid != 4444 ||
-		rec.Rootfs != "/var/lib/sbx/overlay/rootfs/aaaa" || rec.WatchdogPid != 4545 || !rec.Linked {
+		rec.Rootfs != "/var/lib/hutch/overlay/rootfs/aaaa" || rec.WatchdogPid != 4545 || !rec.Linked {
 		t.Fatalf("old record's host fields: %+v", rec)
 	}
 	raw, err := e.Record(context.Background(), "aaaaaaaaaaaa")
-	if err != nil || !strings.Contains(string(raw), `"pid": 4242`) || !strings.Contains(string(raw), `"rootfs": "/var/lib/sbx/overlay/rootfs/aaaa"`) {
+	if err != nil || !strings.Contains(string(raw), `"pid": 4242`) || !strings.Contains(string(raw), `"rootfs": "/var/lib/hutch/overlay/rootfs/aaaa"`) {
 		t.Fatalf("debug record: %s %v", raw, err)
 	}
 }

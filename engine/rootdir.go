@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stateDirMode is the mode of the state root and of the directories sbx
+// stateDirMode is the mode of the state root and of the directories hutch
 // makes in it: nothing in them is for other users, whatever the umask.
 const stateDirMode = 0o700
 
@@ -59,7 +59,7 @@ func ownerOnly(p string) error {
 		return fmt.Errorf("%s is not a directory: %w", p, errdefs.ErrFailedPrecondition)
 	}
 	if int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by uid %d who runs sbx: %w", p, st.Uid, os.Geteuid(), errdefs.ErrPermissionDenied)
+		return fmt.Errorf("%s is owned by uid %d, not by uid %d who runs hutch: %w", p, st.Uid, os.Geteuid(), errdefs.ErrPermissionDenied)
 	}
 	if st.Mode&0o7777 != stateDirMode {
 		return os.Chmod(p, stateDirMode)
@@ -71,7 +71,7 @@ func ownerOnly(p string) error {
 // must be a directory owned by the caller, and every directory above it
 // owned by the caller or root and writable by no one else unless sticky
 // (like /tmp). Otherwise another user who made the directory first (e.g.
-// /tmp/sbx-<uid>) could read or swap what sbx keeps there.
+// /tmp/hutch-<uid>) could read or swap what hutch keeps there.
 func checkRootDir(root string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(root, &st); err != nil {
@@ -82,7 +82,7 @@ func checkRootDir(root string) error {
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 		return fmt.Errorf("state root %s is not a directory (a symlink?); refusing to use it: %w", root, errdefs.ErrPermissionDenied)
 	case st.Uid != uid:
-		return fmt.Errorf("state root %s is owned by uid %d, not by uid %d who runs sbx; refusing to use it (remove it or choose another with SBX_ROOT): %w", root, st.Uid, uid, errdefs.ErrPermissionDenied)
+		return fmt.Errorf("state root %s is owned by uid %d, not by uid %d who runs hutch; refusing to use it (remove it or choose another with HUTCH_ROOT): %w", root, st.Uid, uid, errdefs.ErrPermissionDenied)
 	case st.Mode&0o022 != 0:
 		return fmt.Errorf("state root %s is writable by other users (mode %04o); refusing to use it (chmod 700 it): %w", root, st.Mode&0o7777, errdefs.ErrPermissionDenied)
 	}

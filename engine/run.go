@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // Run creates a sandbox for one command and runs it, as Create then Exec
@@ -154,7 +154,7 @@ func (f *initCommand) wait(e *Engine, sb *record) (int, error) {
 	switch {
 	case err == nil:
 		if code == 128+int(syscall.SIGKILL) {
-			// The host's OOM killer, sbx stop and sbx rm -f end the
+			// The host's OOM killer, hutch stop and hutch rm -f end the
 			// whole sandbox, which runsc reports as its init killed.
 			// Stop and rm hold the sandbox's lock from before they kill
 			// it until its record says so (or is gone): taking it

@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // Sandbox states, as List and Get report them.

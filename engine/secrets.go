@@ -13,16 +13,16 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
-// Secrets reach a sandbox without touching the host's disk: sbx reads them
+// Secrets reach a sandbox without touching the host's disk: hutch reads them
 // (from a file or its environment) at create, pipes them to the agent
 // inside the sandbox, which writes them to a tmpfs in gVisor's memory
 // (agent.SecretsDir), and every later exec reads them from there into the
-// command's environment (agent with-secrets). sbx keeps only their names.
+// command's environment (agent with-secrets). hutch keeps only their names.
 
 // Secret is a secret given by value (CreateRequest.SecretValues): the form
 // for a program that embeds the engine and takes secrets from others, for
@@ -36,7 +36,7 @@ type Secret struct {
 func (s Secret) String() string { return s.Name + "=(value)" }
 
 // ResolveSecretRefs reads "NAME=@FILE" and "NAME=env:VAR" references from
-// this process's files and environment, as sbx's --secret does. Files are
+// this process's files and environment, as hutch's --secret does. Files are
 // read only if regular and at most policy.MaxSecretSize, checked before
 // reading. Its errors never hold a value.
 func ResolveSecretRefs(refs []string) ([]Secret, error) {

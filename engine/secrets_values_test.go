@@ -17,8 +17,8 @@ func TestResolveSecretRefs(t *testing.T) {
 	if err := os.WriteFile(key, []byte("file-s3cr3t"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("SBX_TEST_SECRET", "env-s3cr3t")
-	got, err := ResolveSecretRefs([]string{"A=@" + key, "B=env:SBX_TEST_SECRET"})
+	t.Setenv("HUTCH_TEST_SECRET", "env-s3cr3t")
+	got, err := ResolveSecretRefs([]string{"A=@" + key, "B=env:HUTCH_TEST_SECRET"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestResolveSecretRefs(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("a 2 GiB secret file: %v, want an invalid argument naming the limit", err)
 	}
-	if _, err := ResolveSecretRefs([]string{"A=env:SBX_TEST_UNSET_VAR"}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "SBX_TEST_UNSET_VAR") {
+	if _, err := ResolveSecretRefs([]string{"A=env:HUTCH_TEST_UNSET_VAR"}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "HUTCH_TEST_UNSET_VAR") {
 		t.Errorf("an unset variable: %v", err)
 	}
 }

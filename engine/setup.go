@@ -19,13 +19,13 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
-	"sbx.dev/sbx/overlay"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/policy"
 )
 
 // setupRepo is the reserved image repository of cached setup results:
-// sbx-setup/<key>, key = setupKey.
-const setupRepo = "sbx-setup/"
+// hutch-setup/<key>, key = setupKey.
+const setupRepo = "hutch-setup/"
 
 // Setup cache states, as PersistState.SetupCache reports them.
 const (
@@ -61,7 +61,7 @@ func setupKey(img overlay.Image, req CreateRequest, scope, secretsMAC string) st
 		in.CACerts = append(in.CACerts, c.PEM)
 	}
 	b, _ := json.Marshal(in)
-	sum := sha256.Sum256(append([]byte("sbx-setup-v2\n"), b...))
+	sum := sha256.Sum256(append([]byte("hutch-setup-v2\n"), b...))
 	return setupRepo + hex.EncodeToString(sum[:]) + ":latest"
 }
 
@@ -164,7 +164,7 @@ func (e *Engine) runSetup(ctx context.Context, sb *record, cmds []string, key st
 		return err
 	}
 	defer unlock()
-	if _, err := e.snapshotLocked(ctx, sb, key, "sbx setup: "+strings.Join(cmds, " && ")); err != nil {
+	if _, err := e.snapshotLocked(ctx, sb, key, "hutch setup: "+strings.Join(cmds, " && ")); err != nil {
 		return fmt.Errorf("cache setup result: %w", err)
 	}
 	sb.SetupCache, sb.SetupImage = SetupRan, key

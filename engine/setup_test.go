@@ -9,8 +9,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"sbx.dev/sbx/overlay"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/policy"
 )
 
 // The setup cache key changes with everything that can change the

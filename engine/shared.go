@@ -11,25 +11,25 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/overlay"
 )
 
 // DefaultSharedImages is the shared image store: images root published
 // (ShareImage) for every user of the host, outside root's state root,
 // which stays owner-only (docs/decisions/0021-rootless-image-store.md).
-const DefaultSharedImages = "/var/lib/sbx-images"
+const DefaultSharedImages = "/var/lib/hutch-images"
 
 // SourceShared is the Source of an image copied from the shared store.
 const SourceShared = "shared"
 
 // SharedImagesDir is the shared image store of o: Options.SharedImages,
-// else $SBX_SHARED_IMAGES (set and empty: none), else
+// else $HUTCH_SHARED_IMAGES (set and empty: none), else
 // DefaultSharedImages.
 func sharedImagesDir(o Options) string {
 	if o.SharedImages != "" {
 		return o.SharedImages
 	}
-	if v, ok := os.LookupEnv("SBX_SHARED_IMAGES"); ok {
+	if v, ok := os.LookupEnv("HUTCH_SHARED_IMAGES"); ok {
 		return v
 	}
 	return DefaultSharedImages
@@ -126,7 +126,7 @@ func (e *Engine) fromShared(ctx context.Context, name string) (overlay.Image, er
 func (e *Engine) ShareImage(ctx context.Context, name string) (overlay.Image, error) {
 	dir := e.SharedImages()
 	if dir == "" {
-		return overlay.Image{}, fmt.Errorf("no shared image store configured (SBX_SHARED_IMAGES is empty): %w", errdefs.ErrInvalidArgument)
+		return overlay.Image{}, fmt.Errorf("no shared image store configured (HUTCH_SHARED_IMAGES is empty): %w", errdefs.ErrInvalidArgument)
 	}
 	if e.rootless {
 		return overlay.Image{}, fmt.Errorf("sharing images needs root: the shared store %s is trusted by other users for being root's: %w", dir, errdefs.ErrPermissionDenied)

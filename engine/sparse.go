@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // A sandbox's writable layer holds at most --disk bytes of data, but a
@@ -26,10 +26,10 @@ import (
 // memory and writes its apparent size; the layer would then be unpacked
 // on the host at that size. So a snapshot refuses a sandbox holding a
 // file larger than its --disk that its image does not hold at that size,
-// and counts the exported data against --disk; `sbx cp` out refuses a
+// and counts the exported data against --disk; `hutch cp` out refuses a
 // file larger than copyOutFloor and --disk (docs/decisions/0017).
 
-// copyOutFloor is the apparent size `sbx cp` out always allows, whatever
+// copyOutFloor is the apparent size `hutch cp` out always allows, whatever
 // --disk: the zeros of a sparse file cross the pipe at about 5 s per GiB.
 const copyOutFloor = 4 << 30
 
@@ -243,10 +243,10 @@ func (e *Engine) exportUpper(ctx context.Context, sb *record, tmp *os.File) erro
 }
 
 // upperPipeSize is the pipe buffer between `runsc tar rootfs-upper` and
-// sbx, and upperBufSize the size of sbx's reads from it and writes to the
+// hutch, and upperBufSize the size of hutch's reads from it and writes to the
 // temporary file: with the default 64 KiB pipe and tar's 8 KiB reads, 100
 // MiB of changes cost some 13,000 reads, as many writes and a switch
-// between runsc and sbx every 64 KiB, which on a busy host cost more than
+// between runsc and hutch every 64 KiB, which on a busy host cost more than
 // the copy itself (docs/decisions/0018).
 const (
 	upperPipeSize = 1 << 20

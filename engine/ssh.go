@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/crypto/ssh"
 
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // SSH into a sandbox: the SSH server is the sandbox's agent ("sshd"),
@@ -166,7 +166,7 @@ func (e *Engine) SSHKnownHosts(ctx context.Context, ref string, hosts []string) 
 	return path, nil
 }
 
-// SSHUserKey is the key pair sbx makes for SSH into this root's
+// SSHUserKey is the key pair hutch makes for SSH into this root's
 // sandboxes when the user has none: the private key's path and the
 // public key, made on first use.
 func (e *Engine) SSHUserKey() (string, string, error) {

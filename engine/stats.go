@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // Stats is a sandbox's resource use, measured from the host.

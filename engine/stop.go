@@ -13,8 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/assembly"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // StopTimeout is how long Stop waits for a sandbox's init to exit after

@@ -13,11 +13,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/hashicorp/yamux"
 
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // Supervised commands are children of the sandbox's init, started over
-// one long-lived agent session per sandbox ("sbx-init supervise", one
+// one long-lived agent session per sandbox ("hutch-init supervise", one
 // `runsc exec` for all of them): starting one costs a stream and a
 // request, not an exec. Unlike the commands of Start they survive pause
 // and resume (a `runsc exec` process does not), and they outlive the

@@ -11,9 +11,9 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 )
 
 // WinSize is a terminal's size in character cells.
@@ -25,7 +25,7 @@ type WinSize = runsc.WinSize
 var ShellCommand = []string{agent.MountPath, "shell"}
 
 // A command with a terminal runs on a pty of the sandbox's own devpts:
-// the sandbox's agent ("sbx-init pty", a plain exec with the command's
+// the sandbox's agent ("hutch-init pty", a plain exec with the command's
 // user, environment and directory) opens /dev/ptmx, starts the command
 // as the leader of a session on the pty's replica, and relays. Its stdout
 // is the terminal's output; its stdin carries ptywire frames: what is

@@ -6,7 +6,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // A command on a terminal runs through the agent's pty mode, at the size

@@ -6,7 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // UpdateRequest changes the policy of a running sandbox. Nil fields keep

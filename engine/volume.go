@@ -15,7 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // Mount is a directory of the host, or a named volume, mounted into a
@@ -135,7 +135,7 @@ func (e *Engine) loadVolume(name string, users map[string][]string) (Volume, err
 	b, err := os.ReadFile(filepath.Join(e.volumeDir(name), "volume.json"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return Volume{}, fmt.Errorf("no such volume: %s (create it with `sbx volume create %s`): %w", name, name, errdefs.ErrNotFound)
+			return Volume{}, fmt.Errorf("no such volume: %s (create it with `hutch volume create %s`): %w", name, name, errdefs.ErrNotFound)
 		}
 		return Volume{}, err
 	}
@@ -360,7 +360,7 @@ func (e *Engine) checkVolumesPresent(id string) error {
 		}
 		if _, err := os.Stat(m.Source); errors.Is(err, os.ErrNotExist) {
 			name, _, _ := strings.Cut(rest, "/")
-			return fmt.Errorf("volume %q (mounted at %s) was removed; create it again (`sbx volume create %s`) to resume with an empty volume: %w", name, m.Destination, name, errdefs.ErrFailedPrecondition)
+			return fmt.Errorf("volume %q (mounted at %s) was removed; create it again (`hutch volume create %s`) to resume with an empty volume: %w", name, m.Destination, name, errdefs.ErrFailedPrecondition)
 		}
 	}
 	return nil

@@ -13,23 +13,23 @@ id -un; pwd
 python3 -c 'import sys; print("python", sys.version_info[0])'
 node -e 'console.log("node", 6 * 7)'
 git init -q ~/repo && cd ~/repo && echo hi > f && git add f
-git -c user.name=sbx -c user.email=sbx@localhost commit -q -m first && echo "commits $(git rev-list --count HEAD)"
+git -c user.name=hutch -c user.email=hutch@localhost commit -q -m first && echo "commits $(git rev-list --count HEAD)"
 
-mkdir -p ~/w/hello_sbx && cd ~/w
-printf '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n[project]\nname = "hello-sbx"\nversion = "1.0"\n' > pyproject.toml
-echo 'def hi(): return "hi from wheel"' > hello_sbx/__init__.py
+mkdir -p ~/w/hello_hutch && cd ~/w
+printf '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n[project]\nname = "hello-hutch"\nversion = "1.0"\n' > pyproject.toml
+echo 'def hi(): return "hi from wheel"' > hello_hutch/__init__.py
 python3 -m pip wheel -q --no-build-isolation --no-deps --no-index -w dist .
 python3 -m venv ~/venv
-~/venv/bin/pip install -q --no-index dist/hello_sbx-1.0-py3-none-any.whl
-~/venv/bin/python -c 'import hello_sbx; print(hello_sbx.hi())'
+~/venv/bin/pip install -q --no-index dist/hello_hutch-1.0-py3-none-any.whl
+~/venv/bin/python -c 'import hello_hutch; print(hello_hutch.hi())'
 
 mkdir -p ~/n/lib ~/n/app && cd ~/n/lib
-echo '{"name":"hello-sbx","version":"1.0.0","main":"index.js"}' > package.json
+echo '{"name":"hello-hutch","version":"1.0.0","main":"index.js"}' > package.json
 echo 'module.exports = () => "hi from tarball";' > index.js
 npm pack --silent >/dev/null
 cd ~/n/app && echo '{"name":"app","version":"1.0.0"}' > package.json
-npm install --offline --no-audit --no-fund --silent ../lib/hello-sbx-1.0.0.tgz
-node -e 'console.log(require("hello-sbx")())'
+npm install --offline --no-audit --no-fund --silent ../lib/hello-hutch-1.0.0.tgz
+node -e 'console.log(require("hello-hutch")())'
 `
 
 // On a fresh root the first sandbox without --image builds the default
@@ -43,7 +43,7 @@ func TestBaseImage(t *testing.T) {
 	if r.code != 0 || r.stdout != "42\n" {
 		t.Fatalf("first run on the default image: %s", r)
 	}
-	for _, want := range []string{"base:latest is not built yet; building it now", "RUN useradd", "sbx: built base:latest"} {
+	for _, want := range []string{"base:latest is not built yet; building it now", "RUN useradd", "hutch: built base:latest"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Fatalf("first run should say it builds the default image, with progress (%q):\n%s", want, r.stderr)
 		}
@@ -59,13 +59,13 @@ func TestBaseImage(t *testing.T) {
 	if out != want {
 		t.Fatalf("tools on base:\n got %q\nwant %q", out, want)
 	}
-	pkgs := e.ok("exec", id, "--", "cat", "/usr/share/sbx/packages.tsv")
+	pkgs := e.ok("exec", id, "--", "cat", "/usr/share/hutch/packages.tsv")
 	for _, p := range []string{"python3\t", "nodejs\t", "npm\t", "git\t", "curl\t", "build-essential\t", "procps\t"} {
 		if !strings.Contains(pkgs, "\n"+p) {
 			t.Fatalf("package manifest lacks %q", p)
 		}
 	}
-	if info := e.ok("exec", id, "--", "cat", "/usr/share/sbx/build-info"); !strings.Contains(info, "gvisor") {
+	if info := e.ok("exec", id, "--", "cat", "/usr/share/hutch/build-info"); !strings.Contains(info, "gvisor") {
 		t.Fatalf("base's RUN step did not run under gVisor: %q", info)
 	}
 	if out := e.ok("exec", id, "--", "gcc", "--version"); !strings.Contains(out, "gcc") {
@@ -75,10 +75,10 @@ func TestBaseImage(t *testing.T) {
 	e.assertClean(id)
 
 	base := e.images()["base:latest"]
-	if base.Config.Config.Labels["dev.sbx.packages"] != "/usr/share/sbx/packages.tsv" {
+	if base.Config.Config.Labels["dev.hutch.packages"] != "/usr/share/hutch/packages.tsv" {
 		t.Fatalf("base should name its package manifest in a label: %+v", base.Config.Config.Labels)
 	}
-	// The readable Dockerfile is the one sbx builds: same input, same image.
+	// The readable Dockerfile is the one hutch builds: same input, same image.
 	again := strings.TrimSpace(e.ok("image", "build", "--progress", "quiet", "-t", "base-again", "../buildimg/base"))
 	if again != base.Digest {
 		t.Fatalf("buildimg/base built again gives %s, the default image is %s", again, base.Digest)

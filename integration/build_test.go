@@ -29,7 +29,7 @@ func writeContext(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-// imageEntry is the part of `sbx image ls --format json` the tests read.
+// imageEntry is the part of `hutch image ls --format json` the tests read.
 type imageEntry struct {
 	Name   string `json:"Name"`
 	Digest string `json:"Digest"`
@@ -123,7 +123,7 @@ func TestImageBuild(t *testing.T) {
 	}
 }
 
-// The daemon sbx starts for builds stops by itself once idle. Its root is
+// The daemon hutch starts for builds stops by itself once idle. Its root is
 // deep: the daemon's socket there is too long for a socket address.
 func TestImageBuildDaemonIdles(t *testing.T) {
 	e := newEnv(t)
@@ -131,7 +131,7 @@ func TestImageBuildDaemonIdles(t *testing.T) {
 	if sock := filepath.Join(e.root, "buildkit", "buildkitd.sock"); len(sock) < 108 {
 		t.Fatalf("%s: not too long for a socket address", sock)
 	}
-	e.extra = append(e.extra, "SBX_BUILDKIT_IDLE=2s")
+	e.extra = append(e.extra, "HUTCH_BUILDKIT_IDLE=2s")
 	e.ok("image", "import", "busybox", filepath.Join(e.bin, "images", "busybox.tar"))
 	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM busybox\nRUN echo idle > /f\n"})
 	e.ok("image", "build", "--progress", "quiet", "-t", "idle", ctxDir)
@@ -166,7 +166,7 @@ func TestImageBuildBadInput(t *testing.T) {
 		want             string
 	}{
 		{"syntax error", "FROM busybox\nRUN true\nBOGUS thing\n", nil, "line 3"},
-		{"unknown FROM", "FROM nosuchimage:v9\n", nil, `"nosuchimage:v9" is not in sbx's store`},
+		{"unknown FROM", "FROM nosuchimage:v9\n", nil, `"nosuchimage:v9" is not in hutch's store`},
 		{"unknown COPY --from", "FROM busybox\nCOPY --from=ghost /x /x\n", nil, `"ghost:latest"`},
 		{"missing context", "", []string{"image", "build", "-t", "x", "/nonexistent/ctx"}, "/nonexistent/ctx"},
 		{"missing Dockerfile", "", []string{"image", "build", "-t", "x", "-f", "/nonexistent/Dockerfile", good}, "/nonexistent/Dockerfile"},
@@ -209,7 +209,7 @@ func TestImageBuildInterrupted(t *testing.T) {
 	}
 	imagesBefore := e.ok("image", "ls")
 
-	for _, how := range []string{"kill buildkitd", "SIGINT to sbx"} {
+	for _, how := range []string{"kill buildkitd", "SIGINT to hutch"} {
 		t.Run(how, func(t *testing.T) {
 			c := e.cmd(nil, "image", "build", "--progress", "plain", "-t", "slow", slow)
 			var out, errb bytes.Buffer
@@ -255,8 +255,8 @@ func TestImageBuildInterrupted(t *testing.T) {
 				c.Process.Kill()
 				t.Fatalf("build did not end after %s\nstderr: %s", how, errb.String())
 			}
-			if lines := strings.Split(strings.TrimSpace(errb.String()), "\n"); !strings.HasPrefix(lines[len(lines)-1], "sbx: ") {
-				t.Fatalf("interrupted build should end with sbx's error line: %q", errb.String())
+			if lines := strings.Split(strings.TrimSpace(errb.String()), "\n"); !strings.HasPrefix(lines[len(lines)-1], "hutch: ") {
+				t.Fatalf("interrupted build should end with hutch's error line: %q", errb.String())
 			}
 			waitFor(t, func() bool { return !stepRunning() })
 			if now := e.ok("image", "ls"); now != imagesBefore {

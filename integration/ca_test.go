@@ -38,7 +38,7 @@ func newTestCA(t *testing.T) *testCA {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "sbx test CA", Organization: []string{"sbx tests"}},
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "hutch test CA", Organization: []string{"hutch tests"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
@@ -145,7 +145,7 @@ func checkTLSClients(t *testing.T, e *env, id, url string, trusted bool) {
 // A sandbox given --ca-cert reaches an HTTPS server whose certificate
 // that CA signed with curl, Python, pip's requests, Node and git; one
 // without it fails each with a certificate error; the state root's
-// trusted CAs (sbx ca add) reach new sandboxes without the flag.
+// trusted CAs (hutch ca add) reach new sandboxes without the flag.
 func TestCACertTrust(t *testing.T) {
 	e := newEnv(t)
 	e.root = baseArchive(t)
@@ -189,16 +189,16 @@ func TestCACertTrust(t *testing.T) {
 	}
 
 	// The state root's setting.
-	if name := strings.TrimSpace(e.ok("ca", "add", "--name", "sbx-test-ca", ca.file)); name != "sbx-test-ca" {
+	if name := strings.TrimSpace(e.ok("ca", "add", "--name", "hutch-test-ca", ca.file)); name != "hutch-test-ca" {
 		t.Fatalf("ca add printed %q", name)
 	}
-	t.Cleanup(func() { e.run(nil, "ca", "rm", "sbx-test-ca") })
-	if out := e.ok("ca", "ls"); !strings.Contains(out, "sbx-test-ca") || !strings.Contains(out, "CN=sbx test CA") {
+	t.Cleanup(func() { e.run(nil, "ca", "rm", "hutch-test-ca") })
+	if out := e.ok("ca", "ls"); !strings.Contains(out, "hutch-test-ca") || !strings.Contains(out, "CN=hutch test CA") {
 		t.Fatalf("ca ls:\n%s", out)
 	}
 	rootWide := e.create(netFlags...)
-	t.Run("with sbx ca add", func(t *testing.T) { checkTLSClients(t, e, rootWide, url, true) })
-	e.ok("ca", "rm", "sbx-test-ca")
+	t.Run("with hutch ca add", func(t *testing.T) { checkTLSClients(t, e, rootWide, url, true) })
+	e.ok("ca", "rm", "hutch-test-ca")
 	after := e.create(netFlags...)
 	if r := e.run(nil, "exec", after, "--", "curl", "-sS", "--max-time", "10", url+"/"); r.code == 0 {
 		t.Errorf("a sandbox made after ca rm still trusts the CA: %s", r)
@@ -237,7 +237,7 @@ func TestCACertBadInput(t *testing.T) {
 	}
 }
 
-// sbx's registry client trusts --ca-cert and the state root's CAs: a
+// hutch's registry client trusts --ca-cert and the state root's CAs: a
 // registry on loopback with a certificate of the test's own CA is refused
 // without them, with a message that says what to pass.
 func TestRegistryCACert(t *testing.T) {
@@ -259,7 +259,7 @@ func TestRegistryCACert(t *testing.T) {
 
 	e := newRegEnv(t)
 	r := e.run(nil, "image", "pull", ref)
-	if r.code != 125 || !strings.Contains(r.stderr, "sbx ca add") {
+	if r.code != 125 || !strings.Contains(r.stderr, "hutch ca add") {
 		t.Fatalf("pull from an untrusted registry: want exit 125 saying how to trust it: %s", r)
 	}
 	e.assertNothingPulled()
@@ -272,7 +272,7 @@ func TestRegistryCACert(t *testing.T) {
 	}
 	// create --pull trusts the sandbox's --ca-cert.
 	e2 := newRegEnv(t)
-	e2.extra = append(e2.extra, "SBX_PULL=missing")
+	e2.extra = append(e2.extra, "HUTCH_PULL=missing")
 	id := strings.TrimSpace(e2.ok("create", "--image", ref, "--ca-cert", ca.file))
 	e2.ok("rm", "-f", id)
 }
@@ -290,7 +290,7 @@ func TestDoctorHostCAs(t *testing.T) {
 		}
 		return
 	}
-	m := regexp.MustCompile(`(?m)^\s+(sbx( --root \S+)? ca add .*)$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^\s+(hutch( --root \S+)? ca add .*)$`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("doctor does not say how to trust the host's CAs %v:\n%s", files, out)
 	}

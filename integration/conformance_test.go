@@ -52,7 +52,7 @@ type probed interface {
 	remove()
 }
 
-// cliFrontEnd: `sbx create` and `sbx exec`.
+// cliFrontEnd: `hutch create` and `hutch exec`.
 type cliFrontEnd struct {
 	e     *env
 	probe string
@@ -130,15 +130,15 @@ func (f *podFrontEnd) name() string { return "pod" }
 func (f *podFrontEnd) start(s sandboxSpec) probed {
 	c := f.c
 	c.t.Helper()
-	ann := map[string]string{"dev.sbx.network": s.network}
+	ann := map[string]string{"dev.hutch.network": s.network}
 	if s.pids > 0 {
-		ann["dev.sbx.pids"] = strconv.Itoa(s.pids)
+		ann["dev.hutch.pids"] = strconv.Itoa(s.pids)
 	}
 	if s.memory != "" {
-		ann["dev.sbx.memory"] = s.memory
+		ann["dev.hutch.memory"] = s.memory
 	}
 	if len(s.allow) > 0 {
-		ann["dev.sbx.allow"] = strings.Join(s.allow, ",")
+		ann["dev.hutch.allow"] = strings.Join(s.allow, ",")
 	}
 	mounts := map[string]string{"/probe": f.probe}
 	if s.secretFile != "" {
@@ -147,7 +147,7 @@ func (f *podFrontEnd) start(s sandboxSpec) probed {
 		mounts["/run/secrets"] = filepath.Dir(s.secretFile)
 	}
 	podCfg := c.podConfig("conf-"+s.name, ann, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctr := c.crictlOK("create", pod, c.probeContainerConfig("conf-"+s.name, mounts, "sleep", "100000"), podCfg)
 	c.crictlOK("start", ctr)
 	return &podSandbox{c: c, pod: pod, ctr: ctr}

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"hutch.dev/hutch/assembly/hostnet"
 )
 
 // ctrd is a private containerd for one test: its own root, state, socket
-// and config, with the sbx shim as runtime io.containerd.sbx.v1 and as
-// the CRI runtime handler "sbx".
+// and config, with the hutch shim as runtime io.containerd.hutch.v1 and as
+// the CRI runtime handler "hutch".
 type ctrd struct {
 	t    *testing.T
 	bin  string
@@ -33,8 +33,8 @@ type ctrd struct {
 // Images the CRI tests use: names without a registry host, so that CRI
 // does not normalize them to one.
 const (
-	criPauseImage   = "localhost/sbx/pause:1"
-	criBusyboxImage = "localhost/sbx/busybox:latest"
+	criPauseImage   = "localhost/hutch/pause:1"
+	criBusyboxImage = "localhost/hutch/busybox:latest"
 )
 
 // setShimConfig writes the shim's options file: runsc and its state
@@ -53,7 +53,7 @@ func (c *ctrd) setShimConfig(policy string) {
 func newContainerd(t *testing.T) *ctrd {
 	requiresRoot(t)
 	bin := binDir(t)
-	for _, f := range []string{"containerd", "ctr", "crictl", "containerd-shim-sbx-v1", "images/pause.tar"} {
+	for _, f := range []string{"containerd", "ctr", "crictl", "containerd-shim-hutch-v1", "images/pause.tar"} {
 		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
 			t.Fatalf("%s not built (run `make shim containerd-tools`): %v", f, err)
 		}
@@ -71,12 +71,12 @@ state = %[2]q
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = %[5]q
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
-  default_runtime_name = "sbx"
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sbx]
-  runtime_type = "io.containerd.sbx.v1"
-  pod_annotations = ["dev.sbx.*"]
-  container_annotations = ["dev.sbx.*"]
-  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sbx.options]
+  default_runtime_name = "hutch"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.hutch]
+  runtime_type = "io.containerd.hutch.v1"
+  pod_annotations = ["dev.hutch.*"]
+  container_annotations = ["dev.hutch.*"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.hutch.options]
     ConfigPath = %[6]q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc", criPauseImage, c.shimConfig)
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644); err != nil {
@@ -95,7 +95,7 @@ func (c *ctrd) start() {
 	}
 	defer logf.Close()
 	cmd := exec.Command(filepath.Join(c.bin, "containerd"), "--config", filepath.Join(c.dir, "config.toml"))
-	// containerd finds the shim as containerd-shim-sbx-v1 on its PATH.
+	// containerd finds the shim as containerd-shim-hutch-v1 on its PATH.
 	cmd.Env = append(os.Environ(), "PATH="+c.bin+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -226,7 +226,7 @@ func (c *ctrd) crictlOK(args ...string) string {
 	return strings.TrimSpace(r.stdout)
 }
 
-// importBusybox exports busybox from sbx's own image store and imports it
+// importBusybox exports busybox from hutch's own image store and imports it
 // into containerd's namespace ns as busybox:latest.
 func (c *ctrd) importBusybox(ns string) {
 	c.t.Helper()
@@ -245,8 +245,8 @@ func (c *ctrd) setupCRI() {
 	c.importBusybox("k8s.io")
 	c.ctrOK("k8s.io", "image", "import", filepath.Join(c.bin, "images", "pause.tar"))
 	c.ctrOK("k8s.io", "image", "tag", "busybox:latest", criBusyboxImage)
-	c.ctrOK("k8s.io", "image", "tag", "pause:sbx", criPauseImage)
-	c.ctrOK("k8s.io", "image", "rm", "busybox:latest", "pause:sbx")
+	c.ctrOK("k8s.io", "image", "tag", "pause:hutch", criPauseImage)
+	c.ctrOK("k8s.io", "image", "rm", "busybox:latest", "pause:hutch")
 	c.restart()
 }
 

@@ -59,10 +59,10 @@ func (c *ctrd) podSecContainer(name, seccomp, script, probe string, caps ...stri
 		name, criBusyboxImage, script+"; echo probe-done; sleep 1000", name+".log", probe, sc, strings.Join(q, ",")))
 }
 
-// A container's own seccomp profile applies on top of sbx's: a call runs
+// A container's own seccomp profile applies on top of hutch's: a call runs
 // only if both allow it. A Localhost profile that denies sethostname
 // denies it (to a container holding CAP_SYS_ADMIN, which could otherwise
-// set it), and sbx's own denials hold under it; RuntimeDefault runs a
+// set it), and hutch's own denials hold under it; RuntimeDefault runs a
 // threaded glibc program; a profile gVisor cannot enforce is refused at
 // create with the reason.
 func TestContainerdPodSeccomp(t *testing.T) {
@@ -74,7 +74,7 @@ func TestContainerdPodSeccomp(t *testing.T) {
 
 	script := "hostname pod-renamed; echo sethostname=$?; unshare -n true; echo unshare=$?; /thread-probe"
 	podCfg := c.podConfig("podsec", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	run := func(name, seccomp string, caps ...string) string {
 		t.Helper()
 		id := c.crictlOK("create", pod, c.podSecContainer(name, seccomp, script, probe, caps...), podCfg)
@@ -89,7 +89,7 @@ func TestContainerdPodSeccomp(t *testing.T) {
 	}
 
 	// The probe can tell: with no profile of its own, the container
-	// (CAP_SYS_ADMIN) sets the hostname; sbx's profile still denies
+	// (CAP_SYS_ADMIN) sets the hostname; hutch's profile still denies
 	// unshare(CLONE_NEWNET).
 	out := run("unconfined", "", "SYS_ADMIN")
 	if !strings.Contains(out, "sethostname=0") || !strings.Contains(out, "unshare=1") || !strings.Contains(out, "thread: ok") {
@@ -101,7 +101,7 @@ func TestContainerdPodSeccomp(t *testing.T) {
 		t.Errorf("Localhost profile denying sethostname: want EPERM, got:\n%s", out)
 	}
 	if !strings.Contains(out, "unshare=1") || !strings.Contains(out, "unshare(0x40000000): Operation not permitted") {
-		t.Errorf("Localhost profile: want sbx's denial of unshare(CLONE_NEWNET) to hold (EPERM), got:\n%s", out)
+		t.Errorf("Localhost profile: want hutch's denial of unshare(CLONE_NEWNET) to hold (EPERM), got:\n%s", out)
 	}
 
 	// Without CAP_SYS_ADMIN, RuntimeDefault denies clone3 with ENOSYS.
@@ -145,7 +145,7 @@ func TestContainerdPodMaskedPaths(t *testing.T) {
 		"mkdir /proc/fs/x; echo fs-mkdir=$?",
 		"echo b > /proc/sysrq-trigger; echo sysrq-write=$?")
 	podCfg := c.podConfig("masked", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	list := func(ps []string) string {
 		q := make([]string, len(ps))
 		for i, p := range ps {

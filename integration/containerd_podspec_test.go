@@ -10,15 +10,15 @@ import (
 )
 
 // A pod on the host's network (hostNetwork, CRI's namespace mode NODE) is
-// refused, saying why; naming sbx's network with dev.sbx.network, it runs.
+// refused, saying why; naming hutch's network with dev.hutch.network, it runs.
 func TestContainerdHostNetworkRefused(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 	c.setShimConfig(`network = "open"`)
 	hostPod := c.writeJSON("pod-on-host.json", fmt.Sprintf(`{"metadata":{"name":"on-host","namespace":"default","uid":"on-host-uid"},
 "linux":{"security_context":{"namespace_options":{"network":2}}},"log_directory":%q}`, filepath.Join(c.dir, "logs", "on-host")))
-	r := c.crictl("runp", "--runtime", "sbx", hostPod)
-	want := "the pod asks for the host's network (hostNetwork, no network namespace), which sbx never gives a sandbox"
+	r := c.crictl("runp", "--runtime", "hutch", hostPod)
+	want := "the pod asks for the host's network (hostNetwork, no network namespace), which hutch never gives a sandbox"
 	if r.code == 0 || !strings.Contains(unescape(r.stderr), want) {
 		t.Fatalf("hostNetwork pod: want refused with %q, got %s", want, r)
 	}
@@ -27,8 +27,8 @@ func TestContainerdHostNetworkRefused(t *testing.T) {
 	}
 	c.assertClean()
 
-	podCfg := c.podConfig("sbx-net", map[string]string{"dev.sbx.network": "none"}, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	podCfg := c.podConfig("hutch-net", map[string]string{"dev.hutch.network": "none"}, "")
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctr := c.runContainer(pod, podCfg, "quiet", "sh", "-c", "cat /proc/net/dev; echo probe-done; sleep 1000")
 	var out string
 	waitFor(t, func() bool {
@@ -101,8 +101,8 @@ func TestContainerdPrivilegeEscalation(t *testing.T) {
 	// As root: a setuid-root copy of the probe; then as nobody, run it.
 	script := "cp /suid-probe /tmp/su-test && chmod 4755 /tmp/su-test && /suid-probe drop 65534 /tmp/su-test euid; echo probe-done; sleep 1000"
 	run := func(t *testing.T, name string, noNewPrivs bool) string {
-		podCfg := c.podConfig(name, map[string]string{"dev.sbx.network": "none"}, "")
-		pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+		podCfg := c.podConfig(name, map[string]string{"dev.hutch.network": "none"}, "")
+		pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 		ctrCfg := c.writeJSON("ctr-"+name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},"command":["sh","-c",%q],"log_path":%q,
 "mounts":[{"container_path":"/suid-probe","host_path":%q,"readonly":true}],
 "linux":{"security_context":{"no_new_privs":%v}}}`, name, criBusyboxImage, script, name+".log", probe, noNewPrivs))

@@ -25,15 +25,15 @@ cpus = 1
 pids = 512`)
 
 	for _, tc := range []struct{ key, value, want string }{
-		{"dev.sbx.allow", "169.254.169.254", `annotation dev.sbx.allow="169.254.169.254" exceeds the operator's ceiling: rule 169.254.169.254/32 is not within the operator's network "open" allow list [10.1.0.0/16]`},
-		{"dev.sbx.dns", "8.8.8.8", `annotation dev.sbx.dns="8.8.8.8" exceeds the operator's ceiling: server 8.8.8.8 is not one the operator lists [10.1.0.53]`},
-		{"dev.sbx.disk", "100t", `annotation dev.sbx.disk="100t" exceeds the operator's ceiling 2GiB`},
-		{"dev.sbx.memory", "2g", `annotation dev.sbx.memory="2g" exceeds the operator's ceiling 1GiB`},
-		{"dev.sbx.cpus", "2", `annotation dev.sbx.cpus="2" exceeds the operator's ceiling of 1 CPUs`},
-		{"dev.sbx.pids", "1000", `annotation dev.sbx.pids="1000" exceeds the operator's ceiling of 512 processes`},
+		{"dev.hutch.allow", "169.254.169.254", `annotation dev.hutch.allow="169.254.169.254" exceeds the operator's ceiling: rule 169.254.169.254/32 is not within the operator's network "open" allow list [10.1.0.0/16]`},
+		{"dev.hutch.dns", "8.8.8.8", `annotation dev.hutch.dns="8.8.8.8" exceeds the operator's ceiling: server 8.8.8.8 is not one the operator lists [10.1.0.53]`},
+		{"dev.hutch.disk", "100t", `annotation dev.hutch.disk="100t" exceeds the operator's ceiling 2GiB`},
+		{"dev.hutch.memory", "2g", `annotation dev.hutch.memory="2g" exceeds the operator's ceiling 1GiB`},
+		{"dev.hutch.cpus", "2", `annotation dev.hutch.cpus="2" exceeds the operator's ceiling of 1 CPUs`},
+		{"dev.hutch.pids", "1000", `annotation dev.hutch.pids="1000" exceeds the operator's ceiling of 512 processes`},
 	} {
-		name := strings.TrimPrefix(tc.key, "dev.sbx.")
-		r := c.crictl("runp", "--runtime", "sbx", c.podConfig("greedy-"+name, map[string]string{tc.key: tc.value}, ""))
+		name := strings.TrimPrefix(tc.key, "dev.hutch.")
+		r := c.crictl("runp", "--runtime", "hutch", c.podConfig("greedy-"+name, map[string]string{tc.key: tc.value}, ""))
 		if r.code == 0 || !strings.Contains(unescape(r.stderr), tc.want) {
 			t.Errorf("%s=%s: want refused with %q, got %s", tc.key, tc.value, tc.want, r)
 		}
@@ -42,8 +42,8 @@ pids = 512`)
 	// operator says allow is refused.
 	c.setShimConfig(`network = "allow"
 allow = ["10.1.0.0/16"]`)
-	r := c.crictl("runp", "--runtime", "sbx", c.podConfig("greedy-network", map[string]string{"dev.sbx.network": "open"}, ""))
-	if want := `annotation dev.sbx.network="open" exceeds the operator's ceiling network "allow"`; r.code == 0 || !strings.Contains(unescape(r.stderr), want) {
+	r := c.crictl("runp", "--runtime", "hutch", c.podConfig("greedy-network", map[string]string{"dev.hutch.network": "open"}, ""))
+	if want := `annotation dev.hutch.network="open" exceeds the operator's ceiling network "allow"`; r.code == 0 || !strings.Contains(unescape(r.stderr), want) {
 		t.Errorf("network open under allow: want refused with %q, got %s", want, r)
 	}
 	if out := c.crictlOK("pods", "-q"); out != "" {
@@ -55,8 +55,8 @@ allow = ["10.1.0.0/16"]`)
 	// open network and 512.
 	c.setShimConfig(`network = "open"
 pids = 512`)
-	podCfg := c.podConfig("modest", map[string]string{"dev.sbx.network": "none", "dev.sbx.pids": "40", "dev.sbx.memory": "256m"}, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	podCfg := c.podConfig("modest", map[string]string{"dev.hutch.network": "none", "dev.hutch.pids": "40", "dev.hutch.memory": "256m"}, "")
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctr := c.runContainer(pod, podCfg, "probe", "sh", "-c", "cat /proc/net/dev; ulimit -u; grep MemTotal /proc/meminfo; echo probe-done; sleep 1000")
 	var out string
 	waitFor(t, func() bool {

@@ -11,13 +11,13 @@ import (
 	"testing"
 )
 
-// restorePodConfig writes a CRI pod config in namespace ns on sbx's own
-// network (open: an address of its own), naming the checkpoint restore with dev.sbx.restore
+// restorePodConfig writes a CRI pod config in namespace ns on hutch's own
+// network (open: an address of its own), naming the checkpoint restore with dev.hutch.restore
 // unless it is "".
 func (c *ctrd) restorePodConfig(name, ns, restore string) string {
-	ann := `"dev.sbx.network":"open"`
+	ann := `"dev.hutch.network":"open"`
 	if restore != "" {
-		ann += fmt.Sprintf(`,"dev.sbx.restore":%q`, restore)
+		ann += fmt.Sprintf(`,"dev.hutch.restore":%q`, restore)
 	}
 	return c.writeJSON("pod-"+name+".json", fmt.Sprintf(`{"metadata":{"name":%q,"namespace":%q,"uid":%q},
 "linux":{"security_context":{"namespace_options":{"network":2}}},"log_directory":%q,"annotations":{%s}}`,
@@ -34,7 +34,7 @@ i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; mv /tmp/count.tmp /tmp
 
 // A pod is checkpointed through containerd's task API into the node's
 // checkpoint directory and a new pod of the same namespace, naming the
-// checkpoint with dev.sbx.restore, continues where it stopped: its
+// checkpoint with dev.hutch.restore, continues where it stopped: its
 // counter goes on from past the checkpointed value, its root filesystem
 // and /tmp changes are there, its address is its new pod's, exec, logs
 // and stats work; a container the
@@ -103,7 +103,7 @@ func TestPodCheckpointRestore(t *testing.T) {
 	}
 
 	podA := c.restorePodConfig("saver", "default", "")
-	a := c.crictlOK("runp", "--runtime", "sbx", podA)
+	a := c.crictlOK("runp", "--runtime", "hutch", podA)
 	ctrA := c.runContainer(a, podA, "sandbox", "sh", "-c", counterScript)
 	waitFor(t, func() bool {
 		return c.crictl("exec", "-s", ctrA, "test", "-s", "/tmp/count").code == 0
@@ -121,13 +121,13 @@ func TestPodCheckpointRestore(t *testing.T) {
 	// Refused: another namespace's pod naming the checkpoint, a name
 	// that is a path or not lowercase, a name with no checkpoint.
 	for i, tc := range []struct{ ns, restore, want string }{
-		{"other", name, "annotation dev.sbx.restore=" + name + ": no checkpoint of that name in namespace other on this node"},
-		{"default", "../default/" + name, "annotation dev.sbx.restore=\"../default/" + name + "\": a checkpoint name is 32 lowercase hex digits"},
+		{"other", name, "annotation dev.hutch.restore=" + name + ": no checkpoint of that name in namespace other on this node"},
+		{"default", "../default/" + name, "annotation dev.hutch.restore=\"../default/" + name + "\": a checkpoint name is 32 lowercase hex digits"},
 		{"default", strings.ToUpper(name), "a checkpoint name is 32 lowercase hex digits"},
 		{"default", strings.Repeat("0", 32), "no checkpoint of that name in namespace default on this node"},
 	} {
 		cfg := c.restorePodConfig(fmt.Sprintf("refused-%d", i), tc.ns, tc.restore)
-		r := c.crictl("runp", "--runtime", "sbx", cfg)
+		r := c.crictl("runp", "--runtime", "hutch", cfg)
 		if r.code == 0 || !strings.Contains(unescape(r.stderr), unescape(tc.want)) {
 			t.Fatalf("pod in %s restoring %q: want refused with %q, got %s", tc.ns, tc.restore, tc.want, r)
 		}
@@ -144,7 +144,7 @@ func TestPodCheckpointRestore(t *testing.T) {
 	restore := func(podName, name string, count0 int, setup, others func(pod, podCfg string)) (pod, podCfg, ctr string) {
 		t.Helper()
 		podCfg = c.restorePodConfig(podName, "default", name)
-		pod = c.crictlOK("runp", "--runtime", "sbx", podCfg)
+		pod = c.crictlOK("runp", "--runtime", "hutch", podCfg)
 		if setup != nil {
 			setup(pod, podCfg)
 		}
@@ -181,7 +181,7 @@ func TestPodCheckpointRestore(t *testing.T) {
 	// A pod that takes pod A's freed address: the restored pod gets
 	// another one.
 	fillerCfg := c.restorePodConfig("filler", "default", "")
-	filler := c.crictlOK("runp", "--runtime", "sbx", fillerCfg)
+	filler := c.crictlOK("runp", "--runtime", "hutch", fillerCfg)
 
 	// A container the checkpoint does not hold starts only once the
 	// checkpoint's containers are restored: before, it is refused.
@@ -191,7 +191,7 @@ func TestPodCheckpointRestore(t *testing.T) {
 		return c.crictl("start", c.crictlOK("create", pod, cfg, podCfg))
 	}
 	b, _, ctrB := restore("resumer", name, before, func(pod, podCfg string) {
-		want := `container "late": the pod's checkpoint (annotation dev.sbx.restore=` + name + `) holds no container of that name, and it starts only once the checkpoint's containers are restored; not yet restored: sandbox`
+		want := `container "late": the pod's checkpoint (annotation dev.hutch.restore=` + name + `) holds no container of that name, and it starts only once the checkpoint's containers are restored; not yet restored: sandbox`
 		if r := late(pod, podCfg, 0); r.code == 0 || !strings.Contains(unescape(r.stderr), unescape(want)) {
 			t.Fatalf("a container not in the checkpoint, before the restore: want refused with %q, got %s", want, r)
 		}

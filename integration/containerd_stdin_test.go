@@ -17,10 +17,10 @@ import (
 func TestContainerdExecStdinWhole(t *testing.T) {
 	c := newContainerd(t)
 	c.importBusybox("default")
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "long", "sh", "-c", "while true; do sleep 1; done")
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "busybox:latest", "long", "sh", "-c", "while true; do sleep 1; done")
 	c.setupCRI()
 	cfg := c.podConfig("stdin", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", cfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", cfg)
 	ctr := c.runContainer(pod, cfg, "sink", "sh", "-c", "while true; do sleep 1; done")
 
 	data := make([]byte, 4<<20)

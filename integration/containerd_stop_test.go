@@ -16,7 +16,7 @@ func TestContainerdStopRightAfterExit(t *testing.T) {
 	for i, delay := range []int{0, 0, 5000, 10000, 20000, 30000, 50000} {
 		name := fmt.Sprintf("quick%d", i)
 		podCfg := c.podConfig(name, nil, "")
-		pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+		pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 		ctr := c.runContainer(pod, podCfg, "job", "usleep", fmt.Sprint(delay))
 		if r := c.crictl("stopp", pod); r.code != 0 {
 			t.Fatalf("stopp %d µs after the container's start: %s", delay, r)

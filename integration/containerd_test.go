@@ -12,15 +12,15 @@ import (
 	"time"
 )
 
-const sbxRuntime = "io.containerd.sbx.v1"
+const hutchRuntime = "io.containerd.hutch.v1"
 
-// ctr run with the sbx runtime: output and exit status of a run, exec with
+// ctr run with the hutch runtime: output and exit status of a run, exec with
 // and without a terminal, kill; nothing is left once the task is removed.
 func TestContainerdRun(t *testing.T) {
 	c := newContainerd(t)
 	c.importBusybox("default")
 
-	r := c.ctr("default", "run", "--rm", "--runtime", sbxRuntime, "--runtime-config-path", c.shimConfig,
+	r := c.ctr("default", "run", "--rm", "--runtime", hutchRuntime, "--runtime-config-path", c.shimConfig,
 		"busybox:latest", "once", "sh", "-c", "echo hello from $(uname -r); echo oops >&2; exit 3")
 	if r.code != 3 || !strings.Contains(r.stdout, "hello from") || !strings.Contains(r.stdout, "gvisor") {
 		t.Fatalf("ctr run: want exit 3 and output from gVisor's kernel, got %s", r)
@@ -30,13 +30,13 @@ func TestContainerdRun(t *testing.T) {
 	}
 
 	// A task that cannot start: runsc's reason, and nothing left.
-	r = c.ctr("default", "run", "--rm", "--runtime", sbxRuntime, "busybox:latest", "broken", "no-such-command")
+	r = c.ctr("default", "run", "--rm", "--runtime", hutchRuntime, "busybox:latest", "broken", "no-such-command")
 	if r.code == 0 || !strings.Contains(r.stderr, `"no-such-command"`) {
 		t.Fatalf("run of a missing command: %s", r)
 	}
 	c.assertClean("broken")
 
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "long", "sh", "-c", "while true; do sleep 1; done")
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "busybox:latest", "long", "sh", "-c", "while true; do sleep 1; done")
 	if out := c.ctrOK("default", "task", "ls"); !strings.Contains(out, "RUNNING") {
 		t.Fatalf("task not running:\n%s", out)
 	}
@@ -58,7 +58,7 @@ func TestContainerdRun(t *testing.T) {
 		t.Fatalf("exec -t: want exit 6 on a terminal, got %v: %q", err, out)
 	}
 	out, err = exec.Command("script", "-qec", fmt.Sprintf("%s -a %s run --rm -t --runtime %s busybox:latest tty sh -c 'test -t 0 && echo init-on-tty; exit 2'",
-		filepath.Join(c.bin, "ctr"), c.sock, sbxRuntime), "/dev/null").CombinedOutput()
+		filepath.Join(c.bin, "ctr"), c.sock, hutchRuntime), "/dev/null").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "init-on-tty") {
 		t.Fatalf("run -t: want exit 2 on a terminal, got %v: %q", err, out)
 	}
@@ -81,15 +81,15 @@ func TestContainerdRun(t *testing.T) {
 }
 
 // podConfig is a crictl pod sandbox config without a network namespace
-// of its own (no CNI here), so in sbx's network: none unless the
+// of its own (no CNI here), so in hutch's network: none unless the
 // annotations name one, and the given annotations.
 func (c *ctrd) podConfig(name string, annotations map[string]string, extra string) string {
-	// The host's network is refused: a pod runs in sbx's network.
-	_, net := annotations["dev.sbx.network"]
-	_, allow := annotations["dev.sbx.allow"]
+	// The host's network is refused: a pod runs in hutch's network.
+	_, net := annotations["dev.hutch.network"]
+	_, allow := annotations["dev.hutch.allow"]
 	var ann []string
 	if !net && !allow {
-		ann = append(ann, `"dev.sbx.network":"none"`)
+		ann = append(ann, `"dev.hutch.network":"none"`)
 	}
 	for k, v := range annotations {
 		ann = append(ann, fmt.Sprintf("%q:%q", k, v))
@@ -116,7 +116,7 @@ func (c *ctrd) runContainer(pod, podCfg, name string, cmd ...string) string {
 	return id
 }
 
-// A CRI pod through crictl with runtime handler sbx: two containers share
+// A CRI pod through crictl with runtime handler hutch: two containers share
 // one gVisor sandbox (one kernel, one localhost); logs, exec -s, stop and
 // removal work and leave nothing behind.
 func TestContainerdCRIPod(t *testing.T) {
@@ -124,7 +124,7 @@ func TestContainerdCRIPod(t *testing.T) {
 	c.setupCRI()
 
 	podCfg := c.podConfig("web", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	server := c.runContainer(pod, podCfg, "server", "sh", "-c",
 		"echo server up; while true; do echo pong | nc -l -p 8080; done")
 	client := c.runContainer(pod, podCfg, "client", "sh", "-c", "echo client up; sleep 1000")
@@ -153,7 +153,7 @@ func TestContainerdCRIPod(t *testing.T) {
 		t.Fatalf("exec -s exit status: %s", r)
 	}
 
-	// Resources: an update within sbx's bounds is applied, one below
+	// Resources: an update within hutch's bounds is applied, one below
 	// them is refused with the validator's message.
 	c.crictlOK("update", "--memory", "268435456", client)
 	if r = c.crictl("update", "--memory", "1048576", client); r.code == 0 || !strings.Contains(r.stderr, "below the minimum") {
@@ -184,11 +184,11 @@ func TestContainerdNetworkAnnotation(t *testing.T) {
 	c.setShimConfig(`network = "open"`)
 
 	probe := []string{"sh", "-c", "cat /proc/net/dev; ip -4 addr; cat /etc/resolv.conf; echo probe-done; sleep 1000"}
-	noneCfg := c.podConfig("quiet", map[string]string{"dev.sbx.network": "none"}, "")
-	none := c.crictlOK("runp", "--runtime", "sbx", noneCfg)
+	noneCfg := c.podConfig("quiet", map[string]string{"dev.hutch.network": "none"}, "")
+	none := c.crictlOK("runp", "--runtime", "hutch", noneCfg)
 	cn := c.runContainer(none, noneCfg, "probe", probe...)
-	openCfg := c.podConfig("chatty", map[string]string{"dev.sbx.network": "open"}, "")
-	open := c.crictlOK("runp", "--runtime", "sbx", openCfg)
+	openCfg := c.podConfig("chatty", map[string]string{"dev.hutch.network": "open"}, "")
+	open := c.crictlOK("runp", "--runtime", "hutch", openCfg)
 	co := c.runContainer(open, openCfg, "probe", probe...)
 
 	var noneOut, openOut string
@@ -205,13 +205,13 @@ func TestContainerdNetworkAnnotation(t *testing.T) {
 	c.crictlOK("rmp", "-f", none, open)
 	c.assertClean(none, open, cn, co)
 
-	badCfg := c.podConfig("bad", map[string]string{"dev.sbx.network": "sideways"}, "")
-	r := c.crictl("runp", "--runtime", "sbx", badCfg)
+	badCfg := c.podConfig("bad", map[string]string{"dev.hutch.network": "sideways"}, "")
+	r := c.crictl("runp", "--runtime", "hutch", badCfg)
 	if r.code == 0 || !strings.Contains(unescape(r.stderr), `--net "sideways": want one of none, open, allow`) {
 		t.Fatalf("bad network annotation: want the validator's message, got %s", r)
 	}
-	badAllow := c.podConfig("bad2", map[string]string{"dev.sbx.network": "none", "dev.sbx.allow": "example.com"}, "")
-	r = c.crictl("runp", "--runtime", "sbx", badAllow)
+	badAllow := c.podConfig("bad2", map[string]string{"dev.hutch.network": "none", "dev.hutch.allow": "example.com"}, "")
+	r = c.crictl("runp", "--runtime", "hutch", badAllow)
 	if r.code == 0 || !strings.Contains(r.stderr, "--allow needs --net open or allow") {
 		t.Fatalf("allow rules with network none: want the validator's message, got %s", r)
 	}
@@ -237,7 +237,7 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 		}
 		return n
 	}
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "counter", "sh", "-c",
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "busybox:latest", "counter", "sh", "-c",
 		"i=0; while true; do i=$((i+1)); echo $i > /count.tmp; mv /count.tmp /count; sleep 0.1; done")
 	waitFor(t, func() bool {
 		return c.ctr("default", "task", "exec", "--exec-id", "probe", "counter", "test", "-s", "/count").code == 0
@@ -310,8 +310,8 @@ func TestContainerdOOM(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 	// A parent of our own, removed with everything below it.
-	parent := "/sbxtest" + strconv.Itoa(os.Getpid())
-	podCg := parent + "/podsbx"
+	parent := "/hutchtest" + strconv.Itoa(os.Getpid())
+	podCg := parent + "/podhutch"
 	memDir := "/sys/fs/cgroup/memory" + podCg
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		memDir = "/sys/fs/cgroup" + podCg // cgroup v2
@@ -335,7 +335,7 @@ func TestContainerdOOM(t *testing.T) {
 	}
 
 	podCfg := c.podConfig("hungry", nil, fmt.Sprintf(`"cgroup_parent":%q,`, podCg))
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	hog := c.runContainer(pod, podCfg, "hog", "sh", "-c", "sleep 1; dd if=/dev/zero of=/dev/shm/fill bs=1M count=512; sleep 1000")
 	// The reason can show before the exit has been processed; kubelet
 	// removes a pod once its containers have exited, and so does this.
@@ -353,7 +353,7 @@ func TestContainerdOOM(t *testing.T) {
 func TestContainerdShimKilled(t *testing.T) {
 	c := newContainerd(t)
 	c.importBusybox("default")
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "victim", "sleep", "1000")
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "busybox:latest", "victim", "sleep", "1000")
 	c.killShim("victim")
 	waitFor(t, func() bool {
 		out := c.ctr("default", "task", "ls")
@@ -365,8 +365,8 @@ func TestContainerdShimKilled(t *testing.T) {
 
 	c.setupCRI()
 	c.setShimConfig(`network = "open"`)
-	podCfg := c.podConfig("doomed", map[string]string{"dev.sbx.network": "open"}, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	podCfg := c.podConfig("doomed", map[string]string{"dev.hutch.network": "open"}, "")
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctr := c.runContainer(pod, podCfg, "sleeper", "sleep", "1000")
 	c.killShim(pod)
 	waitFor(t, func() bool {
@@ -381,7 +381,7 @@ func TestContainerdShimKilled(t *testing.T) {
 func (c *ctrd) killShim(id string) {
 	c.t.Helper()
 	for _, p := range processesMentioning(c.dir) {
-		if strings.Contains(p, "containerd-shim-sbx-v1") && strings.Contains(p, "-id "+id+" ") {
+		if strings.Contains(p, "containerd-shim-hutch-v1") && strings.Contains(p, "-id "+id+" ") {
 			pid, _, _ := strings.Cut(strings.TrimPrefix(p, "process "), ":")
 			n, _ := strconv.Atoi(pid)
 			if err := syscall.Kill(n, syscall.SIGKILL); err != nil {

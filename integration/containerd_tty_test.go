@@ -85,11 +85,11 @@ func (tm *term) has(s string) bool {
 }
 
 // ctr task exec -t runs its command on a terminal of the sandbox's own
-// devpts, held by sbx's agent: see checkPodTerminal.
+// devpts, held by hutch's agent: see checkPodTerminal.
 func TestContainerdExecTerminal(t *testing.T) {
 	c := newContainerd(t)
 	c.importBusybox("default")
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "busybox:latest", "ttys", "sh", "-c", "while true; do sleep 1; done")
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "busybox:latest", "ttys", "sh", "-c", "while true; do sleep 1; done")
 	ps := func() string { return c.ctrOK("default", "task", "exec", "--exec-id", "ps", "ttys", "ps") }
 
 	tm := c.termOn(30, 100, "ctr", "-a", c.sock, "task", "exec", "-t", "--exec-id", "shell", "ttys", "sh")
@@ -111,17 +111,17 @@ func TestContainerdExecTerminal(t *testing.T) {
 	}
 
 	// The agent is the host's binary, read-only to the pod, root or not.
-	before, err := os.ReadFile(filepath.Join(c.bin, "sbx-init"))
+	before, err := os.ReadFile(filepath.Join(c.bin, "hutch-init"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := c.ctr("default", "task", "exec", "--exec-id", "w", "ttys", "sh", "-c",
-		"echo x >> /.sbx/sbx-init; cp /bin/sh /.sbx/sbx-init; rm -f /.sbx/sbx-init; chmod 777 /.sbx/sbx-init; ls -l /.sbx/sbx-init")
-	if after, _ := os.ReadFile(filepath.Join(c.bin, "sbx-init")); !bytes.Equal(before, after) {
-		t.Fatalf("a pod changed the host's sbx-init: %s", r)
+		"echo x >> /.hutch/hutch-init; cp /bin/sh /.hutch/hutch-init; rm -f /.hutch/hutch-init; chmod 777 /.hutch/hutch-init; ls -l /.hutch/hutch-init")
+	if after, _ := os.ReadFile(filepath.Join(c.bin, "hutch-init")); !bytes.Equal(before, after) {
+		t.Fatalf("a pod changed the host's hutch-init: %s", r)
 	}
 	if !strings.Contains(r.stdout, "-rwxr-xr-x") || !strings.Contains(r.stderr, "Read-only file system") {
-		t.Fatalf("writes to /.sbx/sbx-init inside the pod: want them refused (read-only), got %s", r)
+		t.Fatalf("writes to /.hutch/hutch-init inside the pod: want them refused (read-only), got %s", r)
 	}
 
 	c.ctrOK("default", "task", "kill", "-s", "SIGKILL", "ttys")
@@ -137,7 +137,7 @@ func TestContainerdCRIExecTerminal(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 	podCfg := c.podConfig("ttypod", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctrCfg := c.writeJSON("ctr-ttys.json", `{"metadata":{"name":"ttys"},"image":{"image":"`+criBusyboxImage+`"},
 "command":["sh","-c","while true; do sleep 1; done"],"log_path":"ttys.log","linux":{"security_context":{"readonly_rootfs":true}}}`)
 	ctr := c.crictlOK("create", pod, ctrCfg, podCfg)

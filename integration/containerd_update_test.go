@@ -25,11 +25,11 @@ func TestContainerdUpdateCeiling(t *testing.T) {
 
 	// The same bomb fits the operator's limit.
 	ctlCfg := c.podConfig("control", nil, "")
-	ctl := c.crictlOK("runp", "--runtime", "sbx", ctlCfg)
+	ctl := c.crictlOK("runp", "--runtime", "hutch", ctlCfg)
 	ctlApp := c.runContainer(ctl, ctlCfg, "app", "sh", "-c", bomb)
 
 	podCfg := c.podConfig("resized", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	// The bomb goes off once the update is in.
 	app := c.runContainer(pod, podCfg, "app", "sh", "-c", "until [ -e /tmp/go ]; do sleep 0.1; done; "+bomb)
 	for _, tc := range []struct {
@@ -101,8 +101,8 @@ func TestContainerdPodStats(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 
-	podCfg := c.podConfig("busy", map[string]string{"dev.sbx.cpus": "0.2"}, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	podCfg := c.podConfig("busy", map[string]string{"dev.hutch.cpus": "0.2"}, "")
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	hog := c.runContainer(pod, podCfg, "hog", "sh", "-c", "while :; do :; done")
 	idle := c.runContainer(pod, podCfg, "idle", "sleep", "1000")
 	var m map[string]map[string]uint64
@@ -129,7 +129,7 @@ func TestContainerdPodStats(t *testing.T) {
 	// CRI deletes a sandbox's task once it has exited; ctr keeps it, and
 	// its metrics, until it is removed.
 	c.importBusybox("default")
-	c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "--runtime-config-path", c.shimConfig, "--memory-limit", strconv.Itoa(64<<20), "busybox:latest", "bomb",
+	c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "--runtime-config-path", c.shimConfig, "--memory-limit", strconv.Itoa(64<<20), "busybox:latest", "bomb",
 		"dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1")
 	waitFor(t, func() bool { return strings.Contains(c.ctrOK("default", "task", "ls"), "STOPPED") })
 	var st struct {
@@ -148,14 +148,14 @@ func TestContainerdPodStats(t *testing.T) {
 
 // Under kubelet the pod's cgroup exists before its sandbox, and runsc
 // sets limits only on cgroups it makes: the host must still hold a pod to
-// its own limits (here the dev.sbx.memory annotation, within the
+// its own limits (here the dev.hutch.memory annotation, within the
 // operator's ceiling). The shim makes the sandbox a cgroup of its own
 // below the pod's, with those limits, and removes it with the pod.
 func TestContainerdPodCgroupLimits(t *testing.T) {
 	c := newContainerd(t)
 	c.setupCRI()
 	c.setShimConfig(`memory = "512m"`)
-	parent := "/sbxtest" + strconv.Itoa(os.Getpid())
+	parent := "/hutchtest" + strconv.Itoa(os.Getpid())
 	podCg := parent + "/podlimits"
 	t.Cleanup(func() {
 		for _, d := range []string{podCg, parent} {
@@ -165,8 +165,8 @@ func TestContainerdPodCgroupLimits(t *testing.T) {
 			}
 		}
 	})
-	podCfg := c.podConfig("limited", map[string]string{"dev.sbx.memory": "128m"}, fmt.Sprintf(`"cgroup_parent":%q,`, podCg))
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	podCfg := c.podConfig("limited", map[string]string{"dev.hutch.memory": "128m"}, fmt.Sprintf(`"cgroup_parent":%q,`, podCg))
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	// The memory cgroup the pod's gVisor sandbox runs in on the host,
 	// and the limit the host holds it to.
 	var cg string
@@ -195,7 +195,7 @@ func TestContainerdPodCgroupLimits(t *testing.T) {
 	}
 	c.crictlOK("rmp", "-f", pod)
 	c.assertClean(pod)
-	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + podCg + "/sbx"); len(dirs) > 0 {
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + podCg + "/hutch"); len(dirs) > 0 {
 		t.Fatalf("the sandbox's cgroup outlived its pod: %v", dirs)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Kubernetes volume mounts (CRI host-path mounts) in a pod run by the sbx
-// shim behave as sbx's own -v (docs/decisions/0013-volumes.md): a host
+// Kubernetes volume mounts (CRI host-path mounts) in a pod run by the hutch
+// shim behave as hutch's own -v (docs/decisions/0013-volumes.md): a host
 // write is seen in the container within a second and the container's write
 // reaches the host; a read-only mount refuses writes with EROFS; two
 // containers of one pod mounting the same directory see each other's
@@ -30,7 +30,7 @@ func TestContainerdVolumeMounts(t *testing.T) {
 	}
 
 	podCfg := c.podConfig("vols", nil, "")
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	container := func(name, mounts string) string {
 		cfg := c.writeJSON("ctr-"+name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},"command":["sh","-c","echo up; sleep 1000"],"log_path":%q,"mounts":[%s]}`,
 			name, criBusyboxImage, name+".log", mounts))

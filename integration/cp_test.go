@@ -179,7 +179,7 @@ func TestCpRefusesEscapes(t *testing.T) {
 	assertOneLineError(t, e.run(nil, "cp", host, filepath.Join(host, "x")), "ID:PATH")
 }
 
-// A 1 GiB file copies out and back in through sbx in constant memory.
+// A 1 GiB file copies out and back in through hutch in constant memory.
 // (Content fidelity is TestCpRoundTrip's; this one is about memory.)
 func TestCpLargeFileConstantMemory(t *testing.T) {
 	e := newEnv(t)
@@ -208,10 +208,10 @@ func TestCpLargeFileConstantMemory(t *testing.T) {
 	}
 }
 
-// assertBoundedMemory runs c, an sbx command moving 1 GiB, to success
-// and checks that sbx's own peak resident memory (VmHWM, read until it
+// assertBoundedMemory runs c, a hutch command moving 1 GiB, to success
+// and checks that hutch's own peak resident memory (VmHWM, read until it
 // exits) stays under 64 MiB: wait4's rusage would also count a runsc
-// child that sbx may start.
+// child that hutch may start.
 func assertBoundedMemory(t *testing.T, what string, c *exec.Cmd) {
 	t.Helper()
 	var out bytes.Buffer
@@ -224,9 +224,9 @@ func assertBoundedMemory(t *testing.T, what string, c *exec.Cmd) {
 		t.Fatalf("%s: %v: %s", what, err, out.Bytes())
 	}
 	if peak := hwm(); peak == 0 {
-		t.Fatalf("%s: could not read sbx's peak memory from /proc", what)
+		t.Fatalf("%s: could not read hutch's peak memory from /proc", what)
 	} else if peak > 64<<20 {
-		t.Fatalf("%s: sbx used %d MiB of memory for 1 GiB; want constant memory (< 64 MiB)", what, peak>>20)
+		t.Fatalf("%s: hutch used %d MiB of memory for 1 GiB; want constant memory (< 64 MiB)", what, peak>>20)
 	}
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// `sbx exec` into a pipe whose reader goes away ends as a program does
+// `hutch exec` into a pipe whose reader goes away ends as a program does
 // whose stdout breaks (by SIGPIPE), instead of waiting for ever on a
-// process that keeps writing: as `sbx exec ID -- yes | head -1`.
+// process that keeps writing: as `hutch exec ID -- yes | head -1`.
 func TestExecBrokenStdoutPipe(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -33,10 +33,10 @@ func TestExecBrokenStdoutPipe(t *testing.T) {
 	case err := <-done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGPIPE {
-			t.Fatalf("sbx exec into a broken pipe ended with %v, want SIGPIPE", err)
+			t.Fatalf("hutch exec into a broken pipe ended with %v, want SIGPIPE", err)
 		}
 	case <-time.After(30 * time.Second):
 		c.Process.Kill()
-		t.Fatal("sbx exec went on after its stdout's reader had gone")
+		t.Fatal("hutch exec went on after its stdout's reader had gone")
 	}
 }

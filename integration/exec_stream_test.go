@@ -51,8 +51,8 @@ func checkStream(t *testing.T, name, got, want string) {
 		name, len(got), len(want), i, got[i:min(i+20, len(got))], want[i:min(i+20, len(want))])
 }
 
-// The output of `sbx exec` is all in its stdout and stderr, each in
-// order and neither mixed into the other, by the time sbx exits with the
+// The output of `hutch exec` is all in its stdout and stderr, each in
+// order and neither mixed into the other, by the time hutch exits with the
 // command's status: whether stdout is a file or a pipe that the caller
 // only starts to read late (the output is still on its way when the
 // command exits).
@@ -79,9 +79,9 @@ func TestExecStreamCompleteAtExit(t *testing.T) {
 		c.Stdout, c.Stderr = out, errf
 		err = c.Run()
 		if c.ProcessState == nil || c.ProcessState.ExitCode() != streamExit {
-			t.Fatalf("sbx exec: %v, want exit status %d", err, streamExit)
+			t.Fatalf("hutch exec: %v, want exit status %d", err, streamExit)
 		}
-		// Read at once: nothing may arrive after sbx has exited.
+		// Read at once: nothing may arrive after hutch has exited.
 		gotOut, _ := os.ReadFile(out.Name())
 		gotErr, _ := os.ReadFile(errf.Name())
 		checkStream(t, "stdout in a file", string(gotOut), "before\n"+wantOut)
@@ -89,7 +89,7 @@ func TestExecStreamCompleteAtExit(t *testing.T) {
 		// And nothing later either.
 		time.Sleep(time.Second)
 		if st, err := os.Stat(out.Name()); err != nil || st.Size() != int64(len(gotOut)) {
-			t.Errorf("stdout's file changed after sbx exited: %v", err)
+			t.Errorf("stdout's file changed after hutch exited: %v", err)
 		}
 	})
 
@@ -143,19 +143,19 @@ func TestExecStreamCompleteAtExit(t *testing.T) {
 		}()
 		err = c.Wait()
 		if c.ProcessState.ExitCode() != streamExit {
-			t.Fatalf("sbx exec: %v, want exit status %d", err, streamExit)
+			t.Fatalf("hutch exec: %v, want exit status %d", err, streamExit)
 		}
-		// sbx has exited: the pipes hold the rest and then end, with
+		// hutch has exited: the pipes hold the rest and then end, with
 		// no writer left behind.
 		for _, f := range []*os.File{outR, errR} {
 			f.SetReadDeadline(time.Now().Add(5 * time.Second))
 		}
 		if err := <-readOut; err != nil {
-			t.Fatalf("stdout's pipe did not end with sbx: %v", err)
+			t.Fatalf("stdout's pipe did not end with hutch: %v", err)
 		}
 		r := <-gotErr
 		if r.err != nil {
-			t.Fatalf("stderr's pipe did not end with sbx: %v", r.err)
+			t.Fatalf("stderr's pipe did not end with hutch: %v", r.err)
 		}
 		checkStream(t, "stdout in a pipe", gotOut.String(), wantOut)
 		checkStream(t, "stderr in a pipe", string(r.b), wantErr)

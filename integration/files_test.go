@@ -15,18 +15,18 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // engine opens the Go API on the CLI's state root: what a platform
-// embedding sbx does.
+// embedding hutch does.
 func (e *env) engine() *engine.Engine {
 	e.t.Helper()
 	log.SetLevel("error") //nolint:errcheck // a valid level
 	eng, err := engine.Open(engine.Options{
 		Root:                e.root,
 		RunscPath:           filepath.Join(e.bin, "runsc"),
-		InitPath:            filepath.Join(e.bin, "sbx-init"),
+		InitPath:            filepath.Join(e.bin, "hutch-init"),
 		DefaultImageArchive: filepath.Join(e.bin, "images", "busybox.tar"),
 	})
 	if err != nil {
@@ -185,7 +185,7 @@ func collectEvents(t *testing.T, events <-chan engine.FileEvent, want []FileEven
 	return seen
 }
 
-// sbx ps ID lists the processes inside, in a table or as JSON.
+// hutch ps ID lists the processes inside, in a table or as JSON.
 func TestPsInsideSandbox(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -205,7 +205,7 @@ func TestPsInsideSandbox(t *testing.T) {
 	for _, p := range ps {
 		cmds = append(cmds, p.Cmd)
 	}
-	if ps[0].PID != 1 || ps[0].Cmd != "sbx-init" || !strings.Contains(strings.Join(cmds, " "), "sleep") {
+	if ps[0].PID != 1 || ps[0].Cmd != "hutch-init" || !strings.Contains(strings.Join(cmds, " "), "sleep") {
 		t.Fatalf("ps: %+v", ps)
 	}
 	table := e.ok("top", id)

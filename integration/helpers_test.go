@@ -1,4 +1,4 @@
-// Package integration runs sbx end to end: the built binaries against real
+// Package integration runs hutch end to end: the built binaries against real
 // runsc, as root and as an unprivileged user.
 package integration
 
@@ -18,36 +18,36 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"hutch.dev/hutch/assembly/hostnet"
 )
 
 // requiresRoot fails the test when the suite runs under `make test`
-// (SBX_INTEGRATION=1) without root, and skips it otherwise: a skip must
+// (HUTCH_INTEGRATION=1) without root, and skips it otherwise: a skip must
 // never stand in for a pass in CI.
 func requiresRoot(t *testing.T) {
 	t.Helper()
-	if os.Getenv("SBX_INTEGRATION") == "" {
-		t.Skip("integration test: run through `make test` (SBX_INTEGRATION=1)")
+	if os.Getenv("HUTCH_INTEGRATION") == "" {
+		t.Skip("integration test: run through `make test` (HUTCH_INTEGRATION=1)")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root (they also create an unprivileged user for the rootless cases)")
 	}
 }
 
-// binDir holds the built sbx, sbx-init, runsc and images/.
+// binDir holds the built hutch, hutch-init, runsc and images/.
 func binDir(t *testing.T) string {
 	t.Helper()
-	d := os.Getenv("SBX_BIN")
+	d := os.Getenv("HUTCH_BIN")
 	if d == "" {
 		d, _ = filepath.Abs("../bin")
 	}
-	if _, err := os.Stat(filepath.Join(d, "sbx")); err != nil {
-		t.Fatalf("sbx binary not built in %s (run `make build`): %v", d, err)
+	if _, err := os.Stat(filepath.Join(d, "hutch")); err != nil {
+		t.Fatalf("hutch binary not built in %s (run `make build`): %v", d, err)
 	}
 	return d
 }
 
-// result is one finished sbx invocation.
+// result is one finished hutch invocation.
 type result struct {
 	stdout, stderr string
 	code           int
@@ -57,7 +57,7 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d\nstdout: %q\nstderr: %q", r.code, r.stdout, r.stderr)
 }
 
-// env is one test's sbx: its binaries, its own state root, and the user it
+// env is one test's hutch: its binaries, its own state root, and the user it
 // runs as (nil: root).
 type env struct {
 	t     *testing.T
@@ -84,7 +84,7 @@ func (e *env) removeAll() {
 	e.stopBuilder()
 }
 
-// builderPid is the PID of the buildkitd supervisor sbx started for the
+// builderPid is the PID of the buildkitd supervisor hutch started for the
 // env's root, or 0.
 func (e *env) builderPid() int {
 	b, err := os.ReadFile(filepath.Join(e.root, "buildkit", "supervisor.pid"))
@@ -98,7 +98,7 @@ func (e *env) builderPid() int {
 	return pid
 }
 
-// stopBuilder stops the env's buildkitd, if sbx started one, and waits
+// stopBuilder stops the env's buildkitd, if hutch started one, and waits
 // until nothing of it runs: no daemon outlives its test.
 func (e *env) stopBuilder() {
 	if pid := e.builderPid(); pid > 0 {
@@ -114,8 +114,8 @@ func (e *env) stopBuilder() {
 }
 
 func (e *env) cmd(stdin io.Reader, args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(e.bin, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+e.root)
+	c := exec.Command(filepath.Join(e.bin, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+e.root)
 	c.Env = append(c.Env, e.extra...)
 	c.Stdin = stdin
 	if e.cred != nil {
@@ -124,7 +124,7 @@ func (e *env) cmd(stdin io.Reader, args ...string) *exec.Cmd {
 	return c
 }
 
-// run runs sbx to completion.
+// run runs hutch to completion.
 func (e *env) run(stdin io.Reader, args ...string) result {
 	e.t.Helper()
 	c := e.cmd(stdin, args...)
@@ -135,17 +135,17 @@ func (e *env) run(stdin io.Reader, args ...string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		e.t.Fatalf("sbx %v: %v", args, err)
+		e.t.Fatalf("hutch %v: %v", args, err)
 	}
 	return r
 }
 
-// ok runs sbx and fails the test unless it exits 0.
+// ok runs hutch and fails the test unless it exits 0.
 func (e *env) ok(args ...string) string {
 	e.t.Helper()
 	r := e.run(nil, args...)
 	if r.code != 0 {
-		e.t.Fatalf("sbx %s: %s", strings.Join(args, " "), r)
+		e.t.Fatalf("hutch %s: %s", strings.Join(args, " "), r)
 	}
 	return r.stdout
 }
@@ -162,7 +162,7 @@ func (e *env) create(args ...string) string {
 	return strings.TrimSpace(e.ok(append([]string{"create", "--image", "busybox"}, args...)...))
 }
 
-// sandboxRecord is the part of `sbx inspect` the tests read.
+// sandboxRecord is the part of `hutch inspect` the tests read.
 type sandboxRecord struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
@@ -179,7 +179,7 @@ func (e *env) inspect(id string) sandboxRecord {
 	return sb
 }
 
-// inspectInto decodes `sbx inspect id` into v, the fields a test reads.
+// inspectInto decodes `hutch inspect id` into v, the fields a test reads.
 func (e *env) inspectInto(id string, v any) {
 	e.t.Helper()
 	if err := json.Unmarshal([]byte(e.ok("inspect", "--format", "debug", id)), v); err != nil {
@@ -207,8 +207,8 @@ func (e *env) leftovers(id string) []string {
 			left = append(left, "mount: "+l)
 		}
 	}
-	cg, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + id)
-	cg2, _ := filepath.Glob("/sys/fs/cgroup/sbx/" + id)
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/hutch/" + id)
+	cg2, _ := filepath.Glob("/sys/fs/cgroup/hutch/" + id)
 	for _, c := range append(cg, cg2...) {
 		left = append(left, "cgroup: "+c)
 	}
@@ -274,7 +274,7 @@ func assertOneLineError(t *testing.T, r result, want string) {
 // rootlessUser returns the unprivileged test user, creating it if needed.
 func rootlessUser(t *testing.T) *user.User {
 	t.Helper()
-	return testUser(t, "sbxtest")
+	return testUser(t, "hutchtest")
 }
 
 // testUser is the unprivileged user name, created if needed.
@@ -292,7 +292,7 @@ func testUser(t *testing.T, name string) *user.User {
 	return u
 }
 
-// newRootlessEnv runs sbx as the unprivileged test user, with the binaries
+// newRootlessEnv runs hutch as the unprivileged test user, with the binaries
 // copied where that user can read them and XDG_DATA_HOME in a fresh
 // directory it owns.
 func newRootlessEnv(t *testing.T) *env {
@@ -300,14 +300,14 @@ func newRootlessEnv(t *testing.T) *env {
 	return userEnv(t, rootlessUser(t), "")
 }
 
-// userEnv runs sbx as user u with the binaries in bin ("": copies of the
+// userEnv runs hutch as user u with the binaries in bin ("": copies of the
 // test's, where u can read them) and XDG_DATA_HOME in a fresh directory
 // u owns.
 func userEnv(t *testing.T, u *user.User, bin string) *env {
 	t.Helper()
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	base, err := os.MkdirTemp("", "sbx-rootless-")
+	base, err := os.MkdirTemp("", "hutch-rootless-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func userEnv(t *testing.T, u *user.User, bin string) *env {
 	if bin == "" {
 		bin = filepath.Join(base, "bin")
 		src := binDir(t)
-		for _, f := range []string{"sbx", "sbx-init", "runsc", "images/busybox.tar"} {
+		for _, f := range []string{"hutch", "hutch-init", "runsc", "images/busybox.tar"} {
 			copyFile(t, filepath.Join(src, f), filepath.Join(bin, f))
 		}
 	}
@@ -330,7 +330,7 @@ func userEnv(t *testing.T, u *user.User, bin string) *env {
 		t.Fatal(err)
 	}
 	e := &env{
-		t: t, bin: bin, root: filepath.Join(data, "sbx"),
+		t: t, bin: bin, root: filepath.Join(data, "hutch"),
 		cred:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
 		extra: []string{"HOME=" + u.HomeDir, "XDG_DATA_HOME=" + data, "USER=" + u.Username, "TMPDIR=" + data},
 	}
@@ -338,10 +338,10 @@ func userEnv(t *testing.T, u *user.User, bin string) *env {
 	return e
 }
 
-// withDefaultRoot makes sbx choose its own root (no SBX_ROOT).
+// withDefaultRoot makes hutch choose its own root (no HUTCH_ROOT).
 func (e *env) withDefaultRoot() *env {
 	c := *e
-	c.extra = append(append([]string{}, e.extra...), "SBX_ROOT=")
+	c.extra = append(append([]string{}, e.extra...), "HUTCH_ROOT=")
 	return &c
 }
 
@@ -381,5 +381,5 @@ func init() {
 	// No test here may reach a registry off this machine: an image name
 	// missing from a test's store fails at once instead of being looked
 	// up on Docker Hub. The registry tests ask for --pull themselves.
-	os.Setenv("SBX_PULL", "never")
+	os.Setenv("HUTCH_PULL", "never")
 }

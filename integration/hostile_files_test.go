@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// A FIFO planted at /etc/passwd and snapshotted must not make root sbx
+// A FIFO planted at /etc/passwd and snapshotted must not make root hutch
 // block when it looks users up in an image made from the snapshot; no
 // special file of the sandbox reaches the snapshot's layer.
 func TestHostileFifoPasswdSnapshot(t *testing.T) {
@@ -25,10 +25,10 @@ func TestHostileFifoPasswdSnapshot(t *testing.T) {
 	cmd.Env = c.Env
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		t.Fatalf("sbx run on an image with a FIFO at /etc/passwd hung: %s", out)
+		t.Fatalf("hutch run on an image with a FIFO at /etc/passwd hung: %s", out)
 	}
 	if err != nil {
-		t.Fatalf("sbx run: %v: %s", err, out)
+		t.Fatalf("hutch run: %v: %s", err, out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "p") {

@@ -46,8 +46,8 @@ func TestCreateWaitsForInit(t *testing.T) {
 
 // A process printing without end inside a sandbox, or root writing to the
 // init's log through /proc/1/fd, must not fill the host's state disk: the
-// log on the host stays under its cap and `sbx logs` still shows the
-// newest lines. `sbx logs -f`, following it all along, writes whole lines,
+// log on the host stays under its cap and `hutch logs` still shows the
+// newest lines. `hutch logs -f`, following it all along, writes whole lines,
 // each once, in order, and goes on past each cut of the log.
 func TestHostileInitLogIsBounded(t *testing.T) {
 	e := newEnv(t)
@@ -69,7 +69,7 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 		follow.Process.Kill()
 		follow.Wait()
 	}()
-	e.ok("exec", id, "--", "/.sbx/sbx-init", "spawn", "--", "yes", "flood")
+	e.ok("exec", id, "--", "/.hutch/hutch-init", "spawn", "--", "yes", "flood")
 	var largest int64
 	cut := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !cut; time.Sleep(200 * time.Millisecond) {
@@ -105,7 +105,7 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 	last := lines[len(lines)-1]
 	ts, err := time.Parse("2006-01-02T15:04:05.000000Z", strings.Fields(last)[0])
 	if !strings.HasSuffix(last, " flood") || err != nil || ts.Before(t0) {
-		t.Errorf("`sbx logs` does not end with a recent line of the flood: %q", last)
+		t.Errorf("`hutch logs` does not end with a recent line of the flood: %q", last)
 	}
 
 	follow.Process.Kill()
@@ -121,32 +121,32 @@ func TestHostileInitLogIsBounded(t *testing.T) {
 		ts, err := time.Parse("2006-01-02T15:04:05.000000Z", stamp)
 		switch {
 		case err != nil:
-			t.Fatalf("`sbx logs -f`, line %d, is not whole: %q", n+1, line)
+			t.Fatalf("`hutch logs -f`, line %d, is not whole: %q", n+1, line)
 		case strings.HasSuffix(line, "older lines dropped"):
 			// The follower fell behind by more than the init keeps
 			// at a cut: the note, stamped with the cut's time,
 			// comes before the newest lines it kept.
 			continue
 		case ts.Before(prev):
-			t.Fatalf("`sbx logs -f`, line %d, comes after a newer one (%s): %q", n+1, prev.Format(time.RFC3339Nano), line)
+			t.Fatalf("`hutch logs -f`, line %d, comes after a newer one (%s): %q", n+1, prev.Format(time.RFC3339Nano), line)
 		case strings.HasSuffix(line, " flood"):
 			flood++
 		}
 		prev = ts
 	}
 	if flood == 0 || prev.Before(t0) {
-		t.Errorf("`sbx logs -f` followed %d lines of the flood, the last at %s: not past the log's cuts", flood, prev.Format(time.RFC3339Nano))
+		t.Errorf("`hutch logs -f` followed %d lines of the flood, the last at %s: not past the log's cuts", flood, prev.Format(time.RFC3339Nano))
 	}
 }
 
-// runsc, its gofer and the sandbox process get no variable of sbx's
+// runsc, its gofer and the sandbox process get no variable of hutch's
 // environment beyond what runsc reads: a secret in the environment of the
-// program that runs sbx never reaches a process the sandbox can attack.
+// program that runs hutch never reaches a process the sandbox can attack.
 func TestHostileRunscEnvironment(t *testing.T) {
 	e := newEnv(t)
 	b := make([]byte, 16)
 	rand.Read(b)
-	secret := "sbxtest" + hex.EncodeToString(b)
+	secret := "hutchtest" + hex.EncodeToString(b)
 	e.extra = append(e.extra, "PLATFORM_API_TOKEN="+secret)
 	id := e.create()
 	e.ok("exec", id, "--", "true")
@@ -159,19 +159,19 @@ func TestHostileRunscEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	if bytes.Contains(environ, []byte(secret)) {
-		t.Errorf("the sandbox process (PID %d) has sbx's PLATFORM_API_TOKEN in its environment", pid)
+		t.Errorf("the sandbox process (PID %d) has hutch's PLATFORM_API_TOKEN in its environment", pid)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
 		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(secret)) {
 			cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-			t.Errorf("%s (%s) has sbx's PLATFORM_API_TOKEN in its environment", filepath.Dir(p), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+			t.Errorf("%s (%s) has hutch's PLATFORM_API_TOKEN in its environment", filepath.Dir(p), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
 		}
 	}
 }
 
 // A secret reference naming a huge file, a FIFO or a device is refused at
-// once, before anything of it is read: sbx neither reads 2 GiB into memory
+// once, before anything of it is read: hutch neither reads 2 GiB into memory
 // nor blocks on a FIFO that no one writes.
 func TestHostileSecretFiles(t *testing.T) {
 	e := newEnv(t)
@@ -204,11 +204,11 @@ func TestHostileSecretFiles(t *testing.T) {
 		hung := ctx.Err() != nil
 		cancel()
 		if hung {
-			t.Errorf("sbx create --secret TOKEN=@%s hung", tc.path)
+			t.Errorf("hutch create --secret TOKEN=@%s hung", tc.path)
 			continue
 		}
 		if err == nil || !strings.Contains(string(out), tc.want) {
-			t.Errorf("sbx create --secret TOKEN=@%s: %v: %s; want a refusal naming %q", tc.path, err, out, tc.want)
+			t.Errorf("hutch create --secret TOKEN=@%s: %v: %s; want a refusal naming %q", tc.path, err, out, tc.want)
 		}
 		if d > time.Second {
 			t.Errorf("refusing --secret TOKEN=@%s took %v", tc.path, d)
@@ -219,7 +219,7 @@ func TestHostileSecretFiles(t *testing.T) {
 	}
 }
 
-// A sparse file costs its sandbox nothing against --disk; `sbx cp` out of
+// A sparse file costs its sandbox nothing against --disk; `hutch cp` out of
 // the sandbox must not turn it into gigabytes on the host's disk.
 func TestHostileSparseFileCopyOut(t *testing.T) {
 	e := newEnv(t)

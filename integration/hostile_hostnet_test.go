@@ -15,7 +15,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"hutch.dev/hutch/assembly/hostnet"
 )
 
 // floodDNS serves the attacker's wildcard zone at the test world's other
@@ -124,7 +124,7 @@ func TestHostileResolverFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(cg), "/sbx/"+id) {
+	if !strings.Contains(string(cg), "/hutch/"+id) {
 		t.Fatalf("the resolver is not in the sandbox's cgroup:\n%s", cg)
 	}
 
@@ -210,7 +210,7 @@ func buildTool(t *testing.T, pkg string) string {
 
 // Sandboxes need IPv4 forwarding, a host-wide switch. On a host that did
 // not route before, turning it on must not make the host a router between
-// interfaces that are not sbx's: two networks on either side of the host
+// interfaces that are not hutch's: two networks on either side of the host
 // stay apart while a sandbox with a network runs.
 func TestHostileForwardingGuard(t *testing.T) {
 	e := newEnv(t)
@@ -244,7 +244,7 @@ func TestHostileForwardingGuard(t *testing.T) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	exec.Command("nft", "delete", "table", "inet", "sbx_forward").Run()
+	exec.Command("nft", "delete", "table", "inet", "hutch_forward").Run()
 	if ping() {
 		t.Fatal("a reaches b with forwarding off")
 	}
@@ -253,13 +253,13 @@ func TestHostileForwardingGuard(t *testing.T) {
 		t.Fatalf("a sandbox with a network did not turn forwarding on")
 	}
 	if ping() {
-		t.Fatal("with a sandbox running, the host routes between networks that are not sbx's")
+		t.Fatal("with a sandbox running, the host routes between networks that are not hutch's")
 	}
 	// The sandbox itself still gets its traffic forwarded.
 	w := newTestWorld(t)
 	mustReach(t, e, id, w.public, "80")
 	if ping() {
-		t.Fatal("the host routes between networks that are not sbx's")
+		t.Fatal("the host routes between networks that are not hutch's")
 	}
 }
 
@@ -273,8 +273,8 @@ func TestHostileShimIDCollision(t *testing.T) {
 	c.setShimConfig(`network = "open"`)
 	first, second := "collide-0123456789abcdef-first", "collide-0123456789abcdef-second"
 	for _, id := range []string{first, second} {
-		c.ctrOK("default", "run", "-d", "--runtime", sbxRuntime, "--runtime-config-path", c.shimConfig,
-			"--annotation", "dev.sbx.network=open", "busybox:latest", id, "sh", "-c", "while true; do sleep 1; done")
+		c.ctrOK("default", "run", "-d", "--runtime", hutchRuntime, "--runtime-config-path", c.shimConfig,
+			"--annotation", "dev.hutch.network=open", "busybox:latest", id, "sh", "-c", "while true; do sleep 1; done")
 	}
 	hasLink := func(id string) bool {
 		r := c.ctr("default", "task", "exec", "--exec-id", "probe"+strconv.Itoa(time.Now().Nanosecond()), id, "ip", "-4", "addr")

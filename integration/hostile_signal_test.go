@@ -14,11 +14,11 @@ import (
 	"time"
 )
 
-// interruptBound is how soon sbx must end after SIGTERM, whatever it was
+// interruptBound is how soon hutch must end after SIGTERM, whatever it was
 // doing.
 const interruptBound = 10 * time.Second
 
-// noted is an sbx started with a runsc stand-in that notes every call, so
+// noted is a hutch started with a runsc stand-in that notes every call, so
 // that the test knows every sandbox it began.
 type noted struct {
 	c              *exec.Cmd
@@ -27,7 +27,7 @@ type noted struct {
 	done           chan error
 }
 
-// startNoted starts sbx args with a runsc that notes its calls and runs
+// startNoted starts hutch args with a runsc that notes its calls and runs
 // the real one; before exec'ing it, the stand-in runs slow, a shell
 // command given the call's arguments in "$*".
 func (e *env) startNoted(t *testing.T, slow string, args ...string) *noted {
@@ -63,7 +63,7 @@ func (n *noted) called(sub string) bool {
 	return false
 }
 
-// await waits until cond holds, failing the test if sbx ends or 60 s
+// await waits until cond holds, failing the test if hutch ends or 60 s
 // pass first.
 func (n *noted) await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -71,7 +71,7 @@ func (n *noted) await(t *testing.T, what string, cond func() bool) {
 		select {
 		case err := <-n.done:
 			n.done <- err
-			t.Fatalf("sbx ended before %s: %v\nstdout %q\nstderr %q", what, err, n.stdout.String(), n.stderr.String())
+			t.Fatalf("hutch ended before %s: %v\nstdout %q\nstderr %q", what, err, n.stdout.String(), n.stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -80,7 +80,7 @@ func (n *noted) await(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// terminate sends SIGTERM to sbx and returns its exit status once it has
+// terminate sends SIGTERM to hutch and returns its exit status once it has
 // ended, failing the test if that takes longer than interruptBound.
 func (n *noted) terminate(t *testing.T) int {
 	t.Helper()
@@ -89,19 +89,19 @@ func (n *noted) terminate(t *testing.T) int {
 	case err := <-n.done:
 		n.done <- err
 		if ee, ok := err.(*exec.ExitError); ok && !ee.Exited() {
-			// Ended by the signal itself: nothing of sbx's ran.
+			// Ended by the signal itself: nothing of hutch's ran.
 			return -int(ee.Sys().(syscall.WaitStatus).Signal())
 		}
 		return exitCode(err)
 	case <-time.After(interruptBound):
-		t.Fatalf("sbx did not end within %s of SIGTERM\nstderr %q", interruptBound, n.stderr.String())
+		t.Fatalf("hutch did not end within %s of SIGTERM\nstderr %q", interruptBound, n.stderr.String())
 	}
 	return 0
 }
 
 var sandboxIDRe = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
 
-// assertNothingLeft checks that no sandbox sbx began left anything on
+// assertNothingLeft checks that no sandbox hutch began left anything on
 // the host: process, mount, cgroup, network, runsc state, record, lease.
 func (n *noted) assertNothingLeft(t *testing.T, e *env) {
 	t.Helper()
@@ -115,12 +115,12 @@ func (n *noted) assertNothingLeft(t *testing.T, e *env) {
 		assertFailedCleanly(t, e, id)
 	}
 	if all := e.list(); len(all) != 0 {
-		t.Fatalf("sandboxes left after an interrupted sbx: %+v", all)
+		t.Fatalf("sandboxes left after an interrupted hutch: %+v", all)
 	}
 }
 
 // SIGTERM while a create's or run's setup command runs (sleep 30) ends
-// sbx at once with 143 and removes the half-made sandbox.
+// hutch at once with 143 and removes the half-made sandbox.
 func TestHostileSignalDuringSetup(t *testing.T) {
 	e := newEnv(t)
 	for _, args := range [][]string{
@@ -140,10 +140,10 @@ func TestHostileSignalDuringSetup(t *testing.T) {
 				return strings.Contains(r.stdout, "sleep")
 			})
 			if code := n.terminate(t); code != 128+int(syscall.SIGTERM) {
-				t.Fatalf("sbx %s after SIGTERM: exit %d, stderr %q; want 143", strings.Join(args, " "), code, n.stderr.String())
+				t.Fatalf("hutch %s after SIGTERM: exit %d, stderr %q; want 143", strings.Join(args, " "), code, n.stderr.String())
 			}
 			if !strings.Contains(n.stderr.String(), "interrupted by SIGTERM") {
-				t.Fatalf("stderr %q does not say why sbx ended", n.stderr.String())
+				t.Fatalf("stderr %q does not say why hutch ended", n.stderr.String())
 			}
 			n.assertNothingLeft(t, e)
 		})
@@ -152,7 +152,7 @@ func TestHostileSignalDuringSetup(t *testing.T) {
 
 // SIGTERM to run --rm right after it started a sandbox whose command has
 // not started yet (runsc is slow to start it: 15 s here, forever for an
-// image whose start blocks) ends sbx at once with 143, not once the
+// image whose start blocks) ends hutch at once with 143, not once the
 // command runs, and removes the sandbox.
 func TestHostileSignalBeforeCommandStarts(t *testing.T) {
 	e := newEnv(t)
@@ -161,14 +161,14 @@ func TestHostileSignalBeforeCommandStarts(t *testing.T) {
 	n := e.startNoted(t, slow, "run", "--rm", "--image", "busybox", "--", "sleep", "30")
 	n.await(t, "runsc run", func() bool { return n.called("run") })
 	if code := n.terminate(t); code != 128+int(syscall.SIGTERM) {
-		t.Fatalf("sbx run --rm after SIGTERM: exit %d, stderr %q; want 143", code, n.stderr.String())
+		t.Fatalf("hutch run --rm after SIGTERM: exit %d, stderr %q; want 143", code, n.stderr.String())
 	}
 	n.assertNothingLeft(t, e)
 }
 
 // SIGTERM at random moments of a create or run --rm with a network and a
 // published port (image, rootfs, cgroup, netns and nftables, runsc,
-// forwarder) ends sbx within the bound: either the sandbox was made
+// forwarder) ends hutch within the bound: either the sandbox was made
 // before the signal (create printed its ID) or nothing of it is left.
 func TestHostileSignalDuringCreate(t *testing.T) {
 	e := newEnv(t)
@@ -192,15 +192,15 @@ func TestHostileSignalDuringCreate(t *testing.T) {
 			}
 			e.ok("rm", "-f", id)
 		case code == -int(syscall.SIGTERM):
-			// Before sbx handles signals: it made nothing.
+			// Before hutch handles signals: it made nothing.
 		case code == 128+int(syscall.SIGTERM):
 			interrupted++
 		default:
-			t.Fatalf("sbx %s after SIGTERM at %s: exit %d, stderr %q", args[0], delay, code, n.stderr.String())
+			t.Fatalf("hutch %s after SIGTERM at %s: exit %d, stderr %q", args[0], delay, code, n.stderr.String())
 		}
 		n.assertNothingLeft(t, e)
 	}
 	if interrupted == 0 {
-		t.Fatal("no SIGTERM came while sbx was making a sandbox")
+		t.Fatal("no SIGTERM came while hutch was making a sandbox")
 	}
 }

@@ -86,7 +86,7 @@ func TestHostileCheckpointAtRest(t *testing.T) {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e.root = filepath.Join(base, "sbx")
+	e.root = filepath.Join(base, "hutch")
 	old := syscall.Umask(0)
 	t.Cleanup(func() { syscall.Umask(old) })
 	u := rootlessUser(t)
@@ -167,13 +167,13 @@ func asUser(cred *syscall.Credential, op, arg string) (string, error) {
 	return string(out), err
 }
 
-// A state root another user made first is refused, whoever runs sbx: the
-// /tmp/sbx-<uid> fallback made by someone else, and a root owned by
+// A state root another user made first is refused, whoever runs hutch: the
+// /tmp/hutch-<uid> fallback made by someone else, and a root owned by
 // another user.
 func TestHostileStateRootPrecreated(t *testing.T) {
 	e := newRootlessEnv(t)
 	u := rootlessUser(t)
-	fallback := "/tmp/sbx-" + u.Uid
+	fallback := "/tmp/hutch-" + u.Uid
 	os.RemoveAll(fallback)
 	if err := os.Mkdir(fallback, 0o777); err != nil {
 		t.Fatal(err)
@@ -186,13 +186,13 @@ func TestHostileStateRootPrecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	noHome := *e
-	noHome.extra = []string{"HOME=", "XDG_DATA_HOME=", "USER=" + u.Username, "SBX_ROOT="}
+	noHome.extra = []string{"HOME=", "XDG_DATA_HOME=", "USER=" + u.Username, "HUTCH_ROOT="}
 	r := noHome.run(nil, "ls")
 	if r.code == 0 || !strings.Contains(r.stderr, "refusing") {
-		t.Errorf("sbx used a root under %s made by another user: %s", fallback, r)
+		t.Errorf("hutch used a root under %s made by another user: %s", fallback, r)
 	}
 	if ents, _ := os.ReadDir(fallback); len(ents) != 0 {
-		t.Errorf("sbx wrote into %s, made by another user: %v", fallback, ents)
+		t.Errorf("hutch wrote into %s, made by another user: %v", fallback, ents)
 	}
 
 	// root given a root another user owns.
@@ -201,7 +201,7 @@ func TestHostileStateRootPrecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r := re.run(nil, "ls"); r.code == 0 || !strings.Contains(r.stderr, "owned by uid 65534") {
-		t.Errorf("root sbx used a state root owned by nobody: %s", r)
+		t.Errorf("root hutch used a state root owned by nobody: %s", r)
 	}
 	os.Chown(re.root, 0, 0)
 }

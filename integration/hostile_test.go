@@ -17,7 +17,7 @@ import (
 // (does the neighbour still answer, is the limit the limit), measured
 // against a baseline taken in the same run, not speed targets.
 
-// execLatency is the median time of `sbx exec ID -- true` over n runs.
+// execLatency is the median time of `hutch exec ID -- true` over n runs.
 func (e *env) execLatency(id string, n int) time.Duration {
 	e.t.Helper()
 	var d []time.Duration

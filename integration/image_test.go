@@ -37,7 +37,7 @@ func TestImageImportExport(t *testing.T) {
 	if r.code != 0 || r.stdout != "from-again\n" {
 		t.Fatalf("run on the imported image: %s", r)
 	}
-	assertOneLineError(t, e.run(nil, "image", "import", "broken", filepath.Join(e.bin, "sbx")), "broken")
+	assertOneLineError(t, e.run(nil, "image", "import", "broken", filepath.Join(e.bin, "hutch")), "broken")
 	assertOneLineError(t, e.run(nil, "image", "rm", "nosuch"), "nosuch")
 	if out := e.ok("image", "ls"); strings.Contains(out, "broken") {
 		t.Fatalf("a failed import left a tag:\n%s", out)

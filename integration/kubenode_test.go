@@ -15,9 +15,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/kubenode/nodesvc"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/kubenode/nodesvc"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // The node service checkpoints a CRI pod's sandbox through containerd
@@ -34,9 +34,9 @@ func TestNodeServiceCheckpoint(t *testing.T) {
 	const uid = "6f1c2a4e-8d3b-4f7a-9c1e-2b5d7e9f0a13"
 	podCfg := c.writeJSON("pod-ckpt.json", fmt.Sprintf(`{"metadata":{"name":"ckpt","namespace":"team-a","uid":%q},
 "labels":{"io.kubernetes.pod.name":"ckpt","io.kubernetes.pod.namespace":"team-a","io.kubernetes.pod.uid":%q},
-"linux":{"security_context":{"namespace_options":{"network":2}}},"log_directory":%q,"annotations":{"dev.sbx.network":"none"}}`,
+"linux":{"security_context":{"namespace_options":{"network":2}}},"log_directory":%q,"annotations":{"dev.hutch.network":"none"}}`,
 		uid, uid, filepath.Join(c.dir, "logs", "ckpt")))
-	pod := c.crictlOK("runp", "--runtime", "sbx", podCfg)
+	pod := c.crictlOK("runp", "--runtime", "hutch", podCfg)
 	ctr := c.runContainer(pod, podCfg, "counter", "sh", "-c",
 		"echo counting; i=0; while true; do i=$((i+1)); sleep 0.1; done")
 	waitFor(t, func() bool { return strings.Contains(c.crictl("logs", ctr).stdout, "counting") })

@@ -71,8 +71,8 @@ func TestExecEnvWorkdirUser(t *testing.T) {
 	}
 	// The sandbox's writes land in its own overlay, not in the shared
 	// image rootfs.
-	e.ok("exec", id, "--", "sh", "-c", "echo changed > /etc/motd-sbx")
-	if _, err := os.Stat(filepath.Join(e.inspect(id).Rootfs, "etc", "motd-sbx")); err == nil {
+	e.ok("exec", id, "--", "sh", "-c", "echo changed > /etc/motd-hutch")
+	if _, err := os.Stat(filepath.Join(e.inspect(id).Rootfs, "etc", "motd-hutch")); err == nil {
 		t.Fatal("a sandbox write reached the shared image rootfs")
 	}
 }
@@ -110,7 +110,7 @@ func TestExecStdinStreams(t *testing.T) {
 	}
 }
 
-// A 1 GiB output streams through sbx in constant memory.
+// A 1 GiB output streams through hutch in constant memory.
 func TestExecLargeOutputConstantMemory(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -119,7 +119,7 @@ func TestExecLargeOutputConstantMemory(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// sbx's own peak resident memory (VmHWM), read until it exits: the
+	// hutch's own peak resident memory (VmHWM), read until it exits: the
 	// rusage of wait4 would also count a runsc child, which exec may
 	// start when the control socket cannot serve it.
 	peak := watchPeakMemory(c.Process.Pid)
@@ -135,10 +135,10 @@ func TestExecLargeOutputConstantMemory(t *testing.T) {
 		t.Fatalf("got %d bytes, want %d", n, 1<<30)
 	}
 	if hwm == 0 {
-		t.Fatal("could not read sbx's peak memory from /proc")
+		t.Fatal("could not read hutch's peak memory from /proc")
 	}
 	if hwm > 64<<20 {
-		t.Fatalf("sbx used %d MiB of memory to stream 1 GiB; want constant memory (< 64 MiB)", hwm>>20)
+		t.Fatalf("hutch used %d MiB of memory to stream 1 GiB; want constant memory (< 64 MiB)", hwm>>20)
 	}
 }
 
@@ -155,7 +155,7 @@ func TestExecTimeout(t *testing.T) {
 	}
 }
 
-// A signal to `sbx exec` reaches the command inside the sandbox, which
+// A signal to `hutch exec` reaches the command inside the sandbox, which
 // decides what to do with it; its status is the command's.
 func TestExecForwardsSignals(t *testing.T) {
 	e := newEnv(t)
@@ -170,7 +170,7 @@ func TestExecForwardsSignals(t *testing.T) {
 	err := c.Wait()
 	code := exitCode(err)
 	if string(rest) != "got TERM\n" || code != 7 {
-		t.Fatalf("after SIGTERM to sbx exec: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, code, err)
+		t.Fatalf("after SIGTERM to hutch exec: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, code, err)
 	}
 	if ps := e.ok("exec", id, "--", "ps", "-o", "args"); strings.Contains(ps, "while") {
 		t.Fatalf("the signalled command still runs:\n%s", ps)
@@ -212,7 +212,7 @@ func TestLifecycleAcrossProcesses(t *testing.T) {
 	e.assertClean(id)
 }
 
-// A host reboot kills every process of a sandbox; sbx then reports it as
+// A host reboot kills every process of a sandbox; hutch then reports it as
 // stopped and rm cleans it up.
 func TestSandboxDiesUnderneath(t *testing.T) {
 	e := newEnv(t)

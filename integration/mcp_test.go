@@ -19,7 +19,7 @@ import (
 // mcpInspectorDir holds the pinned MCP Inspector (make mcp-inspector).
 const mcpInspectorDir = "mcp"
 
-// mcpServe starts `sbx mcp` over stdio on e's state root with the Go SDK's
+// mcpServe starts `hutch mcp` over stdio on e's state root with the Go SDK's
 // client, and returns the session; it is closed when the test ends.
 func mcpServe(t *testing.T, e *env, flags ...string) *sdk.ClientSession {
 	t.Helper()
@@ -31,21 +31,21 @@ func mcpServe(t *testing.T, e *env, flags ...string) *sdk.ClientSession {
 	cmd.Stderr = logf
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := sdk.NewClient(&sdk.Implementation{Name: "sbx-integration", Version: "1"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "hutch-integration", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
-		t.Fatalf("connect to sbx mcp over stdio: %v\nlog: %s", err, readFile(logf.Name()))
+		t.Fatalf("connect to hutch mcp over stdio: %v\nlog: %s", err, readFile(logf.Name()))
 	}
 	t.Cleanup(func() {
 		cs.Close()
 		if t.Failed() {
-			t.Logf("sbx mcp log:\n%s", readFile(logf.Name()))
+			t.Logf("hutch mcp log:\n%s", readFile(logf.Name()))
 		}
 	})
 	return cs
 }
 
-// mcpServeHTTP starts `sbx mcp --transport http` on a free loopback port
+// mcpServeHTTP starts `hutch mcp --transport http` on a free loopback port
 // and connects the Go SDK's streamable HTTP client to it. The server is
 // stopped when the test ends.
 func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, string) {
@@ -73,7 +73,7 @@ func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, st
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("sbx mcp log:\n%s", readFile(logPath))
+			t.Logf("hutch mcp log:\n%s", readFile(logPath))
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -84,15 +84,15 @@ func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, st
 		}
 		select {
 		case <-exited:
-			t.Fatalf("sbx mcp --transport http exited:\n%s", readFile(logPath))
+			t.Fatalf("hutch mcp --transport http exited:\n%s", readFile(logPath))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sbx mcp did not listen on %s:\n%s", listen, readFile(logPath))
+			t.Fatalf("hutch mcp did not listen on %s:\n%s", listen, readFile(logPath))
 		}
 	}
 	url := "http://" + listen + "/mcp"
-	client := sdk.NewClient(&sdk.Implementation{Name: "sbx-integration", Version: "1"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "hutch-integration", Version: "1"}, nil)
 	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url}, nil)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", url, err)
@@ -188,7 +188,7 @@ func mcpList(t *testing.T, cs *sdk.ClientSession) []mcpSandbox {
 	return l.Sandboxes
 }
 
-// TestMCPAgentFlow drives `sbx mcp` over stdio with the Go SDK's client as
+// TestMCPAgentFlow drives `hutch mcp` over stdio with the Go SDK's client as
 // an agent would: create a sandbox, write a script, run it, read what it
 // wrote, run a background server and reach it through an exposed port,
 // snapshot, start from the snapshot, pause and resume, remove.
@@ -345,7 +345,7 @@ func TestMCPAgentFlow(t *testing.T) {
 	// The server sees only its own sandboxes.
 	other := e.run(nil, "create", "--image", "busybox")
 	if other.code != 0 {
-		t.Fatalf("sbx create: %s", other)
+		t.Fatalf("hutch create: %s", other)
 	}
 	otherID := strings.TrimSpace(other.stdout)
 	if l := mcpList(t, cs); len(l) != 2 {
@@ -367,7 +367,7 @@ func TestMCPAgentFlow(t *testing.T) {
 	}
 }
 
-// TestMCPBadArgumentsHTTP drives `sbx mcp --transport http` with the Go
+// TestMCPBadArgumentsHTTP drives `hutch mcp --transport http` with the Go
 // SDK's streamable client: bad arguments come back as tool errors and the
 // server keeps serving; host transfers stay inside the allowed directory.
 func TestMCPBadArgumentsHTTP(t *testing.T) {
@@ -450,7 +450,7 @@ func inspector(t *testing.T, e *env, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--cli"}, args...)...)
-	cmd.Env = append(os.Environ(), "SBX_ROOT="+e.root)
+	cmd.Env = append(os.Environ(), "HUTCH_ROOT="+e.root)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -459,12 +459,12 @@ func inspector(t *testing.T, e *env, args ...string) string {
 	return out.String()
 }
 
-// TestMCPInspector drives `sbx mcp` with the MCP Inspector's CLI, over
+// TestMCPInspector drives `hutch mcp` with the MCP Inspector's CLI, over
 // stdio and over streamable HTTP: it lists the tools and calls them.
 func TestMCPInspector(t *testing.T) {
 	e := newEnv(t)
-	sbx := filepath.Join(e.bin, "sbx")
-	stdio := []string{"-e", "SBX_ROOT=" + e.root, sbx, "mcp", "--owner", "inspector-test"}
+	hutch := filepath.Join(e.bin, "hutch")
+	stdio := []string{"-e", "HUTCH_ROOT=" + e.root, hutch, "mcp", "--owner", "inspector-test"}
 
 	var list struct {
 		Tools []struct {
@@ -586,7 +586,7 @@ func TestMCPPython(t *testing.T) {
 	mustCall(t, cs, "remove_sandbox", map[string]any{"sandbox_id": id}, nil)
 }
 
-// mcpServeRemote starts `sbx mcp --server URL --api-key KEY` over stdio
+// mcpServeRemote starts `hutch mcp --server URL --api-key KEY` over stdio
 // with the Go SDK's client. It runs on a state root of its own: its
 // sandboxes are the server's, not that root's.
 func mcpServeRemote(t *testing.T, srv *server, key string, flags ...string) *sdk.ClientSession {
@@ -595,7 +595,7 @@ func mcpServeRemote(t *testing.T, srv *server, key string, flags ...string) *sdk
 	return mcpServe(t, e, append([]string{"--server", srv.url(""), "--api-key", key}, flags...)...)
 }
 
-// TestMCPRemote drives `sbx mcp --server` backed by a real `sbx serve`
+// TestMCPRemote drives `hutch mcp --server` backed by a real `hutch serve`
 // with a tenant: the agent flow on busybox through the server's API, a
 // port URL routed by the server, tool errors for an unknown sandbox and a
 // wrong API key.
@@ -613,7 +613,7 @@ func TestMCPRemote(t *testing.T) {
 	var sb mcpSandbox
 	start := time.Now()
 	mustCall(t, cs, "create_sandbox", map[string]any{"image": "busybox"}, &sb)
-	t.Logf("create_sandbox through sbx serve: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("create_sandbox through hutch serve: %s", time.Since(start).Round(time.Millisecond))
 	if sb.SandboxID == "" || sb.State != "running" || sb.ExpiresAt == "" {
 		t.Fatalf("create_sandbox: %+v: want a running sandbox with a lifetime", sb)
 	}
@@ -624,7 +624,7 @@ func TestMCPRemote(t *testing.T) {
 	// The sandbox is the tenant's on the server, labelled as the MCP
 	// server's.
 	r := srv.do("GET", "/sandboxes/"+id, nil, map[string]string{"X-API-Key": key})
-	if r.status != 200 || !strings.Contains(r.body, `"sbx.mcp/owner":"remote-test"`) {
+	if r.status != 200 || !strings.Contains(r.body, `"hutch.mcp/owner":"remote-test"`) {
 		t.Fatalf("GET /sandboxes/%s as the tenant: %s: want its owner metadata", id, r)
 	}
 
@@ -756,7 +756,7 @@ func TestMCPRemote(t *testing.T) {
 }
 
 // TestMCPRemotePauseResume pauses and resumes a sandbox through
-// `sbx mcp --server`: a paused sandbox is a tool error until it is
+// `hutch mcp --server`: a paused sandbox is a tool error until it is
 // resumed, with its files.
 func TestMCPRemotePauseResume(t *testing.T) {
 	srv := newServer(t, "")
@@ -776,7 +776,7 @@ func TestMCPRemotePauseResume(t *testing.T) {
 	wantToolError(t, cs, "run_command", map[string]any{"sandbox_id": id, "command": "true"}, "paused")
 	start := time.Now()
 	mustCall(t, cs, "resume_sandbox", map[string]any{"sandbox_id": id}, &st)
-	t.Logf("resume_sandbox through sbx serve: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("resume_sandbox through hutch serve: %s", time.Since(start).Round(time.Millisecond))
 	if st.State != "running" || st.ExpiresAt == "" {
 		t.Fatalf("resume_sandbox: %+v", st)
 	}

@@ -39,7 +39,7 @@ func newTestWorld(t *testing.T) *testWorld {
 	t.Helper()
 	n := rand.IntN(200) + 20
 	w := &testWorld{
-		t: t, ns: fmt.Sprintf("sbxtest-%d", n), hostIf: fmt.Sprintf("sbxtw%d", n),
+		t: t, ns: fmt.Sprintf("hutchtest-%d", n), hostIf: fmt.Sprintf("hutchtw%d", n),
 		hostSide: fmt.Sprintf("10.99.%d.1", n), testHost: fmt.Sprintf("10.99.%d.2", n),
 		public: fmt.Sprintf("203.0.113.%d", n), other: fmt.Sprintf("198.51.100.%d", n),
 		metadata: metadataIP,
@@ -233,7 +233,7 @@ func TestNetworkOpen(t *testing.T) {
 	mustNotReach(t, e, id, "127.0.0.1", hostPort)
 	mustNotReach(t, e, id, e.inspect(other).IP, "8080")
 
-	// Names resolve through sbx's resolver; a name the policy allows
+	// Names resolve through hutch's resolver; a name the policy allows
 	// leads to a private address only where an address rule names it.
 	r := e.run(nil, "exec", id, "--", "nslookup", "allowed.test")
 	if r.code != 0 || !strings.Contains(r.stdout, w.public) {
@@ -325,7 +325,7 @@ func TestNetworkBadInput(t *testing.T) {
 
 // networkLeases lists the host's allocated sandbox links.
 func networkLeases() []string {
-	m, _ := filepath.Glob("/run/sbx/net/*")
+	m, _ := filepath.Glob("/run/hutch/net/*")
 	return m
 }
 
@@ -335,14 +335,14 @@ func TestUpdateLimits(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("--memory", "256m", "--cpus", "1")
 	e.ok("update", id, "--memory", "512m", "--cpus", "0.5")
-	mem, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/sbx", id, "memory.limit_in_bytes"))
+	mem, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/hutch", id, "memory.limit_in_bytes"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.TrimSpace(string(mem)) != fmt.Sprint(512<<20) {
 		t.Fatalf("memory limit after update: %s", mem)
 	}
-	quota, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/sbx", id, "cpu.cfs_quota_us"))
+	quota, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/hutch", id, "cpu.cfs_quota_us"))
 	if strings.TrimSpace(string(quota)) != "50000" {
 		t.Fatalf("cpu quota after update: %s", quota)
 	}
@@ -389,7 +389,7 @@ func TestNetworkAcrossPauseResume(t *testing.T) {
 			t.Fatalf("lease %s still held by the removed sandbox", l)
 		}
 	}
-	if _, err := os.Stat("/var/run/netns/sbx-" + id); err == nil {
+	if _, err := os.Stat("/var/run/netns/hutch-" + id); err == nil {
 		t.Fatalf("network namespace of the removed sandbox is left")
 	}
 }

@@ -15,9 +15,9 @@ import (
 // on v2.
 func sandboxCgroupDir(id string) string {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return "/sys/fs/cgroup/sbx/" + id
+		return "/sys/fs/cgroup/hutch/" + id
 	}
-	return "/sys/fs/cgroup/memory/sbx/" + id
+	return "/sys/fs/cgroup/memory/hutch/" + id
 }
 
 // runscOwned lists what of sandbox id's cgroup runsc says it created and
@@ -49,8 +49,8 @@ func (e *env) runscOwned(id string) []string {
 	var owned []string
 	switch {
 	case cg.V1 != nil:
-		if cg.V1.Name != "/sbx/"+id {
-			e.t.Fatalf("sandbox %s runs in cgroup %q, not sbx's /sbx/%s", id, cg.V1.Name, id)
+		if cg.V1.Name != "/hutch/"+id {
+			e.t.Fatalf("sandbox %s runs in cgroup %q, not hutch's /hutch/%s", id, cg.V1.Name, id)
 		}
 		for c, own := range cg.V1.Own {
 			if own {
@@ -68,25 +68,25 @@ func (e *env) runscOwned(id string) []string {
 	return owned
 }
 
-// assertSbxCgroup checks that sandbox id's cgroup exists under sbx's path
-// and that sbx made it: runsc only joined it, so runsc never deletes it
+// assertHutchCgroup checks that sandbox id's cgroup exists under hutch's path
+// and that hutch made it: runsc only joined it, so runsc never deletes it
 // (docs/decisions/0004).
-func (e *env) assertSbxCgroup(id, after string) {
+func (e *env) assertHutchCgroup(id, after string) {
 	e.t.Helper()
 	if _, err := os.Stat(sandboxCgroupDir(id)); err != nil {
-		e.t.Fatalf("after %s: sandbox %s has no cgroup under sbx's path: %v", after, id, err)
+		e.t.Fatalf("after %s: sandbox %s has no cgroup under hutch's path: %v", after, id, err)
 	}
 	if owned := e.runscOwned(id); len(owned) > 0 {
-		e.t.Fatalf("after %s: runsc created sandbox %s's cgroup (owns %s), not sbx", after, id, strings.Join(owned, ", "))
+		e.t.Fatalf("after %s: runsc created sandbox %s's cgroup (owns %s), not hutch", after, id, strings.Join(owned, ", "))
 	}
 }
 
-// A resumed or forked sandbox runs in a cgroup sbx made, as a created one
+// A resumed or forked sandbox runs in a cgroup hutch made, as a created one
 // does, and it goes away with the sandbox.
 func TestResumeAndForkOwnCgroup(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
-	e.assertSbxCgroup(id, "create")
+	e.assertHutchCgroup(id, "create")
 	e.ok("pause", id)
 	// Its runtime goes in the background once the pause returns.
 	deadline := time.Now().Add(5 * time.Second)
@@ -97,13 +97,13 @@ func TestResumeAndForkOwnCgroup(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	e.ok("resume", id)
-	e.assertSbxCgroup(id, "resume")
+	e.assertHutchCgroup(id, "resume")
 	kids := strings.Fields(e.ok("fork", "--count", "2", id))
 	if len(kids) != 2 {
 		t.Fatalf("fork --count 2 printed %q", kids)
 	}
 	for _, k := range kids {
-		e.assertSbxCgroup(k, "fork")
+		e.assertHutchCgroup(k, "fork")
 	}
 	for _, k := range append(kids, id) {
 		e.ok("rm", "-f", k)

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/overlay"
 )
 
-// persistRecord is the part of `sbx inspect` the persistence tests read.
+// persistRecord is the part of `hutch inspect` the persistence tests read.
 type persistRecord struct {
 	ID          string `json:"id"`
 	Image       string `json:"image"`
@@ -38,7 +38,7 @@ func (e *env) inspectPersist(id string) persistRecord {
 	return r
 }
 
-// imageDigest is the manifest digest `sbx image ls` reports for name.
+// imageDigest is the manifest digest `hutch image ls` reports for name.
 // topLayer is the digest of image name's last layer, or "".
 func (e *env) topLayer(name string) string {
 	e.t.Helper()
@@ -119,7 +119,7 @@ mkdir -p /run/secrets; echo hunter2 > /run/secrets/token`)
 	e.assertClean(child)
 }
 
-// The runsc sbx builds exports a sandbox's changes with every directory's
+// The runsc hutch builds exports a sandbox's changes with every directory's
 // entries in name order, so a snapshot stores them as they stream, and the
 // layer is the one sorting the same export in another order gives.
 func TestSnapshotOrder(t *testing.T) {
@@ -131,7 +131,7 @@ func TestSnapshotOrder(t *testing.T) {
 		t.Fatalf("runsc's export is not in name order: %q before %q", x, y)
 	}
 
-	// sbx's snapshot streams the export. Its layer is the one the sorted
+	// hutch's snapshot streams the export. Its layer is the one the sorted
 	// conversion gives from the same export in another order (here
 	// reversed), what a runsc without tools/runsc/tarorder.patch writes.
 	e.ok("snapshot", "-t", "streamed", id)
@@ -275,7 +275,7 @@ func sortedLayer(t *testing.T, e *env, upper *os.File) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sorted, err := s.Snapshot(ctx, overlay.SnapshotOptions{Name: "sorted", Parent: parent, Upper: upper, Exclude: []string{"/run", "/.sbx"}})
+	sorted, err := s.Snapshot(ctx, overlay.SnapshotOptions{Name: "sorted", Parent: parent, Upper: upper, Exclude: []string{"/run", "/.hutch"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestSetupCache(t *testing.T) {
 	}
 	second := e.create(setup...)
 	r := e.inspectPersist(second)
-	if r.SetupCache != "hit" || !strings.HasPrefix(r.Image, "sbx-setup/") {
+	if r.SetupCache != "hit" || !strings.HasPrefix(r.Image, "hutch-setup/") {
 		t.Fatalf("second create: %+v, want a cache hit", r)
 	}
 	if out := e.ok("exec", second, "--", "sh", "-c", "cat /root/ran /opt/app/out"); out != "ran\nbuilt\n" {
@@ -450,7 +450,7 @@ func TestSetupCache(t *testing.T) {
 	}
 	e.ok("rm", "-f", first, second, other)
 	e.ok("image", "prune")
-	if out := e.ok("image", "ls"); strings.Contains(out, "sbx-setup/") {
+	if out := e.ok("image", "ls"); strings.Contains(out, "hutch-setup/") {
 		t.Fatalf("prune kept unused setup results:\n%s", out)
 	}
 	if r := e.inspectPersistAfterCreate(setup...); r.SetupCache != "ran" {
@@ -494,7 +494,7 @@ func assertServing(e *env, id string) {
 	}
 }
 
-// Pause keeps the sandbox's state on disk only; resume, from fresh sbx
+// Pause keeps the sandbox's state on disk only; resume, from fresh hutch
 // processes, continues every process, including ones started after create.
 func TestPauseResume(t *testing.T) {
 	e := newEnv(t)
@@ -677,7 +677,7 @@ func TestFork(t *testing.T) {
 	}
 }
 
-// kill9During starts sbx args and kills it with SIGKILL after delay.
+// kill9During starts hutch args and kills it with SIGKILL after delay.
 func kill9During(e *env, delay time.Duration, args ...string) {
 	e.t.Helper()
 	c := e.cmd(nil, args...)
@@ -695,7 +695,7 @@ func (e *env) visibleCheckpoints() []string {
 	return m
 }
 
-// sbx killed in the middle of a snapshot or a pause leaves no partial
+// hutch killed in the middle of a snapshot or a pause leaves no partial
 // image or checkpoint, and the sandbox usable.
 func TestKilledSnapshotAndPause(t *testing.T) {
 	e := newEnv(t)

@@ -16,7 +16,7 @@ import (
 	"testing"
 )
 
-// statsRecord is `sbx stats --format json`.
+// statsRecord is `hutch stats --format json`.
 type statsRecord struct {
 	CPU struct {
 		UsageNs uint64  `json:"usageNs"`
@@ -87,7 +87,7 @@ func TestResourceLimits(t *testing.T) {
 		t.Fatalf("inside: nproc, MemTotal (kB), ulimit -u = %q; want %d, %d, 64", out, wantCPUs, 256<<10)
 	}
 	cg := func(ctrl, file string) string {
-		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, "sbx", id, file))
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, "hutch", id, file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func randomSecret(t *testing.T) string {
 }
 
 // Secrets reach the sandbox's processes, as environment and as files,
-// and nowhere else: not in anything sbx wrote on disk (its state root, its
+// and nowhere else: not in anything hutch wrote on disk (its state root, its
 // temporary files, the sandbox's overlay file) nor in anything it printed.
 func TestSecretsNeverLeak(t *testing.T) {
 	e := newEnv(t)
@@ -189,7 +189,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(fileVal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.extra = append(e.extra, "SBX_TEST_TOKEN="+envVal)
+	e.extra = append(e.extra, "HUTCH_TEST_TOKEN="+envVal)
 	needles := [][]byte{[]byte(fileVal), []byte(envVal), []byte(typoVal)}
 	var printed bytes.Buffer
 	record := func(r result) result {
@@ -198,7 +198,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		return r
 	}
 
-	r := record(e.run(nil, "create", "--image", "busybox", "--secret", "API_KEY=@"+secretFile, "--secret", "TOKEN=env:SBX_TEST_TOKEN"))
+	r := record(e.run(nil, "create", "--image", "busybox", "--secret", "API_KEY=@"+secretFile, "--secret", "TOKEN=env:HUTCH_TEST_TOKEN"))
 	if r.code != 0 {
 		t.Fatalf("create: %s", r)
 	}
@@ -220,7 +220,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if r := e.run(nil, "exec", "-u", "1000", id, "--", "cat", "/run/secrets/API_KEY"); r.code == 0 {
 		t.Fatalf("a non-root user reads /run/secrets/API_KEY: %s", r)
 	}
-	// What sbx prints about the sandbox names the secrets, never their values.
+	// What hutch prints about the sandbox names the secrets, never their values.
 	insp := record(e.run(nil, "inspect", id))
 	if !strings.Contains(insp.stdout, `"API_KEY"`) || !strings.Contains(insp.stdout, `"TOKEN"`) {
 		t.Fatalf("inspect does not name the secrets: %s", insp)
@@ -230,9 +230,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 		{"create", "--secret", "TOKEN=" + typoVal},
 		{"create", "--secret", "TOKEN=@/no/such/file"},
 		{"create", "--secret", "lower=@" + secretFile},
-		{"create", "--secret", "A=env:SBX_TEST_UNSET", "--secret", "TOKEN=env:SBX_TEST_TOKEN"},
-		{"create", "--secret", "TOKEN=env:SBX_TEST_TOKEN", "--secret", "TOKEN=@" + secretFile},
-		{"create", "--secret", "TOKEN=env:SBX_TEST_TOKEN", "--env", "TOKEN=x"},
+		{"create", "--secret", "A=env:HUTCH_TEST_UNSET", "--secret", "TOKEN=env:HUTCH_TEST_TOKEN"},
+		{"create", "--secret", "TOKEN=env:HUTCH_TEST_TOKEN", "--secret", "TOKEN=@" + secretFile},
+		{"create", "--secret", "TOKEN=env:HUTCH_TEST_TOKEN", "--env", "TOKEN=x"},
 		{"exec", id, "--", "no-such-command"},
 	} {
 		record(e.run(nil, args...))
@@ -260,7 +260,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	searchTree(t, e.root, needles...)
 	for _, n := range needles {
 		if bytes.Contains(printed.Bytes(), n) {
-			t.Errorf("sbx printed a secret's value:\n%s", printed.String())
+			t.Errorf("hutch printed a secret's value:\n%s", printed.String())
 		}
 	}
 	record(e.run(nil, "rm", id))

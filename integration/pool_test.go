@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// poolInfo is the part of `sbx pool ls --format json` the tests read.
+// poolInfo is the part of `hutch pool ls --format json` the tests read.
 type poolInfo struct {
 	Name    string   `json:"name"`
 	Size    int      `json:"size"`
@@ -119,7 +119,7 @@ func TestPoolClaim(t *testing.T) {
 
 	// Never used: only its init has run in it (ps, before any exec).
 	ps := strings.Split(strings.TrimSpace(e.ok("ps", id)), "\n")
-	if len(ps) != 2 || !strings.Contains(ps[1], "sbx-init") {
+	if len(ps) != 2 || !strings.Contains(ps[1], "hutch-init") {
 		t.Fatalf("processes of the claimed sandbox before any exec:\n%s", strings.Join(ps, "\n"))
 	}
 	fresh := e.create("--memory", "512m")
@@ -136,11 +136,11 @@ func TestPoolClaim(t *testing.T) {
 	if got != want {
 		t.Errorf("claimed sandbox's env, secret, hostname and memory:\n%q\nwant\n%q", got, want)
 	}
-	if lim, err := os.ReadFile("/sys/fs/cgroup/memory/sbx/" + id + "/memory.limit_in_bytes"); err == nil {
+	if lim, err := os.ReadFile("/sys/fs/cgroup/memory/hutch/" + id + "/memory.limit_in_bytes"); err == nil {
 		if strings.TrimSpace(string(lim)) != fmt.Sprint(256<<20) {
 			t.Errorf("host cgroup memory limit of the claimed sandbox: %s", lim)
 		}
-	} else if lim, err := os.ReadFile("/sys/fs/cgroup/sbx/" + id + "/memory.max"); err != nil || strings.TrimSpace(string(lim)) != fmt.Sprint(256<<20) {
+	} else if lim, err := os.ReadFile("/sys/fs/cgroup/hutch/" + id + "/memory.max"); err != nil || strings.TrimSpace(string(lim)) != fmt.Sprint(256<<20) {
 		t.Errorf("host cgroup memory limit of the claimed sandbox: %q %v", lim, err)
 	}
 
@@ -153,7 +153,7 @@ func TestPoolClaim(t *testing.T) {
 	e.assertClean(id)
 }
 
-// sbx run takes a pooled sandbox and runs its command in it, with the
+// hutch run takes a pooled sandbox and runs its command in it, with the
 // run's environment; with --rm the sandbox goes, without it the sandbox
 // stays, listed and running as a fresh one would be.
 func TestPoolRun(t *testing.T) {
@@ -326,7 +326,7 @@ func TestPoolNoMatch(t *testing.T) {
 	}
 }
 
-// sbx serve's creates take pooled sandboxes too.
+// hutch serve's creates take pooled sandboxes too.
 func TestPoolServe(t *testing.T) {
 	s := newServer(t, "")
 	s.removePools()

@@ -161,8 +161,8 @@ func TestForwardThroughSandboxKernel(t *testing.T) {
 		// socket address, which runsc reaches through /proc.
 		deep bool
 	}{
-		{"sbx's runsc", nil, false, false},
-		{"sbx's runsc, a deep root", nil, false, true},
+		{"hutch's runsc", nil, false, false},
+		{"hutch's runsc, a deep root", nil, false, true},
 		{"runsc without the patch", []string{"--runsc", unpatched}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

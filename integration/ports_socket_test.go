@@ -23,7 +23,7 @@ import (
 // socket alone.
 func socketDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "sbx-sock-")
+	d, err := os.MkdirTemp("", "hutch-sock-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// portsRecord is the part of `sbx inspect` about published ports.
+// portsRecord is the part of `hutch inspect` about published ports.
 type portsRecord struct {
 	Ports []struct {
 		HostIP   string `json:"hostIP"`

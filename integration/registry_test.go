@@ -43,7 +43,7 @@ func startRegistry(t *testing.T, users map[string]string) *testRegistry {
 	cfg := &configuration.Configuration{
 		Storage: configuration.Storage{"inmemory": configuration.Parameters{}},
 	}
-	cfg.HTTP.Secret = "sbx-test-secret"
+	cfg.HTTP.Secret = "hutch-test-secret"
 	cfg.Log.AccessLog.Disabled = true
 	cfg.Log.Level = "error"
 	if len(users) > 0 {
@@ -59,7 +59,7 @@ func startRegistry(t *testing.T, users map[string]string) *testRegistry {
 		if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg.Auth = configuration.Auth{"htpasswd": configuration.Parameters{"realm": "sbx-test", "path": f}}
+		cfg.Auth = configuration.Auth{"htpasswd": configuration.Parameters{"realm": "hutch-test", "path": f}}
 	}
 	r := &testRegistry{app: handlers.NewApp(context.Background(), cfg)}
 	r.srv = httptest.NewServer(r.app)
@@ -78,7 +78,7 @@ func (r *testRegistry) front(t *testing.T, h func(w http.ResponseWriter, req *ht
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-// storedImage is the part of `sbx image ls --format json` the tests read.
+// storedImage is the part of `hutch image ls --format json` the tests read.
 type storedImage struct {
 	Name   string
 	Digest string
@@ -115,8 +115,8 @@ func (e *env) assertNothingPulled() {
 	}
 }
 
-// pushBusybox pushes the test image to ref through a fresh sbx and returns
-// the manifest digest sbx printed.
+// pushBusybox pushes the test image to ref through a fresh hutch and returns
+// the manifest digest hutch printed.
 func pushBusybox(t *testing.T, insecure, ref string, login ...string) string {
 	t.Helper()
 	e := newRegEnv(t)
@@ -259,7 +259,7 @@ func TestRegistryCredentials(t *testing.T) {
 
 	t.Run("no credentials", func(t *testing.T) {
 		e := newRegEnv(t)
-		assertOneLineError(t, e.run(nil, "image", "pull", "--insecure-registry", reg.host, ref), "sbx login "+reg.host)
+		assertOneLineError(t, e.run(nil, "image", "pull", "--insecure-registry", reg.host, ref), "hutch login "+reg.host)
 		e.assertNothingPulled()
 	})
 

@@ -138,14 +138,14 @@ func TestBadInput(t *testing.T) {
 	e.ok("rm", stopped)
 	e.assertClean(stopped)
 
-	// runsc missing from beside sbx and from $PATH too.
+	// runsc missing from beside hutch and from $PATH too.
 	lone := t.TempDir()
-	copyFile(t, filepath.Join(e.bin, "sbx"), filepath.Join(lone, "sbx"))
-	c := exec.Command(filepath.Join(lone, "sbx"), "run", "--", "true")
-	c.Env = []string{"SBX_ROOT=" + e.root, "PATH=/nonexistent"}
+	copyFile(t, filepath.Join(e.bin, "hutch"), filepath.Join(lone, "hutch"))
+	c := exec.Command(filepath.Join(lone, "hutch"), "run", "--", "true")
+	c.Env = []string{"HUTCH_ROOT=" + e.root, "PATH=/nonexistent"}
 	out, err := c.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), "runsc not found") {
-		t.Fatalf("sbx without runsc: %v: %s", err, out)
+		t.Fatalf("hutch without runsc: %v: %s", err, out)
 	}
 }
 
@@ -164,7 +164,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 		// script is a runsc stand-in that fails one step, then behaves.
 		script string
 	}{
-		// sbx creates and starts a sandbox with one `runsc run --detach`.
+		// hutch creates and starts a sandbox with one `runsc run --detach`.
 		{"runsc run killed while creating", `case " $* " in *" run "*)
   "$REAL" "$@" & p=$!; sleep 0.05; kill -9 $p; kill -9 $$;; esac
 exec "$REAL" "$@"`},
@@ -252,7 +252,7 @@ func createdID(t *testing.T, calls string) string {
 // any hierarchy (v1 controllers or v2).
 func sandboxCgroups() map[string]bool {
 	set := map[string]bool{}
-	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*", "/sys/fs/cgroup/sbx/*"} {
+	for _, pat := range []string{"/sys/fs/cgroup/*/hutch/*", "/sys/fs/cgroup/hutch/*"} {
 		m, _ := filepath.Glob(pat)
 		for _, d := range m {
 			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
@@ -311,19 +311,19 @@ func TestFullDiskCreate(t *testing.T) {
 	}
 }
 
-// `sbx run --rm ... | head -1`: the reader of the command's output goes
+// `hutch run --rm ... | head -1`: the reader of the command's output goes
 // first. If the command writes more, its writes fail and it ends, its
-// sandbox is removed, and sbx then ends by SIGPIPE, as a pipeline's writer
-// does. If it writes nothing more, nothing was lost: sbx exits with the
+// sandbox is removed, and hutch then ends by SIGPIPE, as a pipeline's writer
+// does. If it writes nothing more, nothing was lost: hutch exits with the
 // command's status, as the command would in a pipeline
-// (`sh -c 'echo y; sleep 1' | head -1` exits 0). `sbx exec` alike.
+// (`sh -c 'echo y; sleep 1' | head -1` exits 0). `hutch exec` alike.
 func TestRunRmBrokenPipe(t *testing.T) {
 	e := newEnv(t)
 	running := e.create()
 	for _, c := range []struct {
 		name, script   string
 		stderr, socket bool
-		// full: the reader goes once sbx's write waits for room in
+		// full: the reader goes once hutch's write waits for room in
 		// its buffer. A socket's reader that goes with data unread
 		// then fails that write with ECONNRESET, not EPIPE.
 		full bool
@@ -385,18 +385,18 @@ func TestRunRmBrokenPipe(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				cmd.Process.Kill()
 				<-done
-				t.Fatalf("%s: sbx went on for 30 s after its output's reader had gone", name)
+				t.Fatalf("%s: hutch went on for 30 s after its output's reader had gone", name)
 			}
 			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			switch {
 			case !ok:
 				t.Fatalf("%s: no wait status", name)
 			case c.lost && (!ws.Signaled() || ws.Signal() != syscall.SIGPIPE):
-				t.Errorf("%s: sbx ended with %v, want killed by SIGPIPE", name, cmd.ProcessState)
+				t.Errorf("%s: hutch ended with %v, want killed by SIGPIPE", name, cmd.ProcessState)
 			case !c.lost && !ws.Exited():
-				t.Errorf("%s: sbx ended with %v, want the command's exit status 0, no output having been lost", name, cmd.ProcessState)
+				t.Errorf("%s: hutch ended with %v, want the command's exit status 0, no output having been lost", name, cmd.ProcessState)
 			case !c.lost && ws.ExitStatus() != 0:
-				t.Errorf("%s: sbx exited %d, want the command's status 0", name, ws.ExitStatus())
+				t.Errorf("%s: hutch exited %d, want the command's status 0", name, ws.ExitStatus())
 			}
 		}
 		if left := e.ok("ls", "-q"); strings.TrimSpace(left) != running {

@@ -16,7 +16,7 @@ import (
 // shell gets a pty and runs as the image's user, and cp copies both ways.
 func TestRootlessBuildFromBase(t *testing.T) {
 	e := newRootlessBuildEnv(t)
-	e.extra = append(e.extra, "SBX_SHARED_IMAGES=")
+	e.extra = append(e.extra, "HUTCH_SHARED_IMAGES=")
 	archive := filepath.Join(binDir(t), "images", "bookworm-rootfs.tar")
 	if _, err := os.Stat(archive); err != nil {
 		t.Fatalf("%v (run `make base-rootfs`)", err)
@@ -27,7 +27,7 @@ func TestRootlessBuildFromBase(t *testing.T) {
 		"Dockerfile": "FROM base\n" +
 			"COPY app.py /home/user/app.py\n" +
 			"RUN mkdir out && python3 app.py > out/py && node -e 'console.log(\"node\", 40 + 2)' > out/node && " +
-			"git init -q repo && git -C repo -c user.email=b@sbx -c user.name=b commit -q --allow-empty -m built && " +
+			"git init -q repo && git -C repo -c user.email=b@hutch -c user.name=b commit -q --allow-empty -m built && " +
 			"git -C repo log --format=%s > out/git && cat /proc/version > out/kernel && id -u > out/uid\n" +
 			"USER root\n" +
 			"RUN id -u > /home/user/out/root\n" +
@@ -62,7 +62,7 @@ func TestRootlessBuildFromBase(t *testing.T) {
 		t.Fatalf("the image built FROM base (want the RUN step's python3, node and git output, gVisor's kernel, base's user, then root):\n%s", out)
 	}
 
-	// sbx shell: the image's login shell on a terminal of the sandbox's.
+	// hutch shell: the image's login shell on a terminal of the sandbox's.
 	id := e.create("--image", "app")
 	tm := e.startTerm(30, 100, "shell", id)
 	// (Markers are split with "" so that the echo of what is typed
@@ -73,7 +73,7 @@ func TestRootlessBuildFromBase(t *testing.T) {
 	tm.expect("30 100")
 	tm.send("exit 3\r")
 	if code := tm.wait(); code != 3 {
-		t.Fatalf("rootless sbx shell exited %d, want 3", code)
+		t.Fatalf("rootless hutch shell exited %d, want 3", code)
 	}
 
 	// cp both ways: into the image user's home, where that user reads

@@ -14,7 +14,7 @@ import (
 )
 
 // newRootlessBuildEnv is newRootlessEnv with the image builder's binaries
-// beside sbx.
+// beside hutch.
 func newRootlessBuildEnv(t *testing.T) *env {
 	t.Helper()
 	if _, err := exec.LookPath("newuidmap"); err != nil {
@@ -22,7 +22,7 @@ func newRootlessBuildEnv(t *testing.T) *env {
 	}
 	e := newRootlessEnv(t)
 	src := binDir(t)
-	for _, f := range []string{"buildkitd", "sbx-buildkitd", "sbx-buildkit-runtime"} {
+	for _, f := range []string{"buildkitd", "hutch-buildkitd", "hutch-buildkit-runtime"} {
 		copyFile(t, filepath.Join(src, f), filepath.Join(e.bin, f))
 	}
 	return e
@@ -186,7 +186,7 @@ func subIDProcesses(t *testing.T) []string {
 // About a minute here.
 func TestRootlessBaseImage(t *testing.T) {
 	e := newRootlessBuildEnv(t).withDefaultRoot()
-	e.extra = append(e.extra, "SBX_SHARED_IMAGES=")
+	e.extra = append(e.extra, "HUTCH_SHARED_IMAGES=")
 	archive := filepath.Join(binDir(t), "images", "bookworm-rootfs.tar")
 	if _, err := os.Stat(archive); err != nil {
 		t.Fatalf("%v (run `make base-rootfs`)", err)
@@ -194,7 +194,7 @@ func TestRootlessBaseImage(t *testing.T) {
 	copyFile(t, archive, filepath.Join(e.bin, "images", "bookworm-rootfs.tar"))
 	start := time.Now()
 	r := e.run(nil, "run", "--rm", "--", "sh", "-c",
-		`python3 -c 'print(1)' && node -e 'console.log(2)' && git --version && cat /usr/share/sbx/build-info && id -un && sudo id -u`)
+		`python3 -c 'print(1)' && node -e 'console.log(2)' && git --version && cat /usr/share/hutch/build-info && id -un && sudo id -u`)
 	if r.code != 0 {
 		t.Fatalf("first rootless run on the default image: %s", r)
 	}
@@ -221,19 +221,19 @@ func TestRootlessBaseImage(t *testing.T) {
 // store and no rootfs archive, so mmdebstrap installs Debian in its
 // unshare mode (the user's subordinate IDs) from the host's apt sources,
 // then BuildKit adds its layer. About five minutes here, so it runs only
-// with SBX_SLOW=1 (`make test-slow`).
+// with HUTCH_SLOW=1 (`make test-slow`).
 func TestRootlessBaseBootstrap(t *testing.T) {
-	if os.Getenv("SBX_SLOW") != "1" {
-		t.Skip("slow (mmdebstrap installs Debian): set SBX_SLOW=1 or run `make test-slow`")
+	if os.Getenv("HUTCH_SLOW") != "1" {
+		t.Skip("slow (mmdebstrap installs Debian): set HUTCH_SLOW=1 or run `make test-slow`")
 	}
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		t.Fatal("mmdebstrap is missing: apt-get install mmdebstrap (make deps)")
 	}
 	e := newRootlessBuildEnv(t)
-	e.extra = append(e.extra, "SBX_SHARED_IMAGES=")
+	e.extra = append(e.extra, "HUTCH_SHARED_IMAGES=")
 	start := time.Now()
 	r := e.run(nil, "run", "--rm", "--", "sh", "-c",
-		`python3 -c 'print(1)' && git --version && cat /usr/share/sbx/build-info && grep -c . /usr/share/sbx/packages.tsv`)
+		`python3 -c 'print(1)' && git --version && cat /usr/share/hutch/build-info && grep -c . /usr/share/hutch/packages.tsv`)
 	if r.code != 0 {
 		t.Fatalf("first rootless run on the default image, bootstrapped: %s", r)
 	}
@@ -252,7 +252,7 @@ func TestRootlessBaseBootstrap(t *testing.T) {
 // so is one whose first sandbox would need the default image built.
 func TestRootlessBuildWithoutSubIDs(t *testing.T) {
 	e := newRootlessBuildEnv(t)
-	const name = "sbxnosubids"
+	const name = "hutchnosubids"
 	u, err := user.Lookup(name)
 	if err != nil {
 		if out, err := exec.Command("useradd", "--system", "--create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
@@ -276,9 +276,9 @@ func TestRootlessBuildWithoutSubIDs(t *testing.T) {
 	if err := os.Chown(data, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	n := &env{t: t, bin: e.bin, root: filepath.Join(data, "sbx"),
+	n := &env{t: t, bin: e.bin, root: filepath.Join(data, "hutch"),
 		cred:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
-		extra: []string{"HOME=" + u.HomeDir, "XDG_DATA_HOME=" + data, "USER=" + name, "TMPDIR=" + data, "SBX_SHARED_IMAGES="},
+		extra: []string{"HOME=" + u.HomeDir, "XDG_DATA_HOME=" + data, "USER=" + name, "TMPDIR=" + data, "HUTCH_SHARED_IMAGES="},
 	}
 	n.ok("image", "import", "busybox", filepath.Join(e.bin, "images", "busybox.tar"))
 	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM busybox\nRUN true\n"})

@@ -14,7 +14,7 @@ import (
 // root's and traversable by everyone, as /var/lib is.
 func sharedImagesDir(t *testing.T) string {
 	t.Helper()
-	parent, err := os.MkdirTemp("", "sbx-shared-")
+	parent, err := os.MkdirTemp("", "hutch-shared-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +42,13 @@ func userShell(e *env, script string) (string, bool) {
 func TestRootlessSharedImage(t *testing.T) {
 	base := baseArchive(t)
 	shared := sharedImagesDir(t)
-	root := &env{t: t, bin: binDir(t), root: base, extra: []string{"SBX_SHARED_IMAGES=" + shared, "ROOT_TOKEN=root-secret"}}
+	root := &env{t: t, bin: binDir(t), root: base, extra: []string{"HUTCH_SHARED_IMAGES=" + shared, "ROOT_TOKEN=root-secret"}}
 	if out := root.ok("image", "share", "base"); !strings.HasPrefix(out, "base:latest ") {
 		t.Fatalf("image share: %q", out)
 	}
 
 	u := newRootlessEnv(t)
-	u.extra = append(u.extra, "SBX_SHARED_IMAGES="+shared)
+	u.extra = append(u.extra, "HUTCH_SHARED_IMAGES="+shared)
 	r := u.run(nil, "run", "--rm", "--", "python3", "-c", "print(1)")
 	if r.code != 0 || r.stdout != "1\n" {
 		t.Fatalf("rootless run on the shared default image: %s", r)
@@ -86,7 +86,7 @@ func TestRootlessSharedImage(t *testing.T) {
 	}
 	defer os.Chmod(filepath.Join(shared, "oci"), 0o755)
 	other := newRootlessEnv(t)
-	other.extra = append(other.extra, "SBX_SHARED_IMAGES="+shared)
+	other.extra = append(other.extra, "HUTCH_SHARED_IMAGES="+shared)
 	assertOneLineError(t, other.run(nil, "run", "--rm", "--", "true"), "writable by other users")
 	os.Chmod(filepath.Join(shared, "oci"), 0o755)
 
@@ -142,7 +142,7 @@ func TestRootlessLimits(t *testing.T) {
 // what is missing, each with its fix.
 func TestRootlessDoctor(t *testing.T) {
 	e := newRootlessEnv(t)
-	e.extra = append(e.extra, "SBX_SHARED_IMAGES="+sharedImagesDir(t))
+	e.extra = append(e.extra, "HUTCH_SHARED_IMAGES="+sharedImagesDir(t))
 	r := e.run(nil, "doctor")
 	if r.code != 0 {
 		t.Fatalf("rootless doctor: %s", r)
@@ -171,7 +171,7 @@ func TestRootlessDoctor(t *testing.T) {
 	if line, fix := find("limits"); !strings.Contains(line, "NOT enforced: cpus, memory") || !strings.Contains(fix, "systemd-run --user --scope") {
 		t.Errorf("doctor's limits on a host without delegation: %q %q", line, fix)
 	}
-	if line, fix := find("images"); !strings.HasPrefix(line, "note") || !strings.Contains(fix, "sbx image share base") {
+	if line, fix := find("images"); !strings.HasPrefix(line, "note") || !strings.Contains(fix, "hutch image share base") {
 		t.Errorf("doctor's images without a shared base: %q %q", line, fix)
 	}
 }

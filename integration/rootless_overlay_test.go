@@ -10,7 +10,7 @@ import (
 
 // An unprivileged user's :overlay workspace works as root's: the
 // sandbox writes to a layer of its own, never to the host directory;
-// `sbx diff` lists what changed (deletions, a directory removed and made
+// `hutch diff` lists what changed (deletions, a directory removed and made
 // again, a directory renamed); a fork gets its own copy of the layer;
 // pause and resume keep it; `diff --apply` makes the host match, as the
 // user. With a network, the sandbox's namespaces hold both.
@@ -51,10 +51,10 @@ func TestRootlessOverlayWorkspace(t *testing.T) {
 		"D /work/od/old",
 	}, "\n") + "\n"
 	if got := e.ok("diff", "--name-status", id); got != want {
-		t.Fatalf("sbx diff --name-status:\n%s\nwant:\n%s", got, want)
+		t.Fatalf("hutch diff --name-status:\n%s\nwant:\n%s", got, want)
 	}
 	if patch := e.ok("diff", id); !strings.Contains(patch, "--- a/work/a.txt\n+++ b/work/a.txt\n@@ -1 +1,2 @@\n hello\n+changed\n") {
-		t.Fatalf("sbx diff:\n%s", patch)
+		t.Fatalf("hutch diff:\n%s", patch)
 	}
 
 	fork := strings.Fields(e.ok("fork", id))[0]
@@ -67,7 +67,7 @@ func TestRootlessOverlayWorkspace(t *testing.T) {
 	}
 	e.ok("pause", id)
 	if got := e.ok("diff", "--name-status", id); got != want {
-		t.Fatalf("sbx diff of a paused sandbox:\n%s", got)
+		t.Fatalf("hutch diff of a paused sandbox:\n%s", got)
 	}
 	e.ok("resume", id)
 	if got := e.ok("exec", id, "--", "cat", "/work/od/new", "/work/moved/f"); got != "n\nmoved\n" {

@@ -21,7 +21,7 @@ import (
 // and in a fork.
 func TestRootlessImageOwners(t *testing.T) {
 	e := newRootlessBuildEnv(t)
-	e.extra = append(e.extra, "SBX_SHARED_IMAGES=")
+	e.extra = append(e.extra, "HUTCH_SHARED_IMAGES=")
 	archive := filepath.Join(binDir(t), "images", "bookworm-rootfs.tar")
 	if _, err := os.Stat(archive); err != nil {
 		t.Fatalf("%v (run `make base-rootfs`)", err)
@@ -54,7 +54,7 @@ func TestRootlessImageOwners(t *testing.T) {
 	built := `stat -c '%U %n' /home/user/built /home/user/made; touch /home/user/made/y && echo made-ok`
 	wantBuilt := "user /home/user/built\nuser /home/user/made\nmade-ok\n"
 	if out := e.ok("run", "--rm", "--image", "owned", "--", "sh", "-c", built); out != wantBuilt {
-		t.Fatalf("sbx run of the built image: %q, want %q", out, wantBuilt)
+		t.Fatalf("hutch run of the built image: %q, want %q", out, wantBuilt)
 	}
 	// A created sandbox (the init is the agent), then a fork of it.
 	id := e.create("--image", "owned")
@@ -135,7 +135,7 @@ func TestRootlessImageOwnersHostile(t *testing.T) {
 		want := "1234:4321 4755 /owned\n0:0 755 /mnt/host\n0:0 600 /mnt/host/victim\n0:0 600 /mnt/host/victim2\n" +
 			"1000:1000 '/link' -> '/mnt/host'\n"
 		if out != want {
-			t.Errorf("sbx %s: in the sandbox:\n%s\nwant:\n%s", verb[0], out, want)
+			t.Errorf("hutch %s: in the sandbox:\n%s\nwant:\n%s", verb[0], out, want)
 		}
 		for _, f := range []string{host, filepath.Join(host, "victim"), filepath.Join(host, "victim2")} {
 			fi, err := os.Lstat(f)
@@ -144,7 +144,7 @@ func TestRootlessImageOwnersHostile(t *testing.T) {
 			}
 			st := fi.Sys().(*syscall.Stat_t)
 			if st.Uid != e.cred.Uid || st.Gid != e.cred.Gid || (f != host && fi.Mode().Perm() != 0o600) {
-				t.Errorf("sbx %s: the host's %s is now %d:%d %v", verb[0], f, st.Uid, st.Gid, fi.Mode())
+				t.Errorf("hutch %s: the host's %s is now %d:%d %v", verb[0], f, st.Uid, st.Gid, fi.Mode())
 			}
 		}
 	}

@@ -23,14 +23,14 @@ func TestRootless(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"sh", "-c", "echo out; exit 42"}, 42, ""},
-		{[]string{"no-such-command"}, 127, "sbx: no-such-command: command not found\n"},
+		{[]string{"no-such-command"}, 127, "hutch: no-such-command: command not found\n"},
 	} {
 		if r := e.run(nil, append([]string{"run", "--rm", "--image", "busybox", "--"}, tc.args...)...); r.code != tc.code || r.stderr != tc.stderr {
 			t.Fatalf("rootless run --rm %v: want %d and stderr %q, got %s", tc.args, tc.code, tc.stderr, r)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(e.root, "images")); err != nil {
-		t.Fatalf("state is not under $XDG_DATA_HOME/sbx (%s): %v", e.root, err)
+		t.Fatalf("state is not under $XDG_DATA_HOME/hutch (%s): %v", e.root, err)
 	}
 	id := e.create()
 	out := e.ok("exec", id, "--", "sh", "-c", "echo data > /root/f && cat /root/f")
@@ -59,7 +59,7 @@ func TestRootless(t *testing.T) {
 		t.Fatalf("no host process of sandbox %s was found to check", id)
 	}
 	assertOneLineError(t, e.run(nil, "create", "--memory", "1g"), "--memory")
-	// Without the builder's binaries beside sbx, builds say what is
+	// Without the builder's binaries beside hutch, builds say what is
 	// missing (rootless builds: rootless_build_test.go).
 	ctxDir := filepath.Join(e.root, "..", "ctx")
 	os.MkdirAll(ctxDir, 0o755)

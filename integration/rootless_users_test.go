@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// namedRootlessEnv runs sbx as the unprivileged user name (created if
+// namedRootlessEnv runs hutch as the unprivileged user name (created if
 // needed, as the test user is) with the binaries of e and a state root
 // of its own under a fresh XDG_DATA_HOME.
 func namedRootlessEnv(t *testing.T, e *env, name string) *env {
@@ -20,30 +20,30 @@ func namedRootlessEnv(t *testing.T, e *env, name string) *env {
 }
 
 // Two unprivileged users on one host: neither sees nor touches the
-// other's sandboxes, images or state, through sbx or around it. User A
+// other's sandboxes, images or state, through hutch or around it. User A
 // keeps a sandbox running with a secret in it and a port published on a
-// UNIX socket; user B, knowing its ID and name, tries every sbx verb on
-// it, sbx pointed at A's state root and image store, runsc pointed at
+// UNIX socket; user B, knowing its ID and name, tries every hutch verb on
+// it, hutch pointed at A's state root and image store, runsc pointed at
 // A's runsc root, A's files and sockets directly, and A's processes
 // through /proc and signals. A's sandbox runs on, untouched, throughout.
 func TestRootlessTwoUsers(t *testing.T) {
 	a := newRootlessEnv(t)
-	if _, err := os.Stat(filepath.Join(binDir(t), "sbx-helper")); err == nil {
-		copyFile(t, filepath.Join(binDir(t), "sbx-helper"), filepath.Join(a.bin, "sbx-helper"))
+	if _, err := os.Stat(filepath.Join(binDir(t), "hutch-helper")); err == nil {
+		copyFile(t, filepath.Join(binDir(t), "hutch-helper"), filepath.Join(a.bin, "hutch-helper"))
 	}
-	b := namedRootlessEnv(t, a, "sbxtest2")
+	b := namedRootlessEnv(t, a, "hutchtest2")
 	if a.cred.Uid == b.cred.Uid {
 		t.Fatal("the two test users have the same UID")
 	}
 	// A's data directory open to all, as many home directories are:
-	// only the modes sbx gives its own state keep B out. A's temporary
+	// only the modes hutch gives its own state keep B out. A's temporary
 	// files go where everyone's do.
 	aData := filepath.Dir(a.root)
 	if err := os.Chmod(aData, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a.extra = append(a.extra, "SBX_SHARED_IMAGES=", "TMPDIR=")
-	b.extra = append(b.extra, "SBX_SHARED_IMAGES=")
+	a.extra = append(a.extra, "HUTCH_SHARED_IMAGES=", "TMPDIR=")
+	b.extra = append(b.extra, "HUTCH_SHARED_IMAGES=")
 	started := time.Now()
 
 	tar := filepath.Join(a.bin, "images", "busybox.tar")
@@ -69,7 +69,7 @@ func TestRootlessTwoUsers(t *testing.T) {
 		t.Fatalf("A's sandbox runs %d processes as A: %v", len(procs), processesMentioning(id))
 	}
 
-	// sbx run by B knows nothing of A's sandbox or images.
+	// hutch run by B knows nothing of A's sandbox or images.
 	b.ok("image", "import", "busybox", tar)
 	if ls := b.list(); len(ls) != 0 {
 		t.Fatalf("B's ls lists A's sandboxes: %+v", ls)
@@ -99,7 +99,7 @@ func TestRootlessTwoUsers(t *testing.T) {
 		} {
 			r := b.run(nil, args...)
 			if r.code == 0 || strings.Contains(r.stdout, "a-secret") {
-				t.Errorf("B's sbx %s: %s", strings.Join(args, " "), r)
+				t.Errorf("B's hutch %s: %s", strings.Join(args, " "), r)
 			}
 		}
 	}
@@ -116,18 +116,18 @@ func TestRootlessTwoUsers(t *testing.T) {
 		t.Fatalf("A's ls: %+v", ls)
 	}
 
-	// sbx pointed at A's state root refuses it; pointed at A's image
+	// hutch pointed at A's state root refuses it; pointed at A's image
 	// store as a shared one, it cannot read it.
 	o := *b
-	o.extra = append(append([]string{}, b.extra...), "SBX_ROOT="+a.root)
+	o.extra = append(append([]string{}, b.extra...), "HUTCH_ROOT="+a.root)
 	for _, args := range [][]string{{"ls", "-q"}, {"exec", id, "--", "cat", "/root/secret"}, {"rm", "-f", id}, {"run", "--rm", "--image", "a-private", "--", "true"}} {
 		if r := o.run(nil, args...); r.code == 0 || strings.Contains(r.stdout, id) || strings.Contains(r.stdout, "a-secret") {
-			t.Errorf("B's sbx %s with A's state root: %s", strings.Join(args, " "), r)
+			t.Errorf("B's hutch %s with A's state root: %s", strings.Join(args, " "), r)
 		}
 	}
-	o.extra = append(append([]string{}, b.extra...), "SBX_SHARED_IMAGES="+filepath.Join(a.root, "images"))
+	o.extra = append(append([]string{}, b.extra...), "HUTCH_SHARED_IMAGES="+filepath.Join(a.root, "images"))
 	if r := o.run(nil, "run", "--rm", "--image", "a-private", "--", "true"); r.code == 0 {
-		t.Errorf("B runs a sandbox on A's image through SBX_SHARED_IMAGES: %s", r)
+		t.Errorf("B runs a sandbox on A's image through HUTCH_SHARED_IMAGES: %s", r)
 	}
 
 	// A's state is A's alone: owner-only directories all the way down to
@@ -165,7 +165,7 @@ func TestRootlessTwoUsers(t *testing.T) {
 			t.Errorf("B reaches A's %s:\n%s", p, out)
 		}
 	}
-	// The published socket and the sandbox's files outside sbx.
+	// The published socket and the sandbox's files outside hutch.
 	for _, script := range []string{
 		connect + sock, fetch, "rm " + sock, "mv " + sock + " " + sock + ".x",
 	} {
@@ -197,12 +197,12 @@ func TestRootlessTwoUsers(t *testing.T) {
 			}
 		}
 	}
-	// Nothing sbx made for A outside A's state is open to B.
+	// Nothing hutch made for A outside A's state is open to B.
 	for _, dir := range []string{os.TempDir(), "/var/tmp"} {
 		entries, _ := os.ReadDir(dir)
 		for _, de := range entries {
 			fi, err := os.Lstat(filepath.Join(dir, de.Name()))
-			if err != nil || fi.ModTime().Before(started) || fi.Sys().(*syscall.Stat_t).Uid != a.cred.Uid || !strings.HasPrefix(de.Name(), "sbx") {
+			if err != nil || fi.ModTime().Before(started) || fi.Sys().(*syscall.Stat_t).Uid != a.cred.Uid || !strings.HasPrefix(de.Name(), "hutch") {
 				continue
 			}
 			if fi.Mode().Perm()&0o077 != 0 {

@@ -18,7 +18,7 @@ func TestRootlessVolume(t *testing.T) {
 	u := rootlessUser(t)
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	base, err := os.MkdirTemp("", "sbx-rootless-vol-")
+	base, err := os.MkdirTemp("", "hutch-rootless-vol-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,11 @@ import (
 	"time"
 )
 
-// `sbx run --rm` hands its command to the sandbox's init, which starts it
+// `hutch run --rm` hands its command to the sandbox's init, which starts it
 // at boot. The command must still behave as an exec'd one would: these
 // tests check what differs in how it is started.
 
-// startFirstLine starts sbx with args and returns it once the command
+// startFirstLine starts hutch with args and returns it once the command
 // inside has printed its first line, which is returned too.
 func (e *env) startFirstLine(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
 	t.Helper()
@@ -36,12 +36,12 @@ func (e *env) startFirstLine(t *testing.T, args ...string) (*exec.Cmd, *bufio.Re
 	rd := bufio.NewReader(stdout)
 	line, err := rd.ReadString('\n')
 	if err != nil {
-		t.Fatalf("no first line from sbx %v (%v); stderr %q", args, err, stderr)
+		t.Fatalf("no first line from hutch %v (%v); stderr %q", args, err, stderr)
 	}
 	return c, rd, line
 }
 
-// startRun is startFirstLine of `sbx run --rm` of args.
+// startRun is startFirstLine of `hutch run --rm` of args.
 func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, string) {
 	t.Helper()
 	return e.startFirstLine(t, append([]string{"run", "--rm", "--image", "busybox", "--"}, args...)...)
@@ -61,7 +61,7 @@ func exitCode(err error) int {
 }
 
 // While its command runs, a run --rm sandbox is an ordinary running
-// sandbox (ls, exec) that refuses to be paused or forked; a signal to sbx
+// sandbox (ls, exec) that refuses to be paused or forked; a signal to hutch
 // reaches the command; afterwards nothing is left.
 func TestRunRmWhileRunning(t *testing.T) {
 	e := newEnv(t)
@@ -85,7 +85,7 @@ func TestRunRmWhileRunning(t *testing.T) {
 	rest, _ := io.ReadAll(rd)
 	err := c.Wait()
 	if string(rest) != "got TERM\n" || exitCode(err) != 7 {
-		t.Fatalf("after SIGTERM to sbx run: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, exitCode(err), err)
+		t.Fatalf("after SIGTERM to hutch run: output %q, exit %d (%v); want the command's trap to run and exit 7", rest, exitCode(err), err)
 	}
 	e.assertClean(id)
 	if d := e.sandboxDirs(); len(d) != 0 {
@@ -124,10 +124,10 @@ func TestRunRmStreamsAndStatuses(t *testing.T) {
 	}{
 		{[]string{"sh", "-c", "exit 42"}, 42, ""},
 		{[]string{"sh", "-c", "exit 128"}, 128, ""},
-		{[]string{"no-such-command"}, 127, "sbx: no-such-command: command not found\n"},
-		{[]string{"/no/such/file"}, 127, "sbx: /no/such/file: no such file or directory\n"},
-		{[]string{"/etc/passwd"}, 126, "sbx: /etc/passwd: permission denied\n"},
-		{[]string{"/etc"}, 126, "sbx: /etc: permission denied\n"},
+		{[]string{"no-such-command"}, 127, "hutch: no-such-command: command not found\n"},
+		{[]string{"/no/such/file"}, 127, "hutch: /no/such/file: no such file or directory\n"},
+		{[]string{"/etc/passwd"}, 126, "hutch: /etc/passwd: permission denied\n"},
+		{[]string{"/etc"}, 126, "hutch: /etc: permission denied\n"},
 		{[]string{"sh", "-c", "kill -9 $$"}, 137, ""},
 		{[]string{"sh", "-c", "kill -TERM $$"}, 143, ""},
 	} {
@@ -207,7 +207,7 @@ func TestCommandWhoseSandboxStops(t *testing.T) {
 		t.Fatalf("ls while run --rm runs: %+v", ls)
 	}
 	e.ok("rm", "-f", ls[0].ID)
-	// Its init is killed with it and cannot report: sbx says what
+	// Its init is killed with it and cannot report: hutch says what
 	// happened.
 	if err := run.Wait(); exitCode(err) != 137 || !strings.Contains(runStderr(run), "stopped while sh ran") {
 		t.Fatalf("run --rm whose sandbox was removed: exit %d (%v), stderr %q", exitCode(err), err, runStderr(run))
@@ -215,10 +215,10 @@ func TestCommandWhoseSandboxStops(t *testing.T) {
 	e.assertClean(ls[0].ID)
 }
 
-// The sandbox of run --rm lives no longer than sbx: killing sbx (even with
+// The sandbox of run --rm lives no longer than hutch: killing hutch (even with
 // SIGKILL, which it cannot catch) ends the sandbox, which ls then shows
 // stopped and rm cleans.
-func TestRunRmDiesWithSbx(t *testing.T) {
+func TestRunRmDiesWithHutch(t *testing.T) {
 	e := newEnv(t)
 	c, _, _ := e.startRun(t, "sh", "-c", "echo ready; sleep 600")
 	ls := e.list()
@@ -233,10 +233,10 @@ func TestRunRmDiesWithSbx(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if left := processesMentioning(id); len(left) > 0 {
-		t.Fatalf("the sandbox outlived its sbx run --rm: %v", left)
+		t.Fatalf("the sandbox outlived its hutch run --rm: %v", left)
 	}
 	if ls := e.list(); len(ls) != 1 || ls[0].State != "stopped" {
-		t.Fatalf("ls after sbx was killed: %+v", ls)
+		t.Fatalf("ls after hutch was killed: %+v", ls)
 	}
 	e.ok("rm", id)
 	e.assertClean(id)
@@ -258,7 +258,7 @@ func TestRunRmWithSetup(t *testing.T) {
 	}
 }
 
-// A Ctrl-C that reaches sbx while the sandbox is still being made is not
+// A Ctrl-C that reaches hutch while the sandbox is still being made is not
 // lost: the command gets it once it runs (runsc itself drops a SIGINT to a
 // container not started yet).
 func TestRunRmSignalBeforeStart(t *testing.T) {
@@ -270,11 +270,11 @@ func TestRunRmSignalBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	// sbx handles signals from before it makes the sandbox's directory;
+	// hutch handles signals from before it makes the sandbox's directory;
 	// the sandbox starts tens of milliseconds after that.
 	for deadline := time.Now().Add(30 * time.Second); len(e.sandboxDirs()) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("sbx made no sandbox directory within 30s")
+			t.Fatal("hutch made no sandbox directory within 30s")
 		}
 	}
 	c.Process.Signal(syscall.SIGINT)
@@ -317,7 +317,7 @@ func TestRunRmPublishesPorts(t *testing.T) {
 	}
 	c.Process.Signal(syscall.SIGTERM)
 	if err := c.Wait(); exitCode(err) != 128+int(syscall.SIGTERM) {
-		t.Fatalf("httpd after SIGTERM to sbx: exit %d (%v), stderr %q", exitCode(err), err, runStderr(c))
+		t.Fatalf("httpd after SIGTERM to hutch: exit %d (%v), stderr %q", exitCode(err), err, runStderr(c))
 	}
 	if _, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 		t.Fatalf("port %d still open after run --rm ended", port)

@@ -22,12 +22,12 @@ import (
 
 // serveDomain is the domain the tests' servers and SDK clients use: the
 // SDK's sandbox.getHost(port) answers PORT-ID.serveDomain.
-const serveDomain = "e2e.sbx.test"
+const serveDomain = "e2e.hutch.test"
 
 // e2bDir holds the E2B SDK scripts and their pinned node_modules.
 const e2bDir = "e2b"
 
-// server is one `sbx serve` of a test: its own state root, tenants file
+// server is one `hutch serve` of a test: its own state root, tenants file
 // and loopback port.
 type server struct {
 	*env
@@ -63,20 +63,20 @@ func TestMain(m *testing.M) {
 // its root filesystem unpacked), made by the first test that asks; every
 // later one gets the same root, or the same error. Tests that need base
 // share it, one after another, so that base is built and unpacked once a
-// run. SBX_SERVE_BASE_ARCHIVE names an archive made earlier (`sbx image
+// run. HUTCH_SERVE_BASE_ARCHIVE names an archive made earlier (`hutch image
 // export base:latest FILE`) to import instead of building.
 func baseArchive(t *testing.T) string {
 	t.Helper()
 	sharedBase.once.Do(func() {
-		if sharedBase.dir, sharedBase.err = os.MkdirTemp("", "sbx-serve-root-"); sharedBase.err != nil {
+		if sharedBase.dir, sharedBase.err = os.MkdirTemp("", "hutch-serve-root-"); sharedBase.err != nil {
 			return
 		}
 		e := &env{t: t, bin: binDir(t), root: sharedBase.dir}
 		defer e.stopBuilder()
 		start := time.Now()
-		if a := os.Getenv("SBX_SERVE_BASE_ARCHIVE"); a != "" {
+		if a := os.Getenv("HUTCH_SERVE_BASE_ARCHIVE"); a != "" {
 			if r := e.run(nil, "image", "import", "base", a); r.code != 0 {
-				sharedBase.err = fmt.Errorf("importing SBX_SERVE_BASE_ARCHIVE: %s", r)
+				sharedBase.err = fmt.Errorf("importing HUTCH_SERVE_BASE_ARCHIVE: %s", r)
 				return
 			}
 		}
@@ -93,7 +93,7 @@ func baseArchive(t *testing.T) string {
 	return sharedBase.archive
 }
 
-// newServer prepares a `sbx serve` of the test: on base's shared state
+// newServer prepares a `hutch serve` of the test: on base's shared state
 // root (from baseArchive) if base is not empty, else on a fresh one, and
 // an empty tenants file. Add tenants with tenantAdd, then start it with
 // serve. Every sandbox of the root is removed when the test ends.
@@ -129,7 +129,7 @@ func (s *server) serve() {
 			return
 		}
 	}
-	s.t.Fatalf("sbx serve did not come up: %v\nserver log:\n%s", lastErr, s.logTail(40))
+	s.t.Fatalf("hutch serve did not come up: %v\nserver log:\n%s", lastErr, s.logTail(40))
 }
 
 func (s *server) start() error {
@@ -146,7 +146,7 @@ func (s *server) start() error {
 		"--audit-log", s.audit)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("start sbx serve: %w", err)
+		return fmt.Errorf("start hutch serve: %w", err)
 	}
 	s.exited = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.exited) }() //nolint:errcheck // the exit status is read from ProcessState
@@ -154,7 +154,7 @@ func (s *server) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
-			return fmt.Errorf("sbx serve exited: %v", s.cmd.ProcessState)
+			return fmt.Errorf("hutch serve exited: %v", s.cmd.ProcessState)
 		default:
 		}
 		if resp, err := httpClient.Get(s.url("/health")); err == nil {
@@ -180,7 +180,7 @@ func (s *server) stop() {
 	s.stopped = true
 	select {
 	case <-s.exited:
-		s.t.Errorf("sbx serve had exited before the end of the test: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
+		s.t.Errorf("hutch serve had exited before the end of the test: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
 		return
 	default:
 	}
@@ -188,12 +188,12 @@ func (s *server) stop() {
 	select {
 	case <-s.exited:
 		if !s.cmd.ProcessState.Success() {
-			s.t.Errorf("sbx serve did not exit cleanly on SIGTERM: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
+			s.t.Errorf("hutch serve did not exit cleanly on SIGTERM: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
 		}
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill()
 		<-s.exited
-		s.t.Errorf("sbx serve did not stop within 30s of SIGTERM\nserver log:\n%s", s.logTail(40))
+		s.t.Errorf("hutch serve did not stop within 30s of SIGTERM\nserver log:\n%s", s.logTail(40))
 	}
 }
 
@@ -214,13 +214,13 @@ func (s *server) tenantAdd(name string, flags ...string) string {
 	out := s.ok(append(args, name)...)
 	key := strings.TrimSpace(out)
 	if !strings.HasPrefix(key, "e2b_") || strings.ContainsAny(key, " \n") {
-		s.t.Fatalf("sbx tenant add %s printed %q, want one API key e2b_...", name, out)
+		s.t.Fatalf("hutch tenant add %s printed %q, want one API key e2b_...", name, out)
 	}
 	return key
 }
 
 // sandboxIDs lists the IDs of the sandboxes in the server's root, as
-// `sbx ls` sees them, sorted.
+// `hutch ls` sees them, sorted.
 func (s *server) sandboxIDs() []string {
 	s.t.Helper()
 	var ids []string
@@ -388,7 +388,7 @@ func (s *server) runScript(t *testing.T, script, key string, extra map[string]st
 		"E2B_SANDBOX_URL="+s.url(""),
 		"E2B_API_KEY="+key,
 		"E2B_DOMAIN="+serveDomain,
-		"SBX_SERVE_PORT="+strconv.Itoa(s.port),
+		"HUTCH_SERVE_PORT="+strconv.Itoa(s.port),
 	)
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)

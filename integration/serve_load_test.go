@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/serve/client"
+	"hutch.dev/hutch/serve/client"
 )
 
-// Load on `sbx serve` through the real E2B SDK, on loopback: 50 SDK
+// Load on `hutch serve` through the real E2B SDK, on loopback: 50 SDK
 // clients at once, 5 on each of 10 sandboxes of the base image, each with
 // its own Sandbox.connect, run 100 commands each. Every command's output is
 // unique to its client and number and is checked byte for byte (stdout,
@@ -50,7 +50,7 @@ func TestServeLoad(t *testing.T) {
 
 	t.Run("no sandbox is left in the state root", func(t *testing.T) {
 		if left := s.list(); len(left) > 0 {
-			t.Fatalf("sbx ls --format json after every kill: %+v", left)
+			t.Fatalf("hutch ls --format json after every kill: %+v", left)
 		}
 	})
 	t.Run("no runsc process of the state root is left", func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// sbx serve's terminals (the E2B SDK's sandbox.pty) are the sandbox's
+// hutch serve's terminals (the E2B SDK's sandbox.pty) are the sandbox's
 // own: see integration/e2b/pty.mjs.
 func TestServePty(t *testing.T) {
 	requiresRoot(t)

@@ -15,14 +15,14 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/serve/client"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/serve/client"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 // A server killed with SIGKILL while commands run and creates are in
 // flight, then started again on the same state root and port: every
 // sandbox that ran before is listed and usable (its files are there, it
-// runs commands), no sandbox is left half-made (all that `sbx ls` shows are
+// runs commands), no sandbox is left half-made (all that `hutch ls` shows are
 // running and run commands), and the new server creates sandboxes.
 func TestServeRestartAfterSIGKILL(t *testing.T) {
 	requiresRoot(t)
@@ -121,7 +121,7 @@ func TestServeRestartAfterSIGKILL(t *testing.T) {
 		}
 	}
 
-	t.Run("after the restart, sbx ls shows no sandbox half-made or stopped", func(t *testing.T) {
+	t.Run("after the restart, hutch ls shows no sandbox half-made or stopped", func(t *testing.T) {
 		for _, r := range s.list() {
 			if r.State != "running" {
 				t.Errorf("sandbox %s is %q after the restart, want running (or removed)", r.ID, r.State)
@@ -164,7 +164,7 @@ func TestServeRestartAfterSIGKILL(t *testing.T) {
 		}
 		for _, r := range s.list() {
 			if !byID[r.ID] {
-				t.Errorf("sbx ls shows %s (%s), the API does not list it", r.ID, r.State)
+				t.Errorf("hutch ls shows %s (%s), the API does not list it", r.ID, r.State)
 				continue
 			}
 			sb, err := c.Connect(ctx, r.ID, 10*time.Minute)
@@ -221,7 +221,7 @@ func restartServer(t *testing.T, s *server) {
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	start := time.Now()
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start sbx serve again: %v", err)
+		t.Fatalf("start hutch serve again: %v", err)
 	}
 	exited := make(chan struct{})
 	s.exited = exited
@@ -229,7 +229,7 @@ func restartServer(t *testing.T, s *server) {
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		select {
 		case <-exited:
-			t.Fatalf("sbx serve exited at its restart: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
+			t.Fatalf("hutch serve exited at its restart: %v\nserver log:\n%s", s.cmd.ProcessState, s.logTail(40))
 		default:
 		}
 		if resp, err := httpClient.Get(s.url("/health")); err == nil {

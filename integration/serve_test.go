@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// `sbx serve` driven the way agent platforms drive it: by the real E2B
+// `hutch serve` driven the way agent platforms drive it: by the real E2B
 // JavaScript SDK (integration/e2b, e2b pinned in its package.json) with
 // E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and E2B_DOMAIN pointing at the
 // server, and by plain HTTP for what an SDK never sends. Each part runs its
@@ -106,7 +106,7 @@ func testServeIsolation(t *testing.T, base string) {
 		want := []string{kept.A, kept.B}
 		sort.Strings(want)
 		if got := s.sandboxIDs(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("sbx ls: %v, want %v", got, want)
+			t.Fatalf("hutch ls: %v, want %v", got, want)
 		}
 	})
 
@@ -219,7 +219,7 @@ func testServeIsolation(t *testing.T, base string) {
 		want := []string{kept.A, kept.B}
 		sort.Strings(want)
 		if got := s.sandboxIDs(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("after refused calls, sbx ls: %v, want %v", got, want)
+			t.Fatalf("after refused calls, hutch ls: %v, want %v", got, want)
 		}
 	})
 
@@ -384,7 +384,7 @@ func testServeBadInput(t *testing.T, base string) {
 			t.Fatalf("GET /health: %s", r)
 		}
 		if got := s.sandboxIDs(); !reflect.DeepEqual(got, []string{sb.SandboxID}) {
-			t.Fatalf("sbx ls: %v, want only %s", got, sb.SandboxID)
+			t.Fatalf("hutch ls: %v, want only %s", got, sb.SandboxID)
 		}
 		r := s.do("POST", "/process.Process/List", strings.NewReader(`{}`), envd)
 		if r.status != http.StatusOK {

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/serve/client"
+	"hutch.dev/hutch/serve/client"
 )
 
-// E2B's volumes through sbx serve: a tenant's volume is mounted by two of
+// E2B's volumes through hutch serve: a tenant's volume is mounted by two of
 // its sandboxes, which see each other's writes within a second; another
 // tenant neither sees, mounts nor removes it (and its volume of the same
 // name is another volume); a volume in use is not removed; nothing but a
@@ -201,7 +201,7 @@ func TestServeVolumes(t *testing.T) {
 			t.Errorf("GET the deleted volume: %v, want 404", err)
 		}
 		if vs, err := s.volumeNames(); err != nil || len(vs) != 0 {
-			t.Errorf("sbx volume ls after the deletes: %v, %v; want none", vs, err)
+			t.Errorf("hutch volume ls after the deletes: %v, %v; want none", vs, err)
 		}
 	})
 	s.stopAndCheckClean()
@@ -267,7 +267,7 @@ func TestServeVolumeQuota(t *testing.T) {
 	s.stopAndCheckClean()
 }
 
-// volumeNames are the names `sbx volume ls` prints for the server's root.
+// volumeNames are the names `hutch volume ls` prints for the server's root.
 func (s *server) volumeNames() ([]string, error) {
 	r := s.run(nil, "volume", "ls", "--format", "json")
 	if r.code != 0 {

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // fakeContainerd is the events service a shim publishes to, recording
@@ -70,7 +70,7 @@ func (f *fakeContainerd) topics() []string {
 func TestShimEvents(t *testing.T) {
 	requiresRoot(t)
 	bin := binDir(t)
-	shimBin := filepath.Join(bin, "containerd-shim-sbx-v1")
+	shimBin := filepath.Join(bin, "containerd-shim-hutch-v1")
 	if _, err := os.Stat(shimBin); err != nil {
 		t.Fatalf("shim not built (run `make shim`): %v", err)
 	}

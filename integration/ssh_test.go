@@ -18,7 +18,7 @@ import (
 )
 
 // sshClient is an OpenSSH client set up for one sandbox: a key pair and
-// the Host block `sbx ssh-config` printed.
+// the Host block `hutch ssh-config` printed.
 type sshClient struct {
 	t      *testing.T
 	e      *env
@@ -46,7 +46,7 @@ func newSSHClient(t *testing.T, e *env, id string) *sshClient {
 	return c
 }
 
-func (c *sshClient) host() string { return "sbx-" + c.id }
+func (c *sshClient) host() string { return "hutch-" + c.id }
 
 // run runs an OpenSSH tool (ssh, scp, sftp) with the config.
 func (c *sshClient) run(stdin io.Reader, tool string, args ...string) result {
@@ -125,7 +125,7 @@ func fileSum(t *testing.T, path string) string {
 }
 
 // SSH into a sandbox with no network, with Debian's OpenSSH client and
-// `sbx ssh-config`: commands, a pty, exit statuses, scp and sftp of a
+// `hutch ssh-config`: commands, a pty, exit statuses, scp and sftp of a
 // 100 MiB file both ways, local port forwarding, a refused key, and host
 // keys.
 func TestSSH(t *testing.T) {
@@ -144,9 +144,9 @@ func TestSSH(t *testing.T) {
 	if r.code != 0 || !regexp.MustCompile(`^/dev/pts/\d+\r?\n$`).MatchString(r.stdout) {
 		t.Fatalf("tty over ssh -tt: %s", r)
 	}
-	// `sbx ssh` runs the system ssh with the same Host block.
-	if out := e.ok("ssh", "--authorized-key", c.key+".pub", id, "--", "echo", "via-sbx-ssh"); out != "via-sbx-ssh\n" {
-		t.Fatalf("sbx ssh: %q", out)
+	// `hutch ssh` runs the system ssh with the same Host block.
+	if out := e.ok("ssh", "--authorized-key", c.key+".pub", id, "--", "echo", "via-hutch-ssh"); out != "via-hutch-ssh\n" {
+		t.Fatalf("hutch ssh: %q", out)
 	}
 
 	t.Run("scp and sftp", func(t *testing.T) {
@@ -254,7 +254,7 @@ func TestSSH(t *testing.T) {
 }
 
 // The default image's user has passwordless sudo, under gVisor, through
-// sbx exec and through ssh.
+// hutch exec and through ssh.
 func TestSudoBase(t *testing.T) {
 	e := newEnv(t)
 	e.root = baseArchive(t)
@@ -275,7 +275,7 @@ func TestSudoBase(t *testing.T) {
 	}
 }
 
-// rsync -e ssh with `sbx ssh-config`'s Host block, to and from a sandbox
+// rsync -e ssh with `hutch ssh-config`'s Host block, to and from a sandbox
 // of the default image (which has rsync): a tree with a symlink and modes
 // goes up whole, a second run sends only the changed file, and the tree
 // comes back down the same.

@@ -15,12 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// term is sbx running on a pty the test holds, as a person's terminal.
+// term is hutch running on a pty the test holds, as a person's terminal.
 type term struct {
 	t        *testing.T
 	cmd      *exec.Cmd
 	ptmx     *os.File // the master: what the person types and sees
-	tty      *os.File // the slave, sbx's stdio, kept to read its modes
+	tty      *os.File // the slave, hutch's stdio, kept to read its modes
 	mu       sync.Mutex
 	out      bytes.Buffer
 	seen     int // out is searched from here on
@@ -100,7 +100,7 @@ func (tm *term) expect(s string) {
 	tm.t.Fatalf("terminal never showed %q; it shows:\n%s", s, tm.out.String())
 }
 
-// wait waits for sbx to exit and returns its status.
+// wait waits for hutch to exit and returns its status.
 func (tm *term) wait() int {
 	tm.t.Helper()
 	done := make(chan error, 1)
@@ -115,12 +115,12 @@ func (tm *term) wait() int {
 		}
 		return 0
 	case <-time.After(30 * time.Second):
-		tm.t.Fatalf("sbx did not exit; terminal shows:\n%s", tm.out.String())
+		tm.t.Fatalf("hutch did not exit; terminal shows:\n%s", tm.out.String())
 	}
 	return -1
 }
 
-// assertCooked checks that the terminal is back in the mode sbx found it
+// assertCooked checks that the terminal is back in the mode hutch found it
 // in: line editing and echo on.
 func (tm *term) assertCooked() {
 	tm.t.Helper()
@@ -133,9 +133,9 @@ func (tm *term) assertCooked() {
 	}
 }
 
-// sbx shell: a command typed into the shell runs in the sandbox, the
+// hutch shell: a command typed into the shell runs in the sandbox, the
 // window size follows the caller's terminal, ^C interrupts the foreground
-// command, and the shell's exit status is sbx's.
+// command, and the shell's exit status is hutch's.
 func TestShellOnPty(t *testing.T) {
 	e := newEnv(t)
 	id := e.create()
@@ -176,7 +176,7 @@ func TestShellOnPty(t *testing.T) {
 
 	tm.send("exit 7\r")
 	if code := tm.wait(); code != 7 {
-		t.Fatalf("sbx shell exited %d, want the shell's 7; terminal:\n%s", code, tm.out.String())
+		t.Fatalf("hutch shell exited %d, want the shell's 7; terminal:\n%s", code, tm.out.String())
 	}
 	tm.assertCooked()
 }
@@ -258,7 +258,7 @@ func TestSandboxTerminal(t *testing.T) {
 
 	tm.send("exit 3\r")
 	if code := tm.wait(); code != 3 {
-		t.Fatalf("sbx shell exited %d, want 3", code)
+		t.Fatalf("hutch shell exited %d, want 3", code)
 	}
 	tm.assertCooked()
 

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// volumeRecord is the part of `sbx volume inspect` the tests read.
+// volumeRecord is the part of `hutch volume inspect` the tests read.
 type volumeRecord struct {
 	Name   string   `json:"name"`
 	Path   string   `json:"path"`
@@ -120,7 +120,7 @@ func TestVolumeHostDirReadWriteAndReadOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(host, "f"), []byte("one\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The source is given through a symlink: sbx resolves it once.
+	// The source is given through a symlink: hutch resolves it once.
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink(host, link); err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestVolumeOverlayWorkspaceDiffAndApply(t *testing.T) {
 		"M /work/sub/bin",
 	}, "\n") + "\n"
 	if got := e.ok("diff", "--name-status", id); got != want {
-		t.Fatalf("sbx diff --name-status:\n%s\nwant:\n%s", got, want)
+		t.Fatalf("hutch diff --name-status:\n%s\nwant:\n%s", got, want)
 	}
 	patch := e.ok("diff", id)
 	for _, w := range []string{
@@ -339,14 +339,14 @@ func TestVolumeOverlayWorkspaceDiffAndApply(t *testing.T) {
 		"old mode 100644\nnew mode 100755\n",
 	} {
 		if !strings.Contains(patch, w) {
-			t.Fatalf("sbx diff lacks %q:\n%s", w, patch)
+			t.Fatalf("hutch diff lacks %q:\n%s", w, patch)
 		}
 	}
 	if strings.Contains(patch, "host-only-secret") {
-		t.Fatalf("sbx diff followed a planted symlink out of the workspace:\n%s", patch)
+		t.Fatalf("hutch diff followed a planted symlink out of the workspace:\n%s", patch)
 	}
 	if got := e.ok("diff", "--name-status", id, "/work/sub"); got != "M /work/sub/b.txt\nM /work/sub/bin\n" {
-		t.Fatalf("sbx diff ID /work/sub:\n%s", got)
+		t.Fatalf("hutch diff ID /work/sub:\n%s", got)
 	}
 
 	// A fork gets a copy of the layer: what it writes, its parent never
@@ -365,13 +365,13 @@ func TestVolumeOverlayWorkspaceDiffAndApply(t *testing.T) {
 	// Pause/resume keeps the workspace; a stopped sandbox still diffs.
 	e.ok("pause", id)
 	if got := e.ok("diff", "--name-status", id); got != want {
-		t.Fatalf("sbx diff of a paused sandbox:\n%s", got)
+		t.Fatalf("hutch diff of a paused sandbox:\n%s", got)
 	}
 	e.ok("resume", id)
 	e.waitForOutput(id, "new", "cat", "/work/new.txt")
 	e.ok("stop", fork)
 	if got := e.ok("diff", "--name-status", fork, "/work/fork-only"); got != "A /work/fork-only\n" {
-		t.Fatalf("sbx diff of a stopped fork: %q", got)
+		t.Fatalf("hutch diff of a stopped fork: %q", got)
 	}
 	if got := treeHash(t, host); got != before {
 		t.Fatalf("host directory changed before apply:\n%s", got)

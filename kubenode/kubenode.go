@@ -1,6 +1,6 @@
-// Package kubenode is the wire protocol and client of sbx's node service:
-// the program that sbx's DaemonSet runs on every Kubernetes node
-// (`sbx-node serve`, package kubenode/nodesvc) so that `sbx serve
+// Package kubenode is the wire protocol and client of hutch's node service:
+// the program that hutch's DaemonSet runs on every Kubernetes node
+// (`hutch-node serve`, package kubenode/nodesvc) so that `hutch serve
 // --backend kubernetes` can pause a sandbox. It checkpoints a pod's gVisor
 // sandbox through the node's containerd into a directory on that node,
 // from which the shim restores a new pod, and removes such a checkpoint
@@ -32,7 +32,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // Port is the node service's TCP port on every node.
@@ -349,7 +349,7 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 }
 
 // ReadKeyFile reads the node services' key from file: 64 hex digits,
-// around them white space. sbx-node serve and sbx serve --node-key read it.
+// around them white space. hutch-node serve and hutch serve --node-key read it.
 func ReadKeyFile(file string) ([]byte, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 func TestValidate(t *testing.T) {
 	const name = "0123456789abcdef0123456789abcdef"
-	good := CheckpointRequest{Namespace: "default", Pod: "sbx-1.web", PodUID: "6f1c2a4e-8d3b-4f7a-9c1e-2b5d7e9f0a13", Name: name}
+	good := CheckpointRequest{Namespace: "default", Pod: "hutch-1.web", PodUID: "6f1c2a4e-8d3b-4f7a-9c1e-2b5d7e9f0a13", Name: name}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("%+v: %v", good, err)
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// backend is what the tools act on: sbx's engine on this host
-// (engineBackend), or a remote `sbx serve` through its Go client
+// backend is what the tools act on: hutch's engine on this host
+// (engineBackend), or a remote `hutch serve` through its Go client
 // (remoteBackend). Every method that takes a sandbox_id refuses a sandbox
 // the server does not manage as if it did not exist. The tools check
 // their arguments before they call a backend.

@@ -16,10 +16,10 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
-// engineBackend runs the tools on sbx's engine on this host: sandboxes
+// engineBackend runs the tools on hutch's engine on this host: sandboxes
 // carry the server's OwnerLabel, and ports are forwarded to 127.0.0.1.
 type engineBackend struct {
 	s   *Server
@@ -166,7 +166,7 @@ func (b *engineBackend) snapshot(ctx context.Context, ref, name string) (snapsho
 	return snapshotResult{Image: img.Name, Digest: img.Digest.String()}, nil
 }
 
-// exec runs x in the sandbox and captures its output. sbx's own failure
+// exec runs x in the sandbox and captures its output. hutch's own failure
 // is an error.
 func (b *engineBackend) exec(ctx context.Context, ref string, x execSpec) (execOutcome, error) {
 	env, err := envList(x.Env)

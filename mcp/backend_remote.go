@@ -22,11 +22,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/serve/client"
-	filesystempb "sbx.dev/sbx/serve/envdpb/filesystem"
+	"hutch.dev/hutch/serve/client"
+	filesystempb "hutch.dev/hutch/serve/envdpb/filesystem"
 )
 
-// remoteBackend runs the tools on a remote `sbx serve` through its Go
+// remoteBackend runs the tools on a remote `hutch serve` through its Go
 // client, as one of its tenants: sandboxes carry the server's owner in
 // their OwnerLabel metadata, their lifetime is the server's timeout (they
 // are removed when it ends), and ports are reached through the server.
@@ -87,17 +87,17 @@ func (b *remoteBackend) err(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case client.IsUnauthenticated(err):
-		return fmt.Errorf("the sbx server at %s refused the API key (%v): check `sbx mcp --api-key` or $E2B_API_KEY: %w", b.c.APIURL, err, errdefs.ErrUnauthenticated)
+		return fmt.Errorf("the hutch server at %s refused the API key (%v): check `hutch mcp --api-key` or $E2B_API_KEY: %w", b.c.APIURL, err, errdefs.ErrUnauthenticated)
 	case errors.As(err, &ce):
-		return fmt.Errorf("the sbx server at %s answered %d: %s: %w", b.c.APIURL, ce.Status, ce.Message, statusError(ce.Status))
+		return fmt.Errorf("the hutch server at %s answered %d: %s: %w", b.c.APIURL, ce.Status, ce.Message, statusError(ce.Status))
 	}
 	var ue *url.Error
 	var ne *net.OpError
 	if errors.As(err, &ue) || errors.As(err, &ne) {
-		return fmt.Errorf("cannot reach the sbx server at %s: %w: %w", b.c.APIURL, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("cannot reach the hutch server at %s: %w: %w", b.c.APIURL, err, errdefs.ErrUnavailable)
 	}
 	if connect.CodeOf(err) == connect.CodeUnauthenticated {
-		return fmt.Errorf("the sbx server at %s refused the call: %w: %w", b.c.APIURL, err, errdefs.ErrUnauthenticated)
+		return fmt.Errorf("the hutch server at %s refused the call: %w: %w", b.c.APIURL, err, errdefs.ErrUnauthenticated)
 	}
 	return err
 }
@@ -185,7 +185,7 @@ func (b *remoteBackend) info(in *client.Info) sandboxInfo {
 func (b *remoteBackend) remoteCreate(a createArgs) (client.CreateRequest, error) {
 	for name, set := range map[string]bool{"cpus": a.CPUs != 0, "memory_mb": a.MemoryMB != 0, "name": a.Name != ""} {
 		if set {
-			return client.CreateRequest{}, fmt.Errorf("%s is not supported by this server's sandboxes (it runs them on the remote sbx server at %s, whose templates set their size and which names them by ID): leave it out: %w", name, b.c.APIURL, errdefs.ErrNotImplemented)
+			return client.CreateRequest{}, fmt.Errorf("%s is not supported by this server's sandboxes (it runs them on the remote hutch server at %s, whose templates set their size and which names them by ID): leave it out: %w", name, b.c.APIURL, errdefs.ErrNotImplemented)
 		}
 	}
 	req := client.CreateRequest{
@@ -584,7 +584,7 @@ func (b *remoteBackend) removeFile(ctx context.Context, ref, p string, recursive
 // noDirs is the error for a directory transfer, which the server's file
 // API does not do.
 func noDirs(p string) error {
-	return fmt.Errorf("%s is a directory: with a remote sbx server files are copied one at a time (archive a directory with tar in the sandbox, or on the host, first): %w", p, errdefs.ErrNotImplemented)
+	return fmt.Errorf("%s is a directory: with a remote hutch server files are copied one at a time (archive a directory with tar in the sandbox, or on the host, first): %w", p, errdefs.ErrNotImplemented)
 }
 
 func (b *remoteBackend) upload(ctx context.Context, ref, hostPath, p string) error {
@@ -640,7 +640,7 @@ func (b *remoteBackend) download(ctx context.Context, ref, p, hostPath string) e
 
 func (b *remoteBackend) expose(ctx context.Context, ref string, port, hostPort int) (exposeResult, error) {
 	if hostPort != 0 {
-		return exposeResult{}, fmt.Errorf("host_port: a remote sbx server serves the port at its own address: leave host_port out: %w", errdefs.ErrInvalidArgument)
+		return exposeResult{}, fmt.Errorf("host_port: a remote hutch server serves the port at its own address: leave host_port out: %w", errdefs.ErrInvalidArgument)
 	}
 	in, box, err := b.running(ctx, ref)
 	if err != nil {
@@ -668,6 +668,6 @@ func (b *remoteBackend) expose(ctx context.Context, ref string, port, hostPort i
 	}
 	res.URL = api.Scheme + "://" + host
 	res.Headers = headers
-	res.Note = fmt.Sprintf("url works where *.%s resolves to the sbx server; elsewhere, send the request to %s with the headers given.", box.sb.Domain, strings.TrimRight(data, "/"))
+	res.Note = fmt.Sprintf("url works where *.%s resolves to the hutch server; elsewhere, send the request to %s with the headers given.", box.sb.Domain, strings.TrimRight(data, "/"))
 	return res, nil
 }

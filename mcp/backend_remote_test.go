@@ -13,8 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/client"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/client"
 )
 
 // newRemoteTestServer serves a Server backed by a remote server at url.
@@ -129,7 +129,7 @@ func TestRemoteToolErrors(t *testing.T) {
 		{cs, toolCreate, map[string]any{"image": "busybox"}, "refused the API key"},
 		{cs, toolSandboxes, nil, "refused the API key"},
 		{cs, toolRun, map[string]any{"sandbox_id": "x", "command": "ls"}, "refused the API key"},
-		{csGone, toolSandboxes, nil, "cannot reach the sbx server"},
+		{csGone, toolSandboxes, nil, "cannot reach the hutch server"},
 		{cs, toolCreate, map[string]any{"network": "wide"}, "network"},
 		{cs, toolRun, map[string]any{"sandbox_id": "", "command": "ls"}, "sandbox_id is empty"},
 		{cs, toolRead, map[string]any{"sandbox_id": "x", "path": "relative"}, "absolute path"},
@@ -157,12 +157,12 @@ func TestRemoteExposeURL(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.Method == http.MethodGet && r.URL.Path == "/sandboxes/sb1":
-			w.Write([]byte(`{"sandboxID":"sb1","templateID":"busybox","state":"running","metadata":{"sbx.mcp/owner":"me"}}`))
+			w.Write([]byte(`{"sandboxID":"sb1","templateID":"busybox","state":"running","metadata":{"hutch.mcp/owner":"me"}}`))
 		case r.Method == http.MethodGet && r.URL.Path == "/sandboxes/sb2":
-			w.Write([]byte(`{"sandboxID":"sb2","templateID":"busybox","state":"running","metadata":{"sbx.mcp/owner":"someone"}}`))
+			w.Write([]byte(`{"sandboxID":"sb2","templateID":"busybox","state":"running","metadata":{"hutch.mcp/owner":"someone"}}`))
 		case r.Method == http.MethodPost && r.URL.Path == "/v2/sandboxes/sb1/connect":
 			w.WriteHeader(http.StatusCreated)
-			w.Write([]byte(`{"sandboxID":"sb1","templateID":"busybox","envdAccessToken":"t","domain":"sbx.example.test"}`))
+			w.Write([]byte(`{"sandboxID":"sb1","templateID":"busybox","envdAccessToken":"t","domain":"hutch.example.test"}`))
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte(`{"code":404,"message":"not found"}`))
@@ -173,7 +173,7 @@ func TestRemoteExposeURL(t *testing.T) {
 	ctx := context.Background()
 	res, err := s.be.expose(ctx, "sb1", 8080, 0)
 	port := api.URL[strings.LastIndex(api.URL, ":")+1:]
-	if err != nil || res.URL != "http://8080-sb1.sbx.example.test:"+port || res.Headers["E2b-Sandbox-Id"] != "sb1" || res.Headers["E2b-Sandbox-Port"] != "8080" {
+	if err != nil || res.URL != "http://8080-sb1.hutch.example.test:"+port || res.Headers["E2b-Sandbox-Id"] != "sb1" || res.Headers["E2b-Sandbox-Port"] != "8080" {
 		t.Errorf("expose: %+v, %v", res, err)
 	}
 	if _, err := s.be.expose(ctx, "sb1", 8080, 9000); !errorIs(err, errdefs.ErrInvalidArgument) {

@@ -94,7 +94,7 @@ func (d hostDir) target(p string) (string, error) {
 // what no resolution can make safe.
 func (d hostDir) join(p string) (string, error) {
 	if d == "" {
-		return "", fmt.Errorf("host file transfer is off: the user can allow one directory with `sbx mcp --allow-host-dir DIR`: %w", errdefs.ErrPermissionDenied)
+		return "", fmt.Errorf("host file transfer is off: the user can allow one directory with `hutch mcp --allow-host-dir DIR`: %w", errdefs.ErrPermissionDenied)
 	}
 	if p == "" || strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("host path %q: want a path inside %s: %w", p, d, errdefs.ErrInvalidArgument)

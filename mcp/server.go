@@ -1,17 +1,17 @@
-// Package mcp is `sbx mcp`: sandbox tools for agents over the Model
+// Package mcp is `hutch mcp`: sandbox tools for agents over the Model
 // Context Protocol. A Server turns tool calls (create a sandbox, run a
 // command or code, read and write files, copy to and from one host
 // directory, background processes and their logs, published ports,
 // snapshots, pause and resume) into calls of engine's public Go API, and
 // their results and errors into tool results a model can read. With a
-// client of a remote `sbx serve` instead of an engine, the same tools act
+// client of a remote `hutch serve` instead of an engine, the same tools act
 // on that server's sandboxes of one tenant.
 //
 // It owns the policy of a server that an agent drives: it manages only the
 // sandboxes it labelled as its own (unless told to manage all), touches no
 // host path outside the one directory the user allowed, and gives every
 // sandbox a lifetime so that abandoned ones are removed. It parses no
-// flags and serves no transport itself: cmd/sbx/commands/mcp does.
+// flags and serves no transport itself: cmd/hutch/commands/mcp does.
 package mcp
 
 import (
@@ -26,13 +26,13 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/client"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/client"
 )
 
 // OwnerLabel is the label that marks a sandbox as one a server manages;
 // its value is the server's Config.Owner.
-const OwnerLabel = "sbx.mcp/owner"
+const OwnerLabel = "hutch.mcp/owner"
 
 // Defaults of Config.
 const (
@@ -56,7 +56,7 @@ type Config struct {
 	// WatchdogCommand: every sandbox gets a lifetime. Exactly one of
 	// Engine and Remote is set.
 	Engine *engine.Engine
-	// Remote is a client of a remote `sbx serve` (or any server of E2B's
+	// Remote is a client of a remote `hutch serve` (or any server of E2B's
 	// API) whose tenant's sandboxes the tools manage instead: templates
 	// are the server's images, the owner is the sandboxes' OwnerLabel
 	// metadata, and lifetimes are the server's timeouts.
@@ -88,7 +88,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Server serves sbx's sandbox tools.
+// Server serves hutch's sandbox tools.
 type Server struct {
 	cfg     Config
 	be      backend
@@ -144,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 	} else {
 		s.be = newRemoteBackend(s, cfg.Remote)
 	}
-	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "sbx", Title: "sbx sandboxes", Version: cfg.Version}, &sdk.ServerOptions{
+	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "hutch", Title: "hutch sandboxes", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       log,
 	})
@@ -153,7 +153,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // instructions tell a model what the server is for.
-const instructions = `sbx runs code in disposable Linux sandboxes isolated by gVisor.
+const instructions = `hutch runs code in disposable Linux sandboxes isolated by gVisor.
 Start with create_sandbox and keep its sandbox_id; then run_command, run_code,
 write_file, read_file and the other tools act inside that sandbox. Sandboxes
 have no network unless created with one, and are removed when their lifetime

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 func errorIs(err, target error) bool { return err != nil && errors.Is(err, target) }

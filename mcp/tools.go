@@ -11,7 +11,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // Tool names.
@@ -107,7 +107,7 @@ func (s *Server) addTools() {
 	add(s, &sdk.Tool{Name: toolExpose, Title: "Expose a port",
 		Description: "Make a TCP port that a program listens on inside a sandbox reachable from the host, and return its URL on 127.0.0.1. " +
 			"Works with every network mode. The forward lasts until the sandbox is paused, stopped or removed, or this server exits; expose the port again after resume_sandbox. " +
-			"When this server uses a remote sbx server, the URL is that server's for the port, with the headers that route a request to it.",
+			"When this server uses a remote hutch server, the URL is that server's for the port, with the headers that route a request to it.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
 	}, nil, s.exposePort)
 	add(s, &sdk.Tool{Name: toolSnapshot, Title: "Snapshot a sandbox",

@@ -14,7 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // --- files -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Package overlay is the sbx image store.
+// Package overlay is the hutch image store.
 //
 // It owns one directory tree (the store root, R):
 //
@@ -10,7 +10,7 @@
 //	                       layer chain that has been unpacked
 //	R/leases/<leaseID>     the chain a sandbox is using, so that garbage
 //	                       collection keeps it
-//	R/lock, R/locks/       flock(2) files that serialise concurrent sbx
+//	R/lock, R/locks/       flock(2) files that serialise concurrent hutch
 //	                       processes
 //
 // It imports and exports OCI archives, commits new layers on top of

@@ -211,7 +211,7 @@ func rootfsEntries(t testing.TB, s *Store) []string {
 }
 
 // requiresRoot skips tests that need uid 0, except under `make test`
-// (SBX_INTEGRATION=1), where a skip must not stand in for a pass.
+// (HUTCH_INTEGRATION=1), where a skip must not stand in for a pass.
 func requiresRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -223,7 +223,7 @@ func requiresRoot(t testing.TB) {
 // `make test`, which installs and runs as everything the tests need.
 func skipOutsideCI(t testing.TB, why string) {
 	t.Helper()
-	if os.Getenv("SBX_INTEGRATION") != "" {
+	if os.Getenv("HUTCH_INTEGRATION") != "" {
 		t.Fatal(why)
 	}
 	t.Skip(why)

@@ -74,7 +74,7 @@ package overlay
 //
 //   - Exclusions. A snapshot never contains the paths named in
 //     SnapshotOptions.Exclude (the engine excludes /run, where secrets
-//     live, and /.sbx, where its agent lives), nor sockets.
+//     live, and /.hutch, where its agent lives), nor sockets.
 //
 //   - Ownership. The store does not know which sandbox uses a checkpoint:
 //     whoever commits one removes it (RemoveCheckpoint). Prune removes

@@ -369,7 +369,7 @@ func (u *unpacker) breakLink(linkname string) error {
 	if err := unix.Lstat(p, &st); err != nil || st.Nlink < 2 || st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return nil // absent (Apply reports it) or already private
 	}
-	tmp := filepath.Join(dir, ".sbx-copyup-"+randomHex())
+	tmp := filepath.Join(dir, ".hutch-copyup-"+randomHex())
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		err = copyFile(p, tmp)

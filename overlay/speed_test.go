@@ -48,7 +48,7 @@ func TestSnapshotLayerZstd(t *testing.T) {
 	base := makeTar(t, dir("etc/"), file("etc/group", "g"), file("etc/passwd", "p"), dir("home/"), file("home/old", "o"), dir("z/"))
 	parent := importBytes(t, s, "base", func() []byte { a, _ := simpleArchive(t, layer{tar: base, compression: "gzip"}); return a }())
 	snap := func(name string) Image {
-		img, err := s.Snapshot(ctx, SnapshotOptions{Name: name, Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.sbx"}})
+		img, err := s.Snapshot(ctx, SnapshotOptions{Name: name, Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.hutch"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestSnapshotStream(t *testing.T) {
 	s := newStore(t)
 	base := makeTar(t, dir("etc/"), file("etc/group", "g"), file("etc/passwd", "p"), dir("home/"), file("home/old", "o"), dir("z/"))
 	parent := importBytes(t, s, "base", func() []byte { a, _ := simpleArchive(t, layer{tar: base, compression: "gzip"}); return a }())
-	exclude := []string{"/run", "/.sbx"}
+	exclude := []string{"/run", "/.hutch"}
 	sorted, err := s.Snapshot(ctx, SnapshotOptions{Name: "sorted", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: exclude})
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ const (
 )
 
 // annotationSource, on an index.json entry, records Image.Source.
-const annotationSource = "dev.sbx.image.source"
+const annotationSource = "dev.hutch.image.source"
 
 // Open opens the store rooted at root, creating the directory layout if it
 // is missing. Opening is cheap; a process may open the same root many times.
@@ -262,7 +262,7 @@ func (s *Store) readBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, 
 // already present counts as written. A digest or size mismatch wraps
 // ErrCorrupt; nothing is left in the ingest area on failure.
 func (s *Store) writeBlob(ctx context.Context, r io.Reader, desc ocispec.Descriptor) error {
-	ref := "sbx-" + randomHex()
+	ref := "hutch-" + randomHex()
 	err := content.WriteBlob(ctx, s.content, ref, r, desc)
 	if err == nil {
 		return nil

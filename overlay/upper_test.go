@@ -58,13 +58,13 @@ func upperSample() []*tar.Header {
 		{Name: "./run/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./run/secrets/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./run/secrets/k", Typeflag: tar.TypeReg, Mode: 0o600, Size: 2},
-		{Name: "./.sbx/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./.hutch/", Typeflag: tar.TypeDir, Mode: 0o755},
 	}
 }
 
 func convert(t *testing.T, f *os.File) []byte {
 	t.Helper()
-	entries, err := readUpper(f, []string{"/run", "/.sbx"})
+	entries, err := readUpper(f, []string{"/run", "/.hutch"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestUpperDeterministic(t *testing.T) {
 func upperSampleInOrder() []*tar.Header {
 	return []*tar.Header{
 		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: "./.sbx/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "./.hutch/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./a/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "./a/link", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4},
 		{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755},
@@ -177,7 +177,7 @@ func streamConvert(f *os.File, exclude []string) ([]byte, error) {
 // An upper layer in name order, converted as it streams, gives the bytes
 // the sorted conversion gives from any order; one out of order is refused.
 func TestUpperStream(t *testing.T) {
-	exclude := []string{"/run", "/.sbx"}
+	exclude := []string{"/run", "/.hutch"}
 	want := convert(t, gvisorUpper(t, upperSample()...))
 	got, err := streamConvert(gvisorUpper(t, upperSampleInOrder()...), exclude)
 	if err != nil {
@@ -285,11 +285,11 @@ func TestSnapshotOnParent(t *testing.T) {
 		dir("home/"), file("home/old", "o"), dir("z/"))
 	ar, _ := simpleArchive(t, layer{tar: base, compression: "gzip"})
 	parent := importBytes(t, s, "base", ar)
-	img, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.sbx"}})
+	img, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.hutch"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap2", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.sbx"}})
+	again, err := s.Snapshot(ctx, SnapshotOptions{Name: "snap2", Parent: parent, Upper: gvisorUpper(t, upperSample()...), Exclude: []string{"/run", "/.hutch"}})
 	if err != nil {
 		t.Fatal(err)
 	}

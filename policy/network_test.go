@@ -121,7 +121,7 @@ func TestValidateNetwork(t *testing.T) {
 // The rendered firewall names the sandbox's link in every base chain and
 // lets DNS through only to the resolver, only when the mode has a network.
 func TestRenderFirewall(t *testing.T) {
-	cfg := FirewallConfig{Table: "sbx_t", HostIf: "sbxt", Mode: NetNone}
+	cfg := FirewallConfig{Table: "hutch_t", HostIf: "hutcht", Mode: NetNone}
 	none := RenderFirewall(cfg)
 	if strings.Contains(none, "dport 53 accept") || strings.Contains(none, "@denied reject") {
 		t.Fatalf("mode none must pass nothing:\n%s", none)

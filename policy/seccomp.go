@@ -26,7 +26,7 @@ func argMasked(i uint, mask, v uint64) specs.LinuxSeccompArg {
 	return specs.LinuxSeccompArg{Index: i, Value: mask, ValueTwo: v, Op: specs.OpMaskedEqual}
 }
 
-// SeccompRules is sbx's deny list. Everything else is allowed: gVisor's
+// SeccompRules is hutch's deny list. Everything else is allowed: gVisor's
 // sentry, not this list, is the boundary between the sandbox and the host;
 // the list removes attack surface of the sentry and abilities a tenant's
 // code has no use for.
@@ -51,7 +51,7 @@ var SeccompRules = func() []SeccompRule {
 		{Name: "process-vm", Syscalls: []string{"process_vm_readv", "process_vm_writev"},
 			Why: "reads and writes another process's memory without ptrace"},
 		{Name: "mount", Syscalls: []string{"mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "move_mount", "open_tree", "mount_setattr"},
-			Why: "the sandbox's mounts (its rootfs, /run/secrets, the agent) are fixed by sbx; remounting could hide or replace them"},
+			Why: "the sandbox's mounts (its rootfs, /run/secrets, the agent) are fixed by hutch; remounting could hide or replace them"},
 		{Name: "kexec", Syscalls: []string{"kexec_load", "kexec_file_load"},
 			Why: "replacing the kernel has no place in a sandbox"},
 		{Name: "modules", Syscalls: []string{"init_module", "finit_module", "delete_module"},

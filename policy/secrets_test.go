@@ -93,7 +93,7 @@ func TestSecretChecks(t *testing.T) {
 	if err := os.WriteFile(key, []byte("s3cr3t-value"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("SBX_TEST_SECRET", "env-s3cr3t")
+	t.Setenv("HUTCH_TEST_SECRET", "env-s3cr3t")
 	load := func(specs ...string) []Secret {
 		t.Helper()
 		s, err := LoadSecrets(specs, os.ReadFile, os.LookupEnv)
@@ -102,7 +102,7 @@ func TestSecretChecks(t *testing.T) {
 		}
 		return s
 	}
-	ok := load("A=@"+key, "B=env:SBX_TEST_SECRET")
+	ok := load("A=@"+key, "B=env:HUTCH_TEST_SECRET")
 	if string(ok[0].Value) != "s3cr3t-value" || string(ok[1].Value) != "env-s3cr3t" {
 		t.Fatalf("loaded %q %q", ok[0].Value, ok[1].Value)
 	}
@@ -116,8 +116,8 @@ func TestSecretChecks(t *testing.T) {
 	}{
 		{"missing file", Request{Secrets: load("A=@" + dir + "/nope")}, "no such file"},
 		{"unreadable dir", Request{Secrets: load("A=@" + dir)}, "is a directory"},
-		{"unset env", Request{Secrets: load("A=env:SBX_TEST_UNSET_VAR")}, "SBX_TEST_UNSET_VAR is not set"},
-		{"twice", Request{Secrets: load("A=@"+key, "A=env:SBX_TEST_SECRET")}, "given twice"},
+		{"unset env", Request{Secrets: load("A=env:HUTCH_TEST_UNSET_VAR")}, "HUTCH_TEST_UNSET_VAR is not set"},
+		{"twice", Request{Secrets: load("A=@"+key, "A=env:HUTCH_TEST_SECRET")}, "given twice"},
 		{"env clash", Request{Secrets: load("A=@" + key), Env: []string{"A=1"}}, "both --env and --secret"},
 		{"too large", Request{Secrets: []Secret{{Name: "A", Env: "X", Value: make([]byte, MaxSecretSize+1)}}}, "larger than"},
 		{"nul", Request{Secrets: []Secret{{Name: "A", Env: "X", Value: []byte("a\x00b")}}}, "NUL"},

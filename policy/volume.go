@@ -84,8 +84,8 @@ func ParseVolume(s string) (VolumeSpec, error) {
 }
 
 // reservedTargets are directories of the sandbox a mount may not cover or
-// sit inside: the kernel's and sbx's own.
-var reservedTargets = []string{"/proc", "/sys", "/dev", "/.sbx", "/run/secrets"}
+// sit inside: the kernel's and hutch's own.
+var reservedTargets = []string{"/proc", "/sys", "/dev", "/.hutch", "/run/secrets"}
 
 // CheckMountTarget validates where a mount goes in the sandbox: an
 // absolute, clean path other than / and outside /proc, /sys and /dev.
@@ -109,10 +109,10 @@ func CheckMountTarget(t string) error {
 
 // systemDirs are host directories no sandbox may mount: sharing them is
 // never what a user means, and some would hand the sandbox the host.
-var systemDirs = []string{"/", "/proc", "/sys", "/dev", "/boot", "/etc", "/usr", "/var/lib/sbx"}
+var systemDirs = []string{"/", "/proc", "/sys", "/dev", "/boot", "/etc", "/usr", "/var/lib/hutch"}
 
 // CheckHostSource refuses a host directory (already absolute and with
-// symlinks resolved) that is a system directory, or is or contains sbx's
+// symlinks resolved) that is a system directory, or is or contains hutch's
 // state root (root, also resolved), or lies inside it.
 func CheckHostSource(resolved, root string) error {
 	for _, d := range systemDirs {
@@ -126,7 +126,7 @@ func CheckHostSource(resolved, root string) error {
 		}
 	}
 	if root != "" && (within(root, resolved) || within(resolved, root)) {
-		return fmt.Errorf("host directory %s: it is, contains or lies inside sbx's state root %s; use a named volume instead: %w", resolved, root, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("host directory %s: it is, contains or lies inside hutch's state root %s; use a named volume instead: %w", resolved, root, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

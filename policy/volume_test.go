@@ -35,13 +35,13 @@ func TestParseVolume(t *testing.T) {
 }
 
 func TestCheckHostSource(t *testing.T) {
-	root := "/var/lib/sbx"
-	for _, p := range []string{"/", "/etc", "/usr", "/proc", "/proc/1", "/sys/fs", "/dev/shm", "/var/lib/sbx", "/var/lib", "/var/lib/sbx/volumes/x/data", "/boot"} {
+	root := "/var/lib/hutch"
+	for _, p := range []string{"/", "/etc", "/usr", "/proc", "/proc/1", "/sys/fs", "/dev/shm", "/var/lib/hutch", "/var/lib", "/var/lib/hutch/volumes/x/data", "/boot"} {
 		if err := CheckHostSource(p, root); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("CheckHostSource(%q) = %v; want refused", p, err)
 		}
 	}
-	for _, p := range []string{"/home/me/project", "/srv/data", "/etc2", "/usr/local/src", "/var/lib/sbx2"} {
+	for _, p := range []string{"/home/me/project", "/srv/data", "/etc2", "/usr/local/src", "/var/lib/hutch2"} {
 		if err := CheckHostSource(p, root); err != nil {
 			t.Errorf("CheckHostSource(%q) = %v; want allowed", p, err)
 		}

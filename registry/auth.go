@@ -22,12 +22,12 @@ const (
 	dockerHubKey    = "https://index.docker.io/v1/"
 )
 
-// AuthFile is the name of sbx's own credential file in the state root.
+// AuthFile is the name of hutch's own credential file in the state root.
 const AuthFile = "auth.json"
 
 // Credentials finds the user name and secret for a registry host.
 type Credentials struct {
-	// File is sbx's own credential file (docker's config format, mode
+	// File is hutch's own credential file (docker's config format, mode
 	// 0600), written by Login. Empty: none.
 	File string
 	// DockerConfigDir holds docker's config.json; empty means docker's
@@ -50,7 +50,7 @@ func authKey(host string) string {
 }
 
 // Lookup returns the credentials for host ("ghcr.io", "127.0.0.1:5000",
-// "docker.io"): from sbx's own file, else docker's config and its credential
+// "docker.io"): from hutch's own file, else docker's config and its credential
 // helpers. No credentials anywhere is not an error: user and secret are
 // empty. A secret with an empty user is an identity token.
 func (c *Credentials) Lookup(host string) (user, secret string, err error) {
@@ -92,7 +92,7 @@ func fromAuthConfig(ac types.AuthConfig) (user, secret string) {
 	return ac.Username, ac.Password
 }
 
-// loadOwn reads sbx's credential file; a missing file is an empty one.
+// loadOwn reads hutch's credential file; a missing file is an empty one.
 func (c *Credentials) loadOwn() (*configfile.ConfigFile, error) {
 	cf := configfile.New(c.File)
 	f, err := os.Open(c.File)
@@ -109,7 +109,7 @@ func (c *Credentials) loadOwn() (*configfile.ConfigFile, error) {
 	return cf, nil
 }
 
-// Store saves user and secret for host in sbx's own file, replacing what
+// Store saves user and secret for host in hutch's own file, replacing what
 // it had for host. The file is written whole, by rename, with mode 0600.
 func (c *Credentials) Store(host, user, secret string) error {
 	if err := ValidHost(host); err != nil {
@@ -126,7 +126,7 @@ func (c *Credentials) Store(host, user, secret string) error {
 	return c.save(cf)
 }
 
-// Erase removes host from sbx's own file; errdefs.ErrNotFound if it had
+// Erase removes host from hutch's own file; errdefs.ErrNotFound if it had
 // no credentials for host.
 func (c *Credentials) Erase(host string) error {
 	cf, err := c.loadOwn()

@@ -30,7 +30,7 @@ func TestCredentialsLookup(t *testing.T) {
 		"shared.example": {"auth": "`+auth("docker", "dockerpass")+`"}
 	}}`)
 	c := &Credentials{File: filepath.Join(t.TempDir(), AuthFile), DockerConfigDir: docker}
-	if err := c.Store("shared.example", "sbx", "sbxpass"); err != nil {
+	if err := c.Store("shared.example", "hutch", "hutchpass"); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(c.File)
@@ -43,7 +43,7 @@ func TestCredentialsLookup(t *testing.T) {
 		{"ghcr.io", "gh", "ghpass"},
 		{"legacy.example:5000", "old", "oldpass"},
 		{"token.example", "", "tok"},
-		{"shared.example", "sbx", "sbxpass"}, // sbx's own store first
+		{"shared.example", "hutch", "hutchpass"}, // hutch's own store first
 		{"unknown.example", "", ""},
 	} {
 		u, s, err := c.Lookup(tc.host)
@@ -91,11 +91,11 @@ func TestCredentialsBadInput(t *testing.T) {
 func TestCredentialHelper(t *testing.T) {
 	bin := t.TempDir()
 	helper := "#!/bin/sh\nread host\necho '{\"ServerURL\":\"'$host'\",\"Username\":\"helper\",\"Secret\":\"fromhelper\"}'\n"
-	if err := os.WriteFile(filepath.Join(bin, "docker-credential-sbxtest"), []byte(helper), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(bin, "docker-credential-hutchtest"), []byte(helper), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	docker := writeDockerConfig(t, `{"credHelpers": {"private.example": "sbxtest"}}`)
+	docker := writeDockerConfig(t, `{"credHelpers": {"private.example": "hutchtest"}}`)
 	c := &Credentials{DockerConfigDir: docker}
 	u, s, err := c.Lookup("private.example")
 	if err != nil || u != "helper" || s != "fromhelper" {

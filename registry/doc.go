@@ -1,10 +1,10 @@
-// Package registry moves images between sbx's image store (overlay) and OCI
+// Package registry moves images between hutch's image store (overlay) and OCI
 // registries: pull, push, and the credentials both use.
 //
 // The registry protocol is containerd's (core/remotes/docker): references
 // are resolved, blobs fetched and pushed, and every blob verified against
 // its digest by containerd's content writer as it lands in the store.
-// Credentials come from sbx's own file under the state root (Login) and
+// Credentials come from hutch's own file under the state root (Login) and
 // then from docker's config (~/.docker/config.json or $DOCKER_CONFIG, with
 // its credential helpers), read through docker's own config package.
 //

@@ -17,7 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/semaphore"
 
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/overlay"
 )
 
 // maxConcurrentBlobs bounds the blobs a pull or push moves at once.

@@ -12,7 +12,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/semaphore"
 
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/overlay"
 )
 
 // Push sends the image store names to the registry reference ref

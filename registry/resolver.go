@@ -28,7 +28,7 @@ type Options struct {
 	Client *http.Client
 	// RootCAs, if set, are the certificate authorities registries' TLS
 	// certificates are checked against (when Client is nil): the
-	// system's plus the extra ones sbx was given.
+	// system's plus the extra ones hutch was given.
 	RootCAs *x509.CertPool
 }
 
@@ -102,12 +102,12 @@ func explainHost(op, ref, host string, err error) error {
 	)
 	switch {
 	case errors.As(err, &unknownCA):
-		return fmt.Errorf("%s %s: the certificate of %s is signed by an authority sbx does not trust "+
-			"(pass --ca-cert FILE, or trust it for the state root with sbx ca add FILE): %w",
+		return fmt.Errorf("%s %s: the certificate of %s is signed by an authority hutch does not trust "+
+			"(pass --ca-cert FILE, or trust it for the state root with hutch ca add FILE): %w",
 			op, ref, host, err)
 	case errors.Is(err, docker.ErrInvalidAuthorization),
 		errors.As(err, &status) && status.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%s %s: %s refused the credentials (or needs some: sbx login %s): %v: %w",
+		return fmt.Errorf("%s %s: %s refused the credentials (or needs some: hutch login %s): %v: %w",
 			op, ref, host, host, err, errdefs.ErrUnauthenticated)
 	case errors.As(err, &status) && status.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s %s: %s denied access: %v: %w", op, ref, host, err, errdefs.ErrPermissionDenied)

@@ -49,7 +49,7 @@ type AttachedOpts struct {
 func (r *Runsc) RunAttached(ctx context.Context, id, bundle string, o AttachedOpts) (*Attached, error) {
 	a := &Attached{r: r, id: id, done: make(chan struct{}), errf: o.Output}
 	if a.errf == nil {
-		f, err := os.CreateTemp("", "sbx-runsc-run-")
+		f, err := os.CreateTemp("", "hutch-runsc-run-")
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ func (r *Runsc) StartIO(ctx context.Context, id string, o StartOpts) error {
 		}
 		return nil
 	}
-	errf, err := os.CreateTemp("", "sbx-runsc-start-")
+	errf, err := os.CreateTemp("", "hutch-runsc-start-")
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (r *Runsc) Update(ctx context.Context, id string, res *specs.LinuxResources
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp("", "sbx-runsc-resources-")
+	f, err := os.CreateTemp("", "hutch-runsc-resources-")
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/urpc"
 )
 
-// TestCtlExecArgsDecodeAsRunsc encodes the exec message as sbx sends it and
+// TestCtlExecArgsDecodeAsRunsc encodes the exec message as hutch sends it and
 // decodes it into the pinned runsc's own control.ExecArgs, as the sandbox
 // does: every field must arrive, under the name runsc reads.
 func TestCtlExecArgsDecodeAsRunsc(t *testing.T) {

@@ -100,7 +100,7 @@ func (r *Runsc) Exec(ctx context.Context, id string, p specs.Process, o ExecOpts
 	if p.Terminal && o.ConsoleSocket == "" && o.Terminal == nil {
 		return nil, fmt.Errorf("exec on a terminal needs a console socket or a pty replica: %w", errdefs.ErrInvalidArgument)
 	}
-	tmp, err := os.MkdirTemp("", "sbx-exec-")
+	tmp, err := os.MkdirTemp("", "hutch-exec-")
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,12 @@
-// Package runsc is sbx's gVisor driver: the only code that execs runsc.
+// Package runsc is hutch's gVisor driver: the only code that execs runsc.
 //
 // It owns the typed wrapper over a pinned runsc binary (one method per runsc
 // subcommand, each call's options rendering their own flags), the OCI spec
-// that sbx hands to runsc, and the stdio plumbing between a caller and a
+// that hutch hands to runsc, and the stdio plumbing between a caller and a
 // sandboxed process (pipes or a pty, never the caller's own descriptors).
 //
-// It must not know about images, policy or the sbx state layout: it runs the
-// bundle it is given. Callers (the sbx engine, the containerd shim) decide
+// It must not know about images, policy or the hutch state layout: it runs the
+// bundle it is given. Callers (the hutch engine, the containerd shim) decide
 // what goes into the bundle.
 package runsc
 
@@ -114,16 +114,16 @@ func (r *Runsc) command(ctx context.Context, sub string, args ...string) *exec.C
 	}
 	cmd := exec.CommandContext(ctx, name, full...)
 	// A runsc helper must never be killed with us by a terminal's SIGINT
-	// to the process group: sbx decides what to do with signals.
+	// to the process group: hutch decides what to do with signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = runscEnv(os.Environ())
 	return cmd
 }
 
-// runscEnvVars are the variables of sbx's environment that runsc reads
+// runscEnvVars are the variables of hutch's environment that runsc reads
 // (the pinned gVisor's runsc/config, runsc/container and
 // runsc/gvisorbinaries); runsc, its gofer and the sandbox process get
-// these and nothing else, so that no secret in sbx's environment reaches a
+// these and nothing else, so that no secret in hutch's environment reaches a
 // process the sandbox could compromise.
 var runscEnvVars = []string{
 	"PATH",
@@ -211,7 +211,7 @@ func kindOf(sub, stderr string) error {
 // daemons behind that inherit stderr, and a pipe would never see EOF.
 func (r *Runsc) run(ctx context.Context, sub string, args ...string) ([]byte, error) {
 	cmd := r.command(ctx, sub, args...)
-	errf, err := os.CreateTemp("", "sbx-runsc-stderr-")
+	errf, err := os.CreateTemp("", "hutch-runsc-stderr-")
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +339,7 @@ func (r *Runsc) runDetaching(ctx context.Context, sub string, args []string, std
 	cmd.Stdin, cmd.Stdout = orFile(stdin, devnull), orFile(stdout, devnull)
 	errf := stderr
 	if errf == nil {
-		if errf, err = os.CreateTemp("", "sbx-runsc-"+sub+"-"); err != nil {
+		if errf, err = os.CreateTemp("", "hutch-runsc-"+sub+"-"); err != nil {
 			return err
 		}
 		defer os.Remove(errf.Name())

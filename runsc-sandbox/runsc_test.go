@@ -20,17 +20,17 @@ import (
 )
 
 // testRunsc returns a wrapper over the built runsc with a fresh state
-// directory. Under `make test` (SBX_INTEGRATION=1) a missing runsc or
+// directory. Under `make test` (HUTCH_INTEGRATION=1) a missing runsc or
 // missing root fails the test rather than skipping it.
 func testRunsc(t *testing.T) *Runsc {
 	t.Helper()
-	if os.Getenv("SBX_INTEGRATION") == "" {
-		t.Skip("needs runsc: run through `make test` (SBX_INTEGRATION=1)")
+	if os.Getenv("HUTCH_INTEGRATION") == "" {
+		t.Skip("needs runsc: run through `make test` (HUTCH_INTEGRATION=1)")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root")
 	}
-	bin := os.Getenv("SBX_BIN")
+	bin := os.Getenv("HUTCH_BIN")
 	if bin == "" {
 		bin, _ = filepath.Abs("../bin")
 	}
@@ -300,7 +300,7 @@ func TestMissingBinary(t *testing.T) {
 }
 
 func TestRunscEnvKeepsOnlyWhatRunscReads(t *testing.T) {
-	env := runscEnv([]string{"PATH=/bin", "AWS_SECRET_ACCESS_KEY=s3cret", "USER=root", "SBX_TOKEN=x", "XDG_RUNTIME_DIR=/run/user/0"})
+	env := runscEnv([]string{"PATH=/bin", "AWS_SECRET_ACCESS_KEY=s3cret", "USER=root", "HUTCH_TOKEN=x", "XDG_RUNTIME_DIR=/run/user/0"})
 	want := []string{"PATH=/bin", "USER=root", "XDG_RUNTIME_DIR=/run/user/0"}
 	if !slices.Equal(env, want) {
 		t.Errorf("runscEnv = %q, want %q", env, want)

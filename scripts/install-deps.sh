@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs the Debian packages sbx and its tests need, if missing.
+# Installs the Debian packages hutch and its tests need, if missing.
 set -eu
 need=""
 for p in busybox-static nftables iproute2 slirp4netns uidmap mmdebstrap nodejs npm openssh-client rsync patch runc; do

@@ -75,7 +75,7 @@ func (s *Server) routes() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not supported by this server (sbx serve); see docs/api.md for the calls it serves", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not supported by this server (hutch serve); see docs/api.md for the calls it serves", r.Method, r.URL.Path))
 	})
 	return mux
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func TestSandboxOf(t *testing.T) {
-	s := &Server{cfg: Config{Domain: "sbx.example.test"}}
+	s := &Server{cfg: Config{Domain: "hutch.example.test"}}
 	id := strings.Repeat("ab", 16)
 	for _, tc := range []struct {
 		host    string
@@ -24,13 +24,13 @@ func TestSandboxOf(t *testing.T) {
 		port    int
 		ok      bool
 	}{
-		{host: "8000-" + id + ".sbx.example.test", id: id, port: 8000, ok: true},
-		{host: "8000-" + id + ".SBX.example.test:3000", id: id, port: 8000, ok: true},
-		{host: "49983-" + id + ".sbx.example.test", id: id, port: 49983, ok: true},
+		{host: "8000-" + id + ".hutch.example.test", id: id, port: 8000, ok: true},
+		{host: "8000-" + id + ".HUTCH.example.test:3000", id: id, port: 8000, ok: true},
+		{host: "49983-" + id + ".hutch.example.test", id: id, port: 49983, ok: true},
 		{host: "127.0.0.1:3000", ok: false},
 		{host: "8000-" + id + ".other.test", ok: false},
-		{host: "x-" + id + ".sbx.example.test", ok: false},
-		{host: "sbx.example.test", ok: false},
+		{host: "x-" + id + ".hutch.example.test", ok: false},
+		{host: "hutch.example.test", ok: false},
 		{host: "127.0.0.1:3000", headers: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}, id: id, port: 49983, ok: true},
 		// A bad port is the sandbox's request all the same, refused later.
 		{host: "127.0.0.1:3000", headers: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "x"}, id: id, port: -1, ok: true},

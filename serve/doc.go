@@ -1,6 +1,6 @@
-// Package serve is `sbx serve`: an HTTP server that speaks E2B's API (its
+// Package serve is `hutch serve`: an HTTP server that speaks E2B's API (its
 // REST control plane and its envd data plane: the process and filesystem
-// Connect services and /files) over sbx's engine, for many tenants on one
+// Connect services and /files) over hutch's engine, for many tenants on one
 // host.
 //
 // It uses engine's public Go API only: it never execs runsc, builds a spec

@@ -15,7 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // uploadedFile is one entry of /files' answer to an upload.

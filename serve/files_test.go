@@ -25,9 +25,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/envdpb/filesystem"
-	"sbx.dev/sbx/serve/envdpb/filesystem/filesystempbconnect"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/envdpb/filesystem"
+	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
 )
 
 func TestPartFileNameKeepsThePath(t *testing.T) {
@@ -89,13 +89,13 @@ type fsEnv struct {
 	client filesystempbconnect.FilesystemClient
 }
 
-// newFSEnv needs root, runsc and the built binaries: SBX_INTEGRATION=1 and
-// SBX_BIN (as `make test` sets them).
+// newFSEnv needs root, runsc and the built binaries: HUTCH_INTEGRATION=1 and
+// HUTCH_BIN (as `make test` sets them).
 func newFSEnv(t *testing.T) *fsEnv {
 	t.Helper()
-	bin := os.Getenv("SBX_BIN")
-	if os.Getenv("SBX_INTEGRATION") == "" || bin == "" {
-		t.Skip("integration test: needs SBX_INTEGRATION=1 and SBX_BIN (run through `make test`)")
+	bin := os.Getenv("HUTCH_BIN")
+	if os.Getenv("HUTCH_INTEGRATION") == "" || bin == "" {
+		t.Skip("integration test: needs HUTCH_INTEGRATION=1 and HUTCH_BIN (run through `make test`)")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root")
@@ -103,7 +103,7 @@ func newFSEnv(t *testing.T) *fsEnv {
 	eng, err := engine.Open(engine.Options{
 		Root:                t.TempDir(),
 		RunscPath:           filepath.Join(bin, "runsc"),
-		InitPath:            filepath.Join(bin, "sbx-init"),
+		InitPath:            filepath.Join(bin, "hutch-init"),
 		DefaultImageArchive: filepath.Join(bin, "images", "busybox.tar"),
 	})
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/envdpb/filesystem"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/envdpb/filesystem"
 )
 
 // Limits of the polling watchers (CreateWatcher, GetWatcherEvents).

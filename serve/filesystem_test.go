@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/envdpb/filesystem"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/envdpb/filesystem"
 )
 
 func TestResolvePath(t *testing.T) {

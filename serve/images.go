@@ -14,8 +14,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/overlay"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/overlay"
 )
 
 // A tenant's own images (its snapshots) are named tenantRepo/TENANT/ID in
@@ -152,7 +152,7 @@ func (s *Server) listSnapshots(r *http.Request, tenantName string) (int, any, er
 }
 
 // snapshotOf tells whether img is a snapshot of sandbox id: the engine
-// records "sbx snapshot SHORTID" as its last history entry.
+// records "hutch snapshot SHORTID" as its last history entry.
 func snapshotOf(img overlay.Image, id string) bool {
 	h := img.Config.History
 	if len(h) == 0 || len(id) < 12 {

@@ -12,14 +12,14 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // The data plane of Kubernetes placement goes to the agent's network
 // endpoint on the pod network (package agentnet), not through the API
 // server: each sandbox's agent has its own random key, held in Secret
-// sbx-ID (owned by the pod, so that the cluster deletes it with the pod)
+// hutch-ID (owned by the pod, so that the cluster deletes it with the pod)
 // and given to the agent as an environment variable from that Secret;
 // the agent drops it from its environment before anything runs. Every
 // connection proves the key by challenge-response and is sealed with

@@ -18,9 +18,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // The data plane on Kubernetes placement: every command and file
@@ -32,9 +32,9 @@ import (
 // that a signal reaches it through a second exec. Files go through the
 // agent's file modes (cat, write, stat), as the engine's do.
 
-// kubeExecScript is $0's script: "sbx-pid PID" on stderr, then N
+// kubeExecScript is $0's script: "hutch-pid PID" on stderr, then N
 // variables, the working directory ("" for the pod's) and the command.
-const kubeExecScript = `printf 'sbx-pid %d\n' $$ >&2
+const kubeExecScript = `printf 'hutch-pid %d\n' $$ >&2
 n=$1; shift
 while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done
 if [ -n "$1" ]; then cd -- "$1" || exit 1; fi
@@ -43,7 +43,7 @@ exec "$@"`
 
 // kubeExecArgs is the exec's command line for req.
 func kubeExecArgs(req engine.ExecRequest) []string {
-	args := []string{"/bin/sh", "-c", kubeExecScript, "sbx-exec", strconv.Itoa(len(req.Env))}
+	args := []string{"/bin/sh", "-c", kubeExecScript, "hutch-exec", strconv.Itoa(len(req.Env))}
 	args = append(args, req.Env...)
 	return append(append(args, req.Workdir), req.Args...)
 }
@@ -165,7 +165,7 @@ func (w *pidWriter) Write(p []byte) (int, error) {
 	}
 	w.line = append(w.line, p[:i]...)
 	w.got = true
-	pid, _ := strconv.Atoi(strings.TrimPrefix(string(w.line), "sbx-pid "))
+	pid, _ := strconv.Atoi(strings.TrimPrefix(string(w.line), "hutch-pid "))
 	w.pid <- pid
 	if rest := p[i+1:]; len(rest) > 0 && w.next != nil {
 		if _, err := w.next.Write(rest); err != nil {

@@ -11,14 +11,14 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // Pause and resume on Kubernetes placement. Kubernetes has no restore of
-// a checkpoint, so sbx does it: sbx's node service (kubenode, run on
+// a checkpoint, so hutch does it: hutch's node service (kubenode, run on
 // every node by the installer DaemonSet) checkpoints the pod's gVisor
 // sandbox, memory and filesystem, through the node's containerd into a
 // directory of that node, named by a fresh random name; the server then
@@ -26,7 +26,7 @@ import (
 // agent's key, or a new one for a sandbox without network) that no pod
 // owns any more, labelled paused and holding the pod to make again, the
 // node and the checkpoint's name. Resume creates that pod on that node
-// with the shim's annotation dev.sbx.restore naming the checkpoint: the
+// with the shim's annotation dev.hutch.restore naming the checkpoint: the
 // shim restores the sandbox from it instead of booting it, in the pod's
 // own namespace only. The processes of the sandbox go on where they
 // stopped, with the same agent key, at the new pod's address.
@@ -35,29 +35,29 @@ import (
 // server keeps on a pod while it is paused or resumed.
 const (
 	// kubeLabelPaused marks a Secret that is a paused sandbox.
-	kubeLabelPaused = "sbx.dev/paused"
+	kubeLabelPaused = "hutch.dev/paused"
 	// kubeAnnCheckpoint is the checkpoint's name on the node.
-	kubeAnnCheckpoint = "sbx.dev/checkpoint"
+	kubeAnnCheckpoint = "hutch.dev/checkpoint"
 	// kubeAnnNode and kubeAnnHostIP are the node holding it and its
 	// address, where its node service listens.
-	kubeAnnNode   = "sbx.dev/node"
-	kubeAnnHostIP = "sbx.dev/host-ip"
+	kubeAnnNode   = "hutch.dev/node"
+	kubeAnnHostIP = "hutch.dev/host-ip"
 	// kubeAnnCreated is when the sandbox was first created: its pod is
 	// made anew at each resume.
-	kubeAnnCreated = "sbx.dev/created"
+	kubeAnnCreated = "hutch.dev/created"
 	// kubeAnnPausing marks a pod whose sandbox is being checkpointed
 	// (since when): it counts as paused from then on.
-	kubeAnnPausing = "sbx.dev/pausing"
+	kubeAnnPausing = "hutch.dev/pausing"
 	// kubePausedPodKey is the Secret's data key holding the pod (JSON).
 	kubePausedPodKey = "pod"
 	// kubeShimRestore is the shim's annotation naming the checkpoint a
 	// pod's sandbox is restored from.
-	kubeShimRestore = "dev.sbx.restore"
+	kubeShimRestore = "dev.hutch.restore"
 )
 
 // errNoNodeService is why pause answers 501 on a server without the node
 // service's key.
-var errNoNodeService = fmt.Errorf("pause, resume and snapshots on Kubernetes placement need sbx's node service on the nodes (deploy/kubernetes/daemonset.yaml with the Secret sbx-node-key) and its key given to sbx serve with --node-key FILE: %w", errdefs.ErrNotImplemented)
+var errNoNodeService = fmt.Errorf("pause, resume and snapshots on Kubernetes placement need hutch's node service on the nodes (deploy/kubernetes/daemonset.yaml with the Secret hutch-node-key) and its key given to hutch serve with --node-key FILE: %w", errdefs.ErrNotImplemented)
 
 // pausedSandbox is the sandbox a paused record (a Secret labelled paused)
 // stands for; nil if sec is no paused record of the server.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // A paused record stands for the sandbox of the pod it holds, and only if
@@ -104,38 +104,38 @@ func TestKubeLeftovers(t *testing.T) {
 	}
 	secret := func(m kube.Meta) kube.Secret { return kube.Secret{Metadata: m} }
 
-	orphan := secret(man("sbx-orphan", nil))
-	young := secret(man("sbx-young", nil))
+	orphan := secret(man("hutch-orphan", nil))
+	young := secret(man("hutch-young", nil))
 	young.Metadata.CreationTimestamp = &recent
-	owned := secret(man("sbx-owned", nil))
-	owned.Metadata.OwnerReferences = []kube.OwnerRef{{Kind: "Pod", Name: "sbx-owned"}}
-	withPod := secret(man("sbx-withpod", nil))
-	snap := secret(man("sbx-snap-x", map[string]string{kubeLabelKind: kubeKindSnapshot}))
-	stranger := kube.Secret{Metadata: kube.Meta{Name: "sbx-stranger", CreationTimestamp: &old}}
-	pausedDone := secret(man("sbx-done", map[string]string{kubeLabelPaused: "true"}))
-	pausedStuck := secret(man("sbx-stuck", map[string]string{kubeLabelPaused: "true"}))
-	pausedNow := secret(man("sbx-now", map[string]string{kubeLabelPaused: "true"}))
+	owned := secret(man("hutch-owned", nil))
+	owned.Metadata.OwnerReferences = []kube.OwnerRef{{Kind: "Pod", Name: "hutch-owned"}}
+	withPod := secret(man("hutch-withpod", nil))
+	snap := secret(man("hutch-snap-x", map[string]string{kubeLabelKind: kubeKindSnapshot}))
+	stranger := kube.Secret{Metadata: kube.Meta{Name: "hutch-stranger", CreationTimestamp: &old}}
+	pausedDone := secret(man("hutch-done", map[string]string{kubeLabelPaused: "true"}))
+	pausedStuck := secret(man("hutch-stuck", map[string]string{kubeLabelPaused: "true"}))
+	pausedNow := secret(man("hutch-now", map[string]string{kubeLabelPaused: "true"}))
 
-	podWith := running(man("sbx-withpod", nil))
-	done := kube.Pod{Metadata: man("sbx-done", nil)}
+	podWith := running(man("hutch-withpod", nil))
+	done := kube.Pod{Metadata: man("hutch-done", nil)}
 	done.Metadata.Annotations[kubeAnnPausing] = old.Format(time.RFC3339Nano)
 	done.Status.Phase = "Failed"
-	stuck := running(man("sbx-stuck", nil))
+	stuck := running(man("hutch-stuck", nil))
 	stuck.Metadata.Annotations[kubeAnnPausing] = old.Format(time.RFC3339Nano)
-	pausingNow := running(man("sbx-now", nil))
+	pausingNow := running(man("hutch-now", nil))
 	pausingNow.Metadata.Annotations[kubeAnnPausing] = recent.Format(time.RFC3339Nano)
 
 	secretsGone, podsGone, undo := kubeLeftovers(
 		[]kube.Pod{podWith, done, stuck, pausingNow},
 		[]kube.Secret{orphan, young, owned, withPod, snap, stranger, pausedDone, pausedStuck, pausedNow},
 		now, 2*time.Minute)
-	if !slices.Equal(secretsGone, []string{"sbx-orphan"}) {
+	if !slices.Equal(secretsGone, []string{"hutch-orphan"}) {
 		t.Errorf("Secrets swept: %v, want only the orphan", secretsGone)
 	}
-	if !slices.Equal(podsGone, []string{"sbx-done"}) {
+	if !slices.Equal(podsGone, []string{"hutch-done"}) {
 		t.Errorf("pods swept: %v, want only the paused sandbox's ended pod", podsGone)
 	}
-	if len(undo) != 1 || undo[0].Metadata.Name != "sbx-stuck" {
+	if len(undo) != 1 || undo[0].Metadata.Name != "hutch-stuck" {
 		t.Errorf("pauses undone: %v, want only the one begun an hour ago", undo)
 	}
 }

@@ -19,17 +19,17 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // Kubernetes placement: with Config.Kube the server runs no sandbox
-// itself. Each sandbox is a pod with the sbx RuntimeClass (gVisor through
-// sbx's shim on whichever node the cluster's scheduler picks), whose one
-// container runs the agent (sbx-init, which the shim mounts into every
+// itself. Each sandbox is a pod with the hutch RuntimeClass (gVisor through
+// hutch's shim on whichever node the cluster's scheduler picks), whose one
+// container runs the agent (hutch-init, which the shim mounts into every
 // pod) as its init. Everything the server knows of a sandbox is on its
 // pod, in labels (what selects: manager, tenant, sandbox ID) and
 // annotations (template, metadata, deadline), and its agent's key in a
@@ -46,7 +46,7 @@ type KubeConfig struct {
 	Client *kube.Client
 	// Namespace holds the server's pods.
 	Namespace string
-	// RuntimeClass is the pods' runtimeClassName (sbx's, "sbx").
+	// RuntimeClass is the pods' runtimeClassName (hutch's, "hutch").
 	RuntimeClass string
 	// Templates maps E2B templateIDs to image references the nodes can
 	// pull (or have).
@@ -57,10 +57,10 @@ type KubeConfig struct {
 	// zero: two minutes.
 	StartTimeout time.Duration
 	// CPUs and Memory are each pod's requests and limits (equal: the
-	// pods are Guaranteed); zero: sbx's defaults for a sandbox.
+	// pods are Guaranteed); zero: hutch's defaults for a sandbox.
 	CPUs   float64
 	Memory int64
-	// Nodes reaches sbx's node service on each node, which pause and
+	// Nodes reaches hutch's node service on each node, which pause and
 	// resume need (kube_pause.go); nil: they answer 501.
 	Nodes *kubenode.Client
 }
@@ -68,26 +68,26 @@ type KubeConfig struct {
 // Names of what the server keeps on its pods.
 const (
 	kubeContainer = "sandbox"
-	kubePodPrefix = "sbx-"
+	kubePodPrefix = "hutch-"
 	// kubeManagedBy marks the server's pods (app.kubernetes.io/managed-by).
-	kubeManagedBy    = "sbx-serve"
+	kubeManagedBy    = "hutch-serve"
 	kubeLabelManaged = "app.kubernetes.io/managed-by"
-	kubeLabelID      = "sbx.dev/sandbox"
-	kubeLabelTenant  = "sbx.dev/tenant"
-	kubeAnnTemplate  = "sbx.dev/template"
-	kubeAnnMetadata  = "sbx.dev/metadata"
-	kubeAnnDeadline  = "sbx.dev/deadline"
-	kubeAnnTimeout   = "sbx.dev/timeout"
-	kubeAnnPrivate   = "sbx.dev/private-traffic"
-	kubeAnnNetwork   = "sbx.dev/network"
+	kubeLabelID      = "hutch.dev/sandbox"
+	kubeLabelTenant  = "hutch.dev/tenant"
+	kubeAnnTemplate  = "hutch.dev/template"
+	kubeAnnMetadata  = "hutch.dev/metadata"
+	kubeAnnDeadline  = "hutch.dev/deadline"
+	kubeAnnTimeout   = "hutch.dev/timeout"
+	kubeAnnPrivate   = "hutch.dev/private-traffic"
+	kubeAnnNetwork   = "hutch.dev/network"
 	// kubeShimNetwork is the shim's annotation of a pod's network mode:
 	// none takes the pod off the pod network.
-	kubeShimNetwork = "dev.sbx.network"
+	kubeShimNetwork = "dev.hutch.network"
 	// kubeShimCPUs and kubeShimMemory are the shim's annotations of the
 	// sandbox's own limits, inside the pod's cgroup: the same as the
 	// pod's, which they must not exceed.
-	kubeShimCPUs   = "dev.sbx.cpus"
-	kubeShimMemory = "dev.sbx.memory"
+	kubeShimCPUs   = "dev.hutch.cpus"
+	kubeShimMemory = "dev.hutch.memory"
 	// kubeAgentListen is the agent's mode as the init of a pod with a
 	// network endpoint.
 	kubeAgentListen = "listen"
@@ -108,7 +108,7 @@ func checkKube(kc *KubeConfig) error {
 		kc.Namespace = "default"
 	}
 	if kc.RuntimeClass == "" {
-		kc.RuntimeClass = "sbx"
+		kc.RuntimeClass = "hutch"
 	}
 	if len(kc.Templates) == 0 {
 		return fmt.Errorf("kubernetes placement: no templates: map at least one templateID to an image: %w", errdefs.ErrInvalidArgument)
@@ -560,11 +560,11 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 	}
 	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
 		if !isNull(m) {
-			return 0, nil, fmt.Errorf("%s is not supported when sbx serve places sandboxes on Kubernetes: %w", name, errdefs.ErrNotImplemented)
+			return 0, nil, fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes: %w", name, errdefs.ErrNotImplemented)
 		}
 	}
 	if req.AutoPause != nil && *req.AutoPause {
-		return 0, nil, fmt.Errorf("autoPause is not supported when sbx serve places sandboxes on Kubernetes (a sandbox ends at its timeout; pause it by the API): %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("autoPause is not supported when hutch serve places sandboxes on Kubernetes (a sandbox ends at its timeout; pause it by the API): %w", errdefs.ErrNotImplemented)
 	}
 	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
 	if err != nil {
@@ -589,7 +589,7 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 		return 0, nil, err
 	}
 	if mode == "allow" || len(allow) > 0 {
-		return 0, nil, fmt.Errorf("network allowOut lists are not supported when sbx serve places sandboxes on Kubernetes (the cluster's NetworkPolicies govern pod egress): %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("network allowOut lists are not supported when hutch serve places sandboxes on Kubernetes (the cluster's NetworkPolicies govern pod egress): %w", errdefs.ErrNotImplemented)
 	}
 	if len(req.Metadata) > 64 {
 		return 0, nil, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
@@ -604,7 +604,7 @@ func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error
 			return 0, nil, fmt.Errorf("envVars %q: not a variable name: %w", k, errdefs.ErrInvalidArgument)
 		}
 		if k == agentnet.EnvKey {
-			return 0, nil, fmt.Errorf("envVars %q: reserved for sbx's agent: %w", k, errdefs.ErrInvalidArgument)
+			return 0, nil, fmt.Errorf("envVars %q: reserved for hutch's agent: %w", k, errdefs.ErrInvalidArgument)
 		}
 	}
 	ks := kubeSandbox{
@@ -677,6 +677,6 @@ func (s *Server) kubeRecover(ctx context.Context) (int, error) {
 // notOnKube answers a call that Kubernetes placement does not serve.
 func notOnKube(what string) apiHandler {
 	return func(*http.Request, string) (int, any, error) {
-		return 0, nil, fmt.Errorf("%s is not supported when sbx serve places sandboxes on Kubernetes (--kubeconfig): %w", what, errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes (--kubeconfig): %w", what, errdefs.ErrNotImplemented)
 	}
 }

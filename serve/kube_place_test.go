@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/kube"
 )
 
 func testKubeConfig(t *testing.T) *KubeConfig {
 	t.Helper()
-	kc := &KubeConfig{Client: &kube.Client{}, Templates: map[string]string{"base": "localhost/sbx/busybox:latest"}}
+	kc := &KubeConfig{Client: &kube.Client{}, Templates: map[string]string{"base": "localhost/hutch/busybox:latest"}}
 	if err := checkKube(kc); err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestRenderPod(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	id := "0123456789abcdef0123456789abcdef"
 	p, err := renderPod(kc, kubeSandbox{
-		ID: id, Tenant: "acme", Template: "base", Image: "localhost/sbx/busybox:latest",
+		ID: id, Tenant: "acme", Template: "base", Image: "localhost/hutch/busybox:latest",
 		Metadata: map[string]string{"run": "r1", "weird key/with=chars": "v"},
 		Env:      map[string]string{"B": "2", "A": "1"}, CPUs: 1.5, Memory: 512 << 20,
 		Network: "none", Private: true, Timeout: 30 * time.Second, Now: now,
@@ -38,11 +38,11 @@ func TestRenderPod(t *testing.T) {
 	var pod map[string]any
 	json.Unmarshal(b, &pod) //nolint:errcheck // just marshalled
 	spec := pod["spec"].(map[string]any)
-	if spec["runtimeClassName"] != "sbx" || spec["restartPolicy"] != "Never" || spec["automountServiceAccountToken"] != false || spec["enableServiceLinks"] != false {
-		t.Errorf("pod spec %v: want runtimeClassName sbx, restartPolicy Never, no service account token, no service links", spec)
+	if spec["runtimeClassName"] != "hutch" || spec["restartPolicy"] != "Never" || spec["automountServiceAccountToken"] != false || spec["enableServiceLinks"] != false {
+		t.Errorf("pod spec %v: want runtimeClassName hutch, restartPolicy Never, no service account token, no service links", spec)
 	}
 	c := p.Spec.Containers[0]
-	if !slices.Equal(c.Command, []string{"/.sbx/sbx-init"}) || c.Image != "localhost/sbx/busybox:latest" || c.ImagePullPolicy != "IfNotPresent" {
+	if !slices.Equal(c.Command, []string{"/.hutch/hutch-init"}) || c.Image != "localhost/hutch/busybox:latest" || c.ImagePullPolicy != "IfNotPresent" {
 		t.Errorf("container %+v: want the agent as init of the template's image", c)
 	}
 	if c.Resources.Limits["cpu"] != "1500m" || c.Resources.Limits["memory"] != "536870912" || c.Resources.Requests["cpu"] != "1500m" {
@@ -51,15 +51,15 @@ func TestRenderPod(t *testing.T) {
 	if len(c.Env) != 2 || c.Env[0].Name != "A" || c.Env[1].Name != "B" {
 		t.Errorf("env %+v: want A, B in order", c.Env)
 	}
-	if p.Metadata.Name != "sbx-"+id || p.Metadata.Labels["sbx.dev/tenant"] != "acme" || p.Metadata.Labels["sbx.dev/sandbox"] != id {
-		t.Errorf("metadata %+v: want name sbx-ID, tenant and ID labels", p.Metadata)
+	if p.Metadata.Name != "hutch-"+id || p.Metadata.Labels["hutch.dev/tenant"] != "acme" || p.Metadata.Labels["hutch.dev/sandbox"] != id {
+		t.Errorf("metadata %+v: want name hutch-ID, tenant and ID labels", p.Metadata)
 	}
 	a := p.Metadata.Annotations
-	if a["dev.sbx.network"] != "none" || a["sbx.dev/deadline"] != "2026-01-02T03:04:35Z" {
+	if a["dev.hutch.network"] != "none" || a["hutch.dev/deadline"] != "2026-01-02T03:04:35Z" {
 		t.Errorf("annotations %v: want the shim's network none and the deadline 30 s on", a)
 	}
 	// The shim's limits inside the pod's cgroup are the pod's.
-	if a["dev.sbx.cpus"] != "1.5" || a["dev.sbx.memory"] != "536870912" {
+	if a["dev.hutch.cpus"] != "1.5" || a["dev.hutch.memory"] != "536870912" {
 		t.Errorf("annotations %v: want the shim's cpus 1.5 and memory 536870912", a)
 	}
 
@@ -115,7 +115,7 @@ func TestPodSandboxState(t *testing.T) {
 		if got := podSandbox(p).State; got != tc.want {
 			t.Errorf("phase %s (deleting %v): state %s, want %s", tc.phase, tc.deleting, got, tc.want)
 		}
-		if _, ok := p.Metadata.Annotations["dev.sbx.network"]; ok {
+		if _, ok := p.Metadata.Annotations["dev.hutch.network"]; ok {
 			t.Errorf("an open sandbox's pod has the shim's network annotation: %v", p.Metadata.Annotations)
 		}
 	}
@@ -149,7 +149,7 @@ func TestCheckKube(t *testing.T) {
 
 func TestKubeExecArgs(t *testing.T) {
 	got := kubeExecArgs(engine.ExecRequest{Args: []string{"/bin/bash", "-l", "-c", "echo hi"}, Env: []string{"A=1", "B=x y"}, Workdir: "/tmp"})
-	want := []string{"/bin/sh", "-c", kubeExecScript, "sbx-exec", "2", "A=1", "B=x y", "/tmp", "/bin/bash", "-l", "-c", "echo hi"}
+	want := []string{"/bin/sh", "-c", kubeExecScript, "hutch-exec", "2", "A=1", "B=x y", "/tmp", "/bin/bash", "-l", "-c", "echo hi"}
 	if !slices.Equal(got, want) {
 		t.Errorf("kubeExecArgs = %q, want %q", got, want)
 	}
@@ -159,7 +159,7 @@ func TestPidWriter(t *testing.T) {
 	var rest bytes.Buffer
 	pid := make(chan int, 1)
 	w := &pidWriter{next: &rest, pid: pid}
-	for _, chunk := range []string{"sbx-p", "id 42\nerr", "or 1\n"} {
+	for _, chunk := range []string{"hutch-p", "id 42\nerr", "or 1\n"} {
 		if n, err := w.Write([]byte(chunk)); err != nil || n != len(chunk) {
 			t.Fatalf("Write(%q) = %d, %v", chunk, n, err)
 		}
@@ -182,12 +182,12 @@ func TestRenderPodAgentEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := p.Spec.Containers[0]
-	if !slices.Equal(c.Command, []string{"/.sbx/sbx-init", "listen"}) {
+	if !slices.Equal(c.Command, []string{"/.hutch/hutch-init", "listen"}) {
 		t.Errorf("command %q: want the agent's listen mode", c.Command)
 	}
-	if len(c.Env) != 1 || c.Env[0].Name != "SBX_AGENT_KEY" || c.Env[0].Value != "" || c.Env[0].ValueFrom == nil ||
-		*c.Env[0].ValueFrom.SecretKeyRef != (kube.KeyRef{Name: "sbx-" + id, Key: kubeAgentSecretKey}) {
-		t.Errorf("env %+v: want SBX_AGENT_KEY from secret sbx-ID", c.Env)
+	if len(c.Env) != 1 || c.Env[0].Name != "HUTCH_AGENT_KEY" || c.Env[0].Value != "" || c.Env[0].ValueFrom == nil ||
+		*c.Env[0].ValueFrom.SecretKeyRef != (kube.KeyRef{Name: "hutch-" + id, Key: kubeAgentSecretKey}) {
+		t.Errorf("env %+v: want HUTCH_AGENT_KEY from secret hutch-ID", c.Env)
 	}
 	if podOnAPIExec(p) {
 		t.Error("a pod with the endpoint is reached through pods/exec")

@@ -14,16 +14,16 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/serve/kube"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/serve/kube"
 )
 
 // Snapshots on Kubernetes placement: a checkpoint of a running sandbox,
 // memory and files, taken by its node's node service with the sandbox
 // left running, and kept on that node. A create from the snapshot's ID
 // makes a pod on that node restored from it (the shim's
-// dev.sbx.restore), as a resume does, as many times as asked: each new
+// dev.hutch.restore), as a resume does, as many times as asked: each new
 // sandbox carries on the snapshot's processes and files. The snapshot is
 // a Secret of the server (its ID's hash names it, so two snapshots of one
 // name cannot both be made) holding the pod to make, the node, the
@@ -32,12 +32,12 @@ import (
 
 const (
 	// kubeLabelKind marks a Secret of the server that is not a sandbox's.
-	kubeLabelKind    = "sbx.dev/kind"
+	kubeLabelKind    = "hutch.dev/kind"
 	kubeKindSnapshot = "snapshot"
 	// kubeLabelSnapshotOf is the ID of the sandbox a snapshot was made of.
-	kubeLabelSnapshotOf = "sbx.dev/snapshot-of"
+	kubeLabelSnapshotOf = "hutch.dev/snapshot-of"
 	// kubeAnnSnapshot is the snapshot's ID (its templateID).
-	kubeAnnSnapshot = "sbx.dev/snapshot"
+	kubeAnnSnapshot = "hutch.dev/snapshot"
 )
 
 // kubeRestore is what a create restores a new sandbox's pod from.
@@ -51,7 +51,7 @@ type kubeRestore struct {
 // snapshotSecretName is the name of tenant's snapshot id's Secret.
 func snapshotSecretName(tenantName, id string) string {
 	h := sha256.Sum256([]byte(tenantName + "\x00" + id))
-	return "sbx-snap-" + hex.EncodeToString(h[:20])
+	return "hutch-snap-" + hex.EncodeToString(h[:20])
 }
 
 // recreated is pod p as the server makes it again from a checkpoint: what

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 func (s *Server) pauseSandbox(r *http.Request, tenantName string) (int, any, error) {
@@ -19,7 +19,7 @@ func (s *Server) pauseSandbox(r *http.Request, tenantName string) (int, any, err
 		return 0, nil, err
 	}
 	if body.Memory != nil && !*body.Memory {
-		return 0, nil, fmt.Errorf("memory false (a filesystem-only pause) is not supported by sbx serve: %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("memory false (a filesystem-only pause) is not supported by hutch serve: %w", errdefs.ErrNotImplemented)
 	}
 	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) connectSandbox(r *http.Request, tenantName string) (int, any, e
 		return 0, nil, err
 	}
 	if body.Memory != nil && !*body.Memory {
-		return 0, nil, fmt.Errorf("memory false (resume by reboot) is not supported by sbx serve: %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("memory false (resume by reboot) is not supported by hutch serve: %w", errdefs.ErrNotImplemented)
 	}
 	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own.
@@ -24,15 +24,15 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "sbx_serve_request_duration_seconds", Help: "Time to answer an HTTP request, by plane (api or sandbox), method and status code.",
+		Name: "hutch_serve_request_duration_seconds", Help: "Time to answer an HTTP request, by plane (api or sandbox), method and status code.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"plane", "method", "code"})
 	m.creates = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "sbx_serve_create_duration_seconds", Help: "Time to create a sandbox, by tenant.",
+		Name: "hutch_serve_create_duration_seconds", Help: "Time to create a sandbox, by tenant.",
 		Buckets: prometheus.ExponentialBuckets(0.025, 2, 12),
 	}, []string{"tenant"})
 	m.resumes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "sbx_serve_resume_duration_seconds", Help: "Time to resume a paused sandbox, by tenant.",
+		Name: "hutch_serve_resume_duration_seconds", Help: "Time to resume a paused sandbox, by tenant.",
 		Buckets: prometheus.ExponentialBuckets(0.025, 2, 12),
 	}, []string{"tenant"})
 	m.reg.MustRegister(m.requests, m.creates, m.resumes, sandboxCollector{m},
@@ -56,7 +56,7 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-var sandboxesDesc = prometheus.NewDesc("sbx_serve_sandboxes", "Sandboxes of the server, by tenant and state.", []string{"tenant", "state"}, nil)
+var sandboxesDesc = prometheus.NewDesc("hutch_serve_sandboxes", "Sandboxes of the server, by tenant and state.", []string{"tenant", "state"}, nil)
 
 // sandboxCollector counts the sandboxes when scraped: the engine's
 // records are the truth, whichever process changed them.

@@ -8,22 +8,22 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
-// networkPolicy maps E2B's network fields onto sbx's modes: no internet
+// networkPolicy maps E2B's network fields onto hutch's modes: no internet
 // access (or 0.0.0.0/0 denied) is none, or allow with allowOut as its
-// rules; internet access is open. sbx's denied ranges (link-local, private,
+// rules; internet access is open. hutch's denied ranges (link-local, private,
 // the host) hold in every mode.
 func (s *Server) networkPolicy(internet *bool, n *networkJSON, def string) (string, []string, error) {
 	if n != nil {
 		for name, m := range map[string]json.RawMessage{"network.rules": n.Rules, "network.egressProxy": n.EgressProxy, "network.httpsPorts": n.HTTPSPorts} {
 			if !isNull(m) {
-				return "", nil, fmt.Errorf("%s is not supported by sbx serve: %w", name, errdefs.ErrNotImplemented)
+				return "", nil, fmt.Errorf("%s is not supported by hutch serve: %w", name, errdefs.ErrNotImplemented)
 			}
 		}
 		if n.MaskRequestHost != "" {
-			return "", nil, fmt.Errorf("network.maskRequestHost is not supported by sbx serve: %w", errdefs.ErrNotImplemented)
+			return "", nil, fmt.Errorf("network.maskRequestHost is not supported by hutch serve: %w", errdefs.ErrNotImplemented)
 		}
 	}
 	denyAll := internet != nil && !*internet
@@ -35,7 +35,7 @@ func (s *Server) networkPolicy(internet *bool, n *networkJSON, def string) (stri
 				denyAll = true
 				continue
 			}
-			return "", nil, fmt.Errorf("network.denyOut %q: sbx serve denies only everything (0.0.0.0/0); it always denies link-local, private ranges and the host: %w", d, errdefs.ErrNotImplemented)
+			return "", nil, fmt.Errorf("network.denyOut %q: hutch serve denies only everything (0.0.0.0/0); it always denies link-local, private ranges and the host: %w", d, errdefs.ErrNotImplemented)
 		}
 	}
 	switch {
@@ -67,7 +67,7 @@ func (s *Server) updateNetwork(r *http.Request, tenantName string) (int, any, er
 		return 0, nil, err
 	}
 	// Omitted fields are cleared, as E2B does: an update that denies
-	// nothing opens the sandbox (sbx's denied ranges still hold).
+	// nothing opens the sandbox (hutch's denied ranges still hold).
 	mode, allow, err := s.networkPolicy(body.AllowInternetAccess, &networkJSON{AllowOut: body.AllowOut, DenyOut: body.DenyOut, Rules: body.Rules, EgressProxy: body.EgressProxy}, "open")
 	if err != nil {
 		return 0, nil, err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 func (s *Server) sandboxMetrics(r *http.Request, tenantName string) (int, any, error) {

@@ -17,8 +17,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/engine"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 // The process service is envd's process.Process: it starts commands in a

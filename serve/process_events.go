@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/engine"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/engine"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 // endEvent describes how a command ended, as envd does from Go's
@@ -30,7 +30,7 @@ func endEvent(code int, err error, sent syscall.Signal) *processpb.ProcessEvent_
 		return &processpb.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: status, Error: &status}
 	}
 	if code < 0 {
-		msg := "sbx could not run the command"
+		msg := "hutch could not run the command"
 		if err != nil {
 			msg = err.Error()
 		}

@@ -11,19 +11,19 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/engine"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
-	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/engine"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
 )
 
 // runscSandbox starts a busybox sandbox under real runsc, with the
-// binaries in SBX_BIN, and removes it at the end of the test. It skips
-// unless SBX_INTEGRATION=1 and SBX_BIN are set, and needs root.
+// binaries in HUTCH_BIN, and removes it at the end of the test. It skips
+// unless HUTCH_INTEGRATION=1 and HUTCH_BIN are set, and needs root.
 func runscSandbox(t *testing.T) (*engine.Engine, string) {
 	t.Helper()
-	bin := os.Getenv("SBX_BIN")
-	if os.Getenv("SBX_INTEGRATION") == "" || bin == "" {
-		t.Skip("needs runsc: set SBX_INTEGRATION=1 and SBX_BIN to the built bin/ directory")
+	bin := os.Getenv("HUTCH_BIN")
+	if os.Getenv("HUTCH_INTEGRATION") == "" || bin == "" {
+		t.Skip("needs runsc: set HUTCH_INTEGRATION=1 and HUTCH_BIN to the built bin/ directory")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the runsc tests of serve run as root")
@@ -31,9 +31,9 @@ func runscSandbox(t *testing.T) (*engine.Engine, string) {
 	eng, err := engine.Open(engine.Options{
 		Root:                t.TempDir(),
 		RunscPath:           filepath.Join(bin, "runsc"),
-		InitPath:            filepath.Join(bin, "sbx-init"),
+		InitPath:            filepath.Join(bin, "hutch-init"),
 		DefaultImageArchive: filepath.Join(bin, "images", "busybox.tar"),
-		SbxPath:             filepath.Join(bin, "sbx"),
+		HutchPath:           filepath.Join(bin, "hutch"),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"sbx.dev/sbx/engine"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/engine"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 // Commands without a terminal run through the sandbox's supervisor

@@ -20,9 +20,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
-	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/engine"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
 )
 
 // fakeCmd plays a few commands, by their name, as the engine would run

@@ -3,9 +3,9 @@ package serve
 import (
 	"context"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/policy"
-	"sbx.dev/sbx/serve/tenant"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/serve/tenant"
 )
 
 // usageOf is what a create takes from its tenant's quota, with the

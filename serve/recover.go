@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 // sweepInterval is how often the server removes its dead sandboxes.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
+	"hutch.dev/hutch/engine"
 )
 
 func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, error) {
@@ -29,11 +29,11 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	}
 	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM} {
 		if !isNull(m) {
-			return 0, nil, fmt.Errorf("%s is not supported by sbx serve: %w", name, errdefs.ErrNotImplemented)
+			return 0, nil, fmt.Errorf("%s is not supported by hutch serve: %w", name, errdefs.ErrNotImplemented)
 		}
 	}
 	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
-		return 0, nil, fmt.Errorf("autoPauseMemory false (a filesystem-only pause) is not supported by sbx serve: pauses keep memory: %w", errdefs.ErrNotImplemented)
+		return 0, nil, fmt.Errorf("autoPauseMemory false (a filesystem-only pause) is not supported by hutch serve: pauses keep memory: %w", errdefs.ErrNotImplemented)
 	}
 	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	domain := s.cfg.Domain
 	out := sandboxJSON{
-		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "sbx",
+		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "hutch",
 		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.tokens.envd(sb.ID),
 	}
 	if sb.Labels[labelPrivate] == "true" {
@@ -143,7 +143,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 	}
 	internet := sb.Network == "open"
 	d := detailJSON{
-		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "sbx",
+		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "hutch",
 		StartedAt: sb.Created, EndAt: end, EnvdVersion: EnvdVersion, Domain: &domain,
 		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.Memory >> 20, DiskSizeMB: sb.Disk >> 20,
 		Metadata: meta, State: state, AllowInternetAccess: &internet,

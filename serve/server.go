@@ -15,10 +15,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/serve/envdpb/filesystem/filesystempbconnect"
-	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
-	"sbx.dev/sbx/serve/tenant"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
+	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/tenant"
 )
 
 // EnvdPort is the port E2B's SDKs address the in-sandbox daemon (envd)
@@ -36,7 +36,7 @@ const DefaultTenant = "default"
 // Labels the server keeps on the sandboxes it creates, in the engine's
 // record: a restarted server reads everything back from them.
 const (
-	labelPrefix   = "sbx.serve/"
+	labelPrefix   = "hutch.serve/"
 	labelTenant   = labelPrefix + "tenant"
 	labelTemplate = labelPrefix + "template"
 	// labelPrivate: port previews need the sandbox's traffic token
@@ -69,7 +69,7 @@ type Config struct {
 	// Logger receives the server's structured logs; nil: slog.Default().
 	Logger *slog.Logger
 	// DefaultNetwork is the network mode of a sandbox whose create asks
-	// for nothing: "none" (sbx's default) or "open" (E2B's).
+	// for nothing: "none" (hutch's default) or "open" (E2B's).
 	DefaultNetwork string
 	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
 	// 1 MiB.
@@ -170,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 		s.procs = newKubeProcessService(s.kube)
 		envd.HandleFunc("/files", s.kubeFiles)
 		envd.HandleFunc("/"+filesystempbconnect.FilesystemName+"/", func(w http.ResponseWriter, r *http.Request) {
-			writeSandboxError(w, r, fmt.Errorf("the filesystem service (%s) is not supported when sbx serve places sandboxes on Kubernetes: use /files: %w", r.URL.Path, errdefs.ErrNotImplemented))
+			writeSandboxError(w, r, fmt.Errorf("the filesystem service (%s) is not supported when hutch serve places sandboxes on Kubernetes: use /files: %w", r.URL.Path, errdefs.ErrNotImplemented))
 		})
 	} else {
 		s.procs = newProcessService(cfg.Engine)
@@ -183,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 	envd.Handle(processpbconnect.NewProcessHandler(s.procs, connect.WithReadMaxBytes(16<<20)))
 	envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("envd path %s %s is not supported by sbx", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("envd path %s %s is not supported by hutch", r.Method, r.URL.Path))
 	})
 	s.envd = envd
 	s.api = s.routes()

@@ -14,8 +14,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/engine"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/policy"
 )
 
 // A tenant's volumes are the engine's named volumes TENANT.NAME: tenant
@@ -47,7 +47,7 @@ func checkVolumeName(tenantName, name string) error {
 }
 
 // volumeJSON is E2B's Volume and VolumeAndToken. The token is for E2B's
-// volume content API (/volumecontent/...), which sbx serve does not
+// volume content API (/volumecontent/...), which hutch serve does not
 // serve: it is always empty.
 type volumeJSON struct {
 	VolumeID string  `json:"volumeID"`
@@ -232,5 +232,5 @@ func (s *Server) volumesDisk(ctx context.Context, tenantName string) (int64, err
 // serveVolumeContent answers E2B's volume content API, which the SDK calls
 // with a volume's token rather than an API key: not served, whoever asks.
 func serveVolumeContent(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s: volume contents are not served by sbx serve; mount the volume in a sandbox (volumeMounts) and use its files", r.Method, r.URL.Path))
+	writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s: volume contents are not served by hutch serve; mount the volume in a sandbox (volumeMounts) and use its files", r.Method, r.URL.Path))
 }

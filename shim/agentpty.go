@@ -12,15 +12,15 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent"
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/assembly"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 )
 
 // An exec with a terminal runs on a pty of the sandbox's own devpts when
-// its container has the agent (the pod's sbx-init, mounted by
-// assembly.AgentMount): the shim runs `sbx-init pty -- CMD` as a plain
+// its container has the agent (the pod's hutch-init, mounted by
+// assembly.AgentMount): the shim runs `hutch-init pty -- CMD` as a plain
 // exec, with the process's user, environment and directory. The agent
 // opens /dev/ptmx, starts CMD as the leader of a session on the pty's
 // replica, copies the pty's output to its stdout (containerd's stdout

@@ -13,7 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 )
 
 // The relay turns containerd's stdin into data frames and resizes into
@@ -102,7 +102,7 @@ func TestAgentRelay(t *testing.T) {
 
 func TestAgentPtyProcess(t *testing.T) {
 	p := agentPtyProcess(specs.Process{Terminal: true, Args: []string{"sh", "-l"}, Env: []string{"PATH=/bin"}})
-	if want := []string{"/.sbx/sbx-init", "pty", "--", "sh", "-l"}; !slices.Equal(p.Args, want) {
+	if want := []string{"/.hutch/hutch-init", "pty", "--", "sh", "-l"}; !slices.Equal(p.Args, want) {
 		t.Errorf("args: got %q, want %q", p.Args, want)
 	}
 	if p.Terminal || !slices.Contains(p.Env, "TERM=xterm") {
@@ -110,7 +110,7 @@ func TestAgentPtyProcess(t *testing.T) {
 	}
 	p = agentPtyProcess(specs.Process{Terminal: true, Args: []string{"sh"}, Env: []string{"TERM=vt100"},
 		ConsoleSize: &specs.Box{Height: 30, Width: 100}})
-	if want := []string{"/.sbx/sbx-init", "pty", "--size", "30x100", "--", "sh"}; !slices.Equal(p.Args, want) {
+	if want := []string{"/.hutch/hutch-init", "pty", "--size", "30x100", "--", "sh"}; !slices.Equal(p.Args, want) {
 		t.Errorf("args with a console size: got %q, want %q", p.Args, want)
 	}
 	if !slices.Equal(p.Env, []string{"TERM=vt100"}) || p.ConsoleSize != nil {

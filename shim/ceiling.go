@@ -10,11 +10,11 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
 )
 
-// podPolicy is a pod's validated sbx policy.
+// podPolicy is a pod's validated hutch policy.
 type podPolicy struct {
 	// Network is none, open, allow, or "" for the pod's own network
 	// namespace (CNI) when it has one.
@@ -107,10 +107,10 @@ func resolvePolicy(c Config, s *specs.Spec, hasNetns bool) (podPolicy, error) {
 	p := ceil
 	a := s.Annotations
 	refuse := func(k, v, why string, args ...any) (podPolicy, error) {
-		return podPolicy{}, fmt.Errorf("sbx policy: annotation %s=%q %s: %w", k, v, fmt.Sprintf(why, args...), errdefs.ErrPermissionDenied)
+		return podPolicy{}, fmt.Errorf("hutch policy: annotation %s=%q %s: %w", k, v, fmt.Sprintf(why, args...), errdefs.ErrPermissionDenied)
 	}
 	invalid := func(k string, err error) (podPolicy, error) {
-		return podPolicy{}, fmt.Errorf("sbx policy (annotation %s): %w", k, err)
+		return podPolicy{}, fmt.Errorf("hutch policy (annotation %s): %w", k, err)
 	}
 
 	if v, ok := a[AnnotationNetwork]; ok {
@@ -198,12 +198,12 @@ func resolvePolicy(c Config, s *specs.Spec, hasNetns bool) (podPolicy, error) {
 
 	req := policy.Request{Network: p.Network, Allow: p.Allow, DNS: p.DNS, Disk: p.Disk, CPUs: p.CPUs, Memory: p.Memory, Pids: p.Pids}
 	if p.Network == "" {
-		// The pod's own namespace: sbx sets up no network, so allow
+		// The pod's own namespace: hutch sets up no network, so allow
 		// rules and DNS servers have nothing to apply to.
 		req.Network = policy.NetNone
 	}
 	if _, err := policy.Validate(req); err != nil {
-		return podPolicy{}, fmt.Errorf("sbx policy (annotations dev.sbx.*): %w", err)
+		return podPolicy{}, fmt.Errorf("hutch policy (annotations dev.hutch.*): %w", err)
 	}
 	return p, nil
 }
@@ -294,7 +294,7 @@ func limitsOf(res *specs.LinuxResources) (limits, error) {
 // ceiling, as resolvePolicy refuses an annotation.
 func checkCeiling(what string, l, max limits) error {
 	refuse := func(field, v, ceiling string) error {
-		return fmt.Errorf("sbx policy: %s: %s %s exceeds the operator's ceiling %s: %w", what, field, v, ceiling, errdefs.ErrPermissionDenied)
+		return fmt.Errorf("hutch policy: %s: %s %s exceeds the operator's ceiling %s: %w", what, field, v, ceiling, errdefs.ErrPermissionDenied)
 	}
 	switch {
 	case max.CPUs > 0 && l.CPUs > max.CPUs:

@@ -5,7 +5,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 )
 
 // removeContainerCgroup removes the cgroup a container's spec names, if it

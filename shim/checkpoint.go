@@ -21,7 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // RootfsUpperFile is the file in a checkpoint that holds the sandbox's
@@ -33,7 +33,7 @@ const RootfsUpperFile = "rootfs-upper.tar"
 // ContainersFile is the file in a pod's checkpoint that names the pod's
 // containers it holds (JSON: {"containers": [NAME...]}); a pod restored
 // from it restores containers of those names only.
-const ContainersFile = "sbx-containers.json"
+const ContainersFile = "hutch-containers.json"
 
 type containersFile struct {
 	Containers []string `json:"containers"`

@@ -11,39 +11,39 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
-	"sbx.dev/sbx/assembly"
+	"hutch.dev/hutch/assembly"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 )
 
 // Annotations the shim reads from a pod's (or a lone container's) OCI spec.
 // containerd's CRI passes pod annotations to a runtime only when the
-// runtime's pod_annotations list names them: `pod_annotations = ["dev.sbx.*"]`.
+// runtime's pod_annotations list names them: `pod_annotations = ["dev.hutch.*"]`.
 const (
 	// AnnotationNetwork is the network mode: none, open or allow (see
 	// policy.NetworkModes). Unset: the pod's own network namespace if it
 	// has one (CNI), else none.
-	AnnotationNetwork = "dev.sbx.network"
+	AnnotationNetwork = "dev.hutch.network"
 	// AnnotationAllow lists allow rules, comma-separated: CIDR[:PORT],
 	// IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT].
-	AnnotationAllow = "dev.sbx.allow"
+	AnnotationAllow = "dev.hutch.allow"
 	// AnnotationDNS lists upstream resolvers (IPv4), comma-separated.
-	AnnotationDNS = "dev.sbx.dns"
+	AnnotationDNS = "dev.hutch.dns"
 	// AnnotationDisk bounds the writable layer of each container of the
 	// pod, e.g. "1g".
-	AnnotationDisk = "dev.sbx.disk"
+	AnnotationDisk = "dev.hutch.disk"
 	// AnnotationCPUs, AnnotationMemory and AnnotationPids are the pod's
 	// limits: CPUs (e.g. "0.5"), memory (e.g. "512m") and processes
 	// inside the sandbox.
-	AnnotationCPUs   = "dev.sbx.cpus"
-	AnnotationMemory = "dev.sbx.memory"
-	AnnotationPids   = "dev.sbx.pids"
+	AnnotationCPUs   = "dev.hutch.cpus"
+	AnnotationMemory = "dev.hutch.memory"
+	AnnotationPids   = "dev.hutch.pids"
 	// AnnotationRestore names a checkpoint to restore the pod from: 32
 	// lowercase hex digits, the name of a directory below the config's
 	// CheckpointDir in the pod's namespace's directory. The pod's
 	// sandbox and each of its containers, matched by container name,
 	// resume from it instead of starting afresh.
-	AnnotationRestore = "dev.sbx.restore"
+	AnnotationRestore = "dev.hutch.restore"
 )
 
 // CRI annotations that say how a container relates to its pod.
@@ -59,10 +59,10 @@ const (
 )
 
 // DefaultCheckpointDir is the default CheckpointDir.
-const DefaultCheckpointDir = "/var/lib/sbx/checkpoints"
+const DefaultCheckpointDir = "/var/lib/hutch/checkpoints"
 
 // DefaultConfigPath is read when containerd passes no runtime options.
-const DefaultConfigPath = "/etc/sbx/containerd-shim-sbx-v1.toml"
+const DefaultConfigPath = "/etc/hutch/containerd-shim-hutch-v1.toml"
 
 // Config is the runtime options file (ConfigPath in containerd's runtime
 // options, TOML). Every field has a default.
@@ -70,14 +70,14 @@ type Config struct {
 	// Runsc is the runsc binary; default: runsc beside the shim binary,
 	// else the one on PATH.
 	Runsc string `toml:"runsc"`
-	// SbxInit is the sbx-init binary, mounted read-only into every
-	// container of a pod at /.sbx/sbx-init: an exec with a terminal runs
-	// through it on a pty of the sandbox's own devpts. Default: sbx-init
+	// HutchInit is the hutch-init binary, mounted read-only into every
+	// container of a pod at /.hutch/hutch-init: an exec with a terminal runs
+	// through it on a pty of the sandbox's own devpts. Default: hutch-init
 	// beside the shim binary; when there is none, such an exec gets a
 	// pty of the host's instead.
-	SbxInit string `toml:"sbx_init"`
+	HutchInit string `toml:"hutch_init"`
 	// RunscRoot is runsc's state directory; a directory per containerd
-	// namespace is made below it. Default /run/sbx/containerd.
+	// namespace is made below it. Default /run/hutch/containerd.
 	RunscRoot string `toml:"runsc_root"`
 	// Platform is gVisor's platform (default systrap).
 	Platform string `toml:"platform"`
@@ -86,7 +86,7 @@ type Config struct {
 	// Network, Allow, DNS, Disk, CPUs, Memory and Pids are the policy
 	// of pods that do not set the matching annotation, and the ceiling
 	// of those that do: an annotation may only tighten them (see
-	// resolvePolicy). Unset, they are sbx's defaults (network none, or
+	// resolvePolicy). Unset, they are hutch's defaults (network none, or
 	// the pod's own network namespace when it has one).
 	Network string   `toml:"network"`
 	Allow   []string `toml:"allow"`
@@ -157,24 +157,24 @@ func loadConfig(opts *anypb.Any) (Config, error) {
 		}
 	}
 	if c.Runsc == "" {
-		// Found as sbx finds it; else by name, on $PATH when it runs.
+		// Found as hutch finds it; else by name, on $PATH when it runs.
 		c.Runsc = "runsc"
 		if p, err := assembly.FindRunsc(); err == nil {
 			c.Runsc = p
 		}
 	}
-	if c.SbxInit != "" {
-		p, err := filepath.Abs(c.SbxInit)
+	if c.HutchInit != "" {
+		p, err := filepath.Abs(c.HutchInit)
 		if err == nil {
 			p, err = assembly.CheckAgent(p)
 		}
 		if err != nil {
-			return c, fmt.Errorf("runtime config %s: sbx_init: %w", path, err)
+			return c, fmt.Errorf("runtime config %s: hutch_init: %w", path, err)
 		}
-		c.SbxInit = p
+		c.HutchInit = p
 	}
 	if c.RunscRoot == "" {
-		c.RunscRoot = "/run/sbx/containerd"
+		c.RunscRoot = "/run/hutch/containerd"
 	}
 	if c.CheckpointDir == "" {
 		c.CheckpointDir = DefaultCheckpointDir

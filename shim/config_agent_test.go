@@ -12,11 +12,11 @@ import (
 	"github.com/containerd/typeurl/v2"
 )
 
-// sbx_init names the agent; one that is not an executable file is the
+// hutch_init names the agent; one that is not an executable file is the
 // operator's mistake, named in the error.
-func TestLoadConfigSbxInit(t *testing.T) {
+func TestLoadConfigHutchInit(t *testing.T) {
 	dir := t.TempDir()
-	agentBin := filepath.Join(dir, "sbx-init")
+	agentBin := filepath.Join(dir, "hutch-init")
 	if err := os.WriteFile(agentBin, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -31,21 +31,21 @@ func TestLoadConfigSbxInit(t *testing.T) {
 		}
 		return loadConfig(a)
 	}
-	c, err := load("sbx_init = " + `"` + agentBin + `"`)
-	if err != nil || c.SbxInit != agentBin {
-		t.Fatalf("sbx_init %s: got %q, %v", agentBin, c.SbxInit, err)
+	c, err := load("hutch_init = " + `"` + agentBin + `"`)
+	if err != nil || c.HutchInit != agentBin {
+		t.Fatalf("hutch_init %s: got %q, %v", agentBin, c.HutchInit, err)
 	}
 	c, err = load("")
-	if err != nil || c.SbxInit != "" {
-		t.Fatalf("no sbx_init: got %q, %v (want it found per pod, beside the shim)", c.SbxInit, err)
+	if err != nil || c.HutchInit != "" {
+		t.Fatalf("no hutch_init: got %q, %v (want it found per pod, beside the shim)", c.HutchInit, err)
 	}
 	missing := filepath.Join(dir, "nope")
-	_, err = load("sbx_init = " + `"` + missing + `"`)
+	_, err = load("hutch_init = " + `"` + missing + `"`)
 	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("missing sbx_init: got %v", err)
+		t.Fatalf("missing hutch_init: got %v", err)
 	}
-	_, err = load("sbx_init = " + `"` + dir + `"`)
+	_, err = load("hutch_init = " + `"` + dir + `"`)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Fatalf("a directory as sbx_init: got %v", err)
+		t.Fatalf("a directory as hutch_init: got %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func TestResolvePolicy(t *testing.T) {
 		cpus    float64
 		pids    int64
 	}
-	sbxDefaults := want{network: "none", disk: 10 * gib, mem: 2 * gib, cpus: 2, pids: 1024}
+	hutchDefaults := want{network: "none", disk: 10 * gib, mem: 2 * gib, cpus: 2, pids: 1024}
 	with := func(w want, f func(*want)) want { f(&w); return w }
 	for _, tc := range []struct {
 		name     string
@@ -42,27 +42,27 @@ func TestResolvePolicy(t *testing.T) {
 		err    string
 		denied bool
 	}{
-		// No annotations: the operator's config, else sbx's defaults.
-		{name: "sbx defaults", want: sbxDefaults},
+		// No annotations: the operator's config, else hutch's defaults.
+		{name: "hutch defaults", want: hutchDefaults},
 		{name: "operator defaults", cfg: open, want: want{network: "open", allow: 3, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
-		{name: "pod network kept", hasNetns: true, want: with(sbxDefaults, func(w *want) { w.network = "" })},
+		{name: "pod network kept", hasNetns: true, want: with(hutchDefaults, func(w *want) { w.network = "" })},
 
 		// Network: none < allow < open; the pod's own namespace only
 		// tightens to none.
 		{name: "open to none", cfg: open, ann: map[string]string{AnnotationNetwork: "none"}, want: want{network: "none", dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
 		{name: "open to allow", cfg: open, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, want: want{network: "allow", allow: 1, dns: 2, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
-		{name: "allow to none", cfg: allow, ann: map[string]string{AnnotationNetwork: "none"}, want: sbxDefaults},
-		{name: "pod network to none", hasNetns: true, ann: map[string]string{AnnotationNetwork: "none"}, want: sbxDefaults},
-		{name: "none to open", ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling network "none"`, denied: true},
-		{name: "none to allow", ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, err: `annotation dev.sbx.network="allow" exceeds the operator's ceiling network "none"`, denied: true},
-		{name: "allow to open", cfg: allow, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling network "allow"`, denied: true},
-		{name: "pod network to open", hasNetns: true, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.sbx.network="open" exceeds the operator's ceiling: pods keep their own network namespace`, denied: true},
+		{name: "allow to none", cfg: allow, ann: map[string]string{AnnotationNetwork: "none"}, want: hutchDefaults},
+		{name: "pod network to none", hasNetns: true, ann: map[string]string{AnnotationNetwork: "none"}, want: hutchDefaults},
+		{name: "none to open", ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.hutch.network="open" exceeds the operator's ceiling network "none"`, denied: true},
+		{name: "none to allow", ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, err: `annotation dev.hutch.network="allow" exceeds the operator's ceiling network "none"`, denied: true},
+		{name: "allow to open", cfg: allow, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.hutch.network="open" exceeds the operator's ceiling network "allow"`, denied: true},
+		{name: "pod network to open", hasNetns: true, ann: map[string]string{AnnotationNetwork: "open"}, err: `annotation dev.hutch.network="open" exceeds the operator's ceiling: pods keep their own network namespace`, denied: true},
 		{name: "pod network to allow", hasNetns: true, ann: map[string]string{AnnotationNetwork: "allow", AnnotationAllow: "pypi.org"}, err: "only \"none\" tightens it", denied: true},
 		{name: "bad mode", ann: map[string]string{AnnotationNetwork: "sideways"}, err: `--net "sideways": want one of none, open, allow`},
 
 		// Allow rules: within the operator's list; under open, also
 		// public addresses open reaches anyway.
-		{name: "allow subset", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.0/24:5432, api.example.com, *.eu.example.com, 1.2.3.4"}, want: with(sbxDefaults, func(w *want) { w.network, w.allow = "allow", 4 })},
+		{name: "allow subset", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.0/24:5432, api.example.com, *.eu.example.com, 1.2.3.4"}, want: with(hutchDefaults, func(w *want) { w.network, w.allow = "allow", 4 })},
 		{name: "allow wider prefix", cfg: allow, ann: map[string]string{AnnotationAllow: "10.0.0.0/8:5432"}, err: "rule 10.0.0.0/8:5432 is not within the operator's network \"allow\" allow list [10.1.0.0/16:5432, *.example.com, 1.2.3.4]", denied: true},
 		{name: "allow other port", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.3:22"}, err: "rule 10.1.2.3/32:22 is not within", denied: true},
 		{name: "allow any port of a port rule", cfg: allow, ann: map[string]string{AnnotationAllow: "10.1.2.3"}, err: "rule 10.1.2.3/32 is not within", denied: true},
@@ -79,19 +79,19 @@ func TestResolvePolicy(t *testing.T) {
 
 		// DNS: only servers the operator lists.
 		{name: "dns subset", cfg: open, ann: map[string]string{AnnotationDNS: "9.9.9.9"}, want: want{network: "open", allow: 3, dns: 1, disk: 4 * gib, mem: 8 * gib, cpus: 4, pids: 2048}},
-		{name: "dns unlisted", cfg: open, ann: map[string]string{AnnotationDNS: "9.9.9.9,10.0.0.53"}, err: `annotation dev.sbx.dns="9.9.9.9,10.0.0.53" exceeds the operator's ceiling: server 10.0.0.53 is not one the operator lists [1.1.1.1, 9.9.9.9]`, denied: true},
+		{name: "dns unlisted", cfg: open, ann: map[string]string{AnnotationDNS: "9.9.9.9,10.0.0.53"}, err: `annotation dev.hutch.dns="9.9.9.9,10.0.0.53" exceeds the operator's ceiling: server 10.0.0.53 is not one the operator lists [1.1.1.1, 9.9.9.9]`, denied: true},
 		{name: "dns none listed", cfg: Config{Network: "open"}, ann: map[string]string{AnnotationDNS: "1.1.1.1"}, err: "server 1.1.1.1 is not one the operator lists []", denied: true},
 
-		// Limits: no higher than the operator's (or sbx's default).
-		{name: "disk lower", ann: map[string]string{AnnotationDisk: "512m"}, want: with(sbxDefaults, func(w *want) { w.disk = 512 << 20 })},
-		{name: "disk higher", ann: map[string]string{AnnotationDisk: "100t"}, err: `annotation dev.sbx.disk="100t" exceeds the operator's ceiling 10GiB`, denied: true},
+		// Limits: no higher than the operator's (or hutch's default).
+		{name: "disk lower", ann: map[string]string{AnnotationDisk: "512m"}, want: with(hutchDefaults, func(w *want) { w.disk = 512 << 20 })},
+		{name: "disk higher", ann: map[string]string{AnnotationDisk: "100t"}, err: `annotation dev.hutch.disk="100t" exceeds the operator's ceiling 10GiB`, denied: true},
 		{name: "disk above the operator's", cfg: open, ann: map[string]string{AnnotationDisk: "5g"}, err: "exceeds the operator's ceiling 4GiB", denied: true},
 		{name: "memory lower", cfg: open, ann: map[string]string{AnnotationMemory: "1g"}, want: want{network: "open", allow: 3, dns: 2, disk: 4 * gib, mem: gib, cpus: 4, pids: 2048}},
-		{name: "memory higher", ann: map[string]string{AnnotationMemory: "3g"}, err: `annotation dev.sbx.memory="3g" exceeds the operator's ceiling 2GiB`, denied: true},
-		{name: "cpus lower", ann: map[string]string{AnnotationCPUs: "0.5"}, want: with(sbxDefaults, func(w *want) { w.cpus = 0.5 })},
-		{name: "cpus higher", cfg: open, ann: map[string]string{AnnotationCPUs: "4.5"}, err: `annotation dev.sbx.cpus="4.5" exceeds the operator's ceiling of 4 CPUs`, denied: true},
-		{name: "pids lower", ann: map[string]string{AnnotationPids: "64"}, want: with(sbxDefaults, func(w *want) { w.pids = 64 })},
-		{name: "pids higher", ann: map[string]string{AnnotationPids: "1025"}, err: `annotation dev.sbx.pids="1025" exceeds the operator's ceiling of 1024 processes`, denied: true},
+		{name: "memory higher", ann: map[string]string{AnnotationMemory: "3g"}, err: `annotation dev.hutch.memory="3g" exceeds the operator's ceiling 2GiB`, denied: true},
+		{name: "cpus lower", ann: map[string]string{AnnotationCPUs: "0.5"}, want: with(hutchDefaults, func(w *want) { w.cpus = 0.5 })},
+		{name: "cpus higher", cfg: open, ann: map[string]string{AnnotationCPUs: "4.5"}, err: `annotation dev.hutch.cpus="4.5" exceeds the operator's ceiling of 4 CPUs`, denied: true},
+		{name: "pids lower", ann: map[string]string{AnnotationPids: "64"}, want: with(hutchDefaults, func(w *want) { w.pids = 64 })},
+		{name: "pids higher", ann: map[string]string{AnnotationPids: "1025"}, err: `annotation dev.hutch.pids="1025" exceeds the operator's ceiling of 1024 processes`, denied: true},
 		{name: "bad disk", ann: map[string]string{AnnotationDisk: "lots"}, err: `size "lots"`},
 		{name: "tiny disk", ann: map[string]string{AnnotationDisk: "1k"}, err: "--disk 1KiB below the minimum"},
 		{name: "tiny memory", ann: map[string]string{AnnotationMemory: "1m"}, err: "--memory 1MiB below the minimum"},
@@ -171,7 +171,7 @@ func TestLoadConfig(t *testing.T) {
 			if tc.want.Runsc != "" && c.Runsc != tc.want.Runsc || c.Network != tc.want.Network || strings.Join(c.Allow, ",") != strings.Join(tc.want.Allow, ",") {
 				t.Fatalf("got %+v", c)
 			}
-			if c.RunscRoot != "/run/sbx/containerd" || c.Runsc == "" {
+			if c.RunscRoot != "/run/hutch/containerd" || c.Runsc == "" {
 				t.Fatalf("defaults not filled in: %+v", c)
 			}
 		})
@@ -193,7 +193,7 @@ func TestPodCgroupParent(t *testing.T) {
 }
 
 // A sandbox on the host's network (no network namespace in its spec) is
-// refused, naming why and the way out; naming sbx's network, or having a
+// refused, naming why and the way out; naming hutch's network, or having a
 // namespace of its own, it runs.
 func TestCheckHostNetwork(t *testing.T) {
 	hostNet := &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}}}}
@@ -242,7 +242,7 @@ func TestNewPodAllowSUID(t *testing.T) {
 	if _, err := newPod(ctx, "test", "pod2", Config{Runsc: "runsc", RunscRoot: root}, host); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("host network pod: got %v, want permission denied", err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "test", "sbx", "pod2")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(root, "test", "hutch", "pod2")); !os.IsNotExist(err) {
 		t.Errorf("a refused pod left its state directory: %v", err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
+	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 )
 
 // The task API for a container's extra processes (execs): start, kill,
@@ -78,7 +78,7 @@ func (s *service) startExec(ctx context.Context, r *runsc.Runsc, c *container, p
 		p.mu.Unlock()
 	case p.stdio.Terminal:
 		// No agent in the container: a host pty, passed in by runsc.
-		log.G(ctx).WithField("id", c.id).WithField("exec", p.execID).Info("exec on a host pty: the container has no sbx-init")
+		log.G(ctx).WithField("id", c.id).WithField("exec", p.execID).Info("exec on a host pty: the container has no hutch-init")
 		con, replica, err := newPty()
 		if err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // How the ends of a pod's processes are reaped and published.

@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/fifo"
 	runc "github.com/containerd/go-runc"
 	"github.com/containerd/log"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // stdio is the containerd side of a process's stdio: fifo (or file) paths
@@ -51,7 +51,7 @@ func openInput(p string) (io.ReadCloser, error) {
 }
 
 // pipeIO connects a sandboxed process's stdio to containerd's fifos
-// through pipes the shim owns (runsc.Pipes, as sbx's own execs do): runsc
+// through pipes the shim owns (runsc.Pipes, as hutch's own execs do): runsc
 // writes to a regular file at offsets of its own, and a fifo handed over
 // directly could not be closed by CloseIO.
 type pipeIO struct {

@@ -23,12 +23,12 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 
-	"sbx.dev/sbx/assembly"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // RuntimeName is the runtime type containerd knows the shim by.
-const RuntimeName = "io.containerd.sbx.v1"
+const RuntimeName = "io.containerd.hutch.v1"
 
 // Version is the shim's version, set at build time.
 var Version = "dev"

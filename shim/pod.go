@@ -16,9 +16,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/assembly"
-	"sbx.dev/sbx/policy"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // pod is one gVisor sandbox: the runsc configuration every container of
@@ -47,7 +47,7 @@ type pod struct {
 	sandboxPid int
 	// gone is closed when the sandbox process has exited.
 	gone chan struct{}
-	// agent is the sbx-init binary mounted into each container, for
+	// agent is the hutch-init binary mounted into each container, for
 	// terminals of the sandbox's own; "" if there is none.
 	agent string
 	// restore is the checkpoint the pod resumes from (AnnotationRestore),
@@ -58,7 +58,7 @@ type pod struct {
 }
 
 // record is what the shim leaves in each container's bundle so that
-// `containerd-shim-sbx-v1 delete`, run after the shim died, can clean up.
+// `containerd-shim-hutch-v1 delete`, run after the shim died, can clean up.
 type record struct {
 	SandboxID string      `json:"sandbox_id"`
 	Root      bool        `json:"root"`
@@ -70,7 +70,7 @@ type record struct {
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
-const recordFile = "sbx-shim.json"
+const recordFile = "hutch-shim.json"
 
 func writeRecord(bundle string, r record) error {
 	b, err := json.Marshal(r)
@@ -104,12 +104,12 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	if err := checkHostNetwork(spec); err != nil {
 		return nil, err
 	}
-	p := &pod{id: id, policy: pp, gone: make(chan struct{}), agent: cfg.SbxInit}
+	p := &pod{id: id, policy: pp, gone: make(chan struct{}), agent: cfg.HutchInit}
 	if p.agent == "" {
 		if a, err := assembly.FindAgent(); err == nil {
 			p.agent = a
 		} else {
-			log.G(ctx).WithError(err).WithField("id", id).Warn("no sbx-init for the pod: an exec with a terminal gets a host pty instead of one of the sandbox's devpts")
+			log.G(ctx).WithError(err).WithField("id", id).Warn("no hutch-init for the pod: an exec with a terminal gets a host pty instead of one of the sandbox's devpts")
 		}
 	}
 	p.r = assembly.Runsc(assembly.RunscConfig{
@@ -121,7 +121,7 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 		Disk:        pp.Disk,
 		AllowSUID:   cfg.AllowSUID,
 	})
-	p.stateDir = filepath.Join(cfg.RunscRoot, ns, "sbx", id)
+	p.stateDir = filepath.Join(cfg.RunscRoot, ns, "hutch", id)
 	if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 // adjustSpec makes a container's spec fit the pod and the host: the
 // sandbox's spec options from assembly (seccomp, limits, the pids
 // backstop) for the pod's first container, the joining container's for
-// the others; the container's own seccomp profile on top of sbx's, and
+// the others; the container's own seccomp profile on top of hutch's, and
 // its masked and read-only paths enforced inside gVisor (either refused
 // when gVisor cannot enforce it as asked); a linked pod's containers
 // resolve names through the pod's resolver, and an OOM score the shim
@@ -231,14 +231,14 @@ func (p *pod) teardown(ctx context.Context) error {
 
 // checkHostNetwork refuses a sandbox on the host's network (a spec with
 // no network namespace: Kubernetes' hostNetwork, CRI's NamespaceMode
-// NODE): gVisor would take over the host's interfaces, outside sbx's
-// network policy and the pod's. A pod that names sbx's network with
+// NODE): gVisor would take over the host's interfaces, outside hutch's
+// network policy and the pod's. A pod that names hutch's network with
 // AnnotationNetwork gets that instead, as it asked.
 func checkHostNetwork(s *specs.Spec) error {
 	if _, ok := s.Annotations[AnnotationNetwork]; ok || hasNetworkNamespace(s) {
 		return nil
 	}
-	return fmt.Errorf("sbx policy: the pod asks for the host's network (hostNetwork, no network namespace), which sbx never gives a sandbox: it would reach the host's network outside sbx's policy; set annotation %s (none, allow or open, within the operator's ceiling) for sbx's own network instead: %w",
+	return fmt.Errorf("hutch policy: the pod asks for the host's network (hostNetwork, no network namespace), which hutch never gives a sandbox: it would reach the host's network outside hutch's policy; set annotation %s (none, allow or open, within the operator's ceiling) for hutch's own network instead: %w",
 		AnnotationNetwork, errdefs.ErrPermissionDenied)
 }
 
@@ -320,12 +320,12 @@ func hasCapSysResource() bool {
 	return false
 }
 
-// ownPodCgroup puts a pod's sandbox in a cgroup of sbx's own, made
+// ownPodCgroup puts a pod's sandbox in a cgroup of hutch's own, made
 // below the pod's (the last path element starting with "pod", as kubelet
 // names it) with the limits the pod's policy rendered into the spec, in
 // place of the pause container's: kubelet's pod cgroup above it still
 // bounds the pod as Kubernetes asked, and runsc, which applies limits
-// only to cgroups it makes itself, joins a cgroup sbx made and owns, as a
+// only to cgroups it makes itself, joins a cgroup hutch made and owns, as a
 // CLI sandbox does (docs/decisions/0004). Other sandboxes keep the cgroup
 // their spec names.
 func (p *pod) ownPodCgroup(s *specs.Spec) error {
@@ -333,7 +333,7 @@ func (p *pod) ownPodCgroup(s *specs.Spec) error {
 	if parent == "" {
 		return nil
 	}
-	own := parent + "/sbx"
+	own := parent + "/hutch"
 	// The host limits only: the spec's device rules are for the
 	// sandbox's inside, and on the host cgroup they would deny runsc's
 	// own processes /dev/null.

@@ -25,8 +25,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"sbx.dev/sbx/assembly"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 var empty = &emptypb.Empty{}

@@ -15,8 +15,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 
-	"sbx.dev/sbx/assembly"
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	"hutch.dev/hutch/assembly"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // Stats reports a container's usage as cgroups v3 metrics (v1 or v2, as

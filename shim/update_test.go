@@ -14,7 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 func updateRequest(t *testing.T, id string, res specs.LinuxResources) *taskAPI.UpdateTaskRequest {
@@ -34,7 +34,7 @@ func mem(v int64) specs.LinuxResources {
 
 // An update above the operator's ceiling is refused as a pod's create
 // is: PermissionDenied, naming the limit and the ceiling, and the pod's
-// limits stay; one below sbx's bounds is InvalidArgument with the
+// limits stay; one below hutch's bounds is InvalidArgument with the
 // validator's message. Joined containers share the sandbox: their limits
 // together may not exceed the ceiling either.
 func TestUpdateCeiling(t *testing.T) {
@@ -61,7 +61,7 @@ func TestUpdateCeiling(t *testing.T) {
 			s, root := testService(t, nil)
 			pol := podPolicy{CPUs: 0.5, Memory: 256 << 20, Pids: 32, Max: ceiling}
 			s.pod.policy = pol
-			s.pod.oomCgroup = "/sbx-test-no-such-cgroup"
+			s.pod.oomCgroup = "/hutch-test-no-such-cgroup"
 			joined := &container{id: "c2", spec: &specs.Spec{Linux: &specs.Linux{}}, execs: map[string]*process{}, init: newProcess("c2", "", stdio{})}
 			s.containers["c2"] = joined
 			if tc.other != nil {
@@ -102,10 +102,10 @@ func errorIs(err, target error) bool {
 func TestUpdateWithinCeilingReachesCgroup(t *testing.T) {
 	s, root := testService(t, nil)
 	s.pod.policy = podPolicy{CPUs: 0.5, Memory: 256 << 20, Pids: 32, Max: limits{CPUs: 1, Memory: 512 << 20, Pids: 64}}
-	s.pod.oomCgroup = "/sbx-test-no-such-cgroup"
+	s.pod.oomCgroup = "/hutch-test-no-such-cgroup"
 	_, err := s.Update(context.Background(), updateRequest(t, root.id, mem(512<<20)))
 	err = errgrpc.ToNative(err)
-	if err == nil || errdefs.IsPermissionDenied(err) || errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "sbx-test-no-such-cgroup") {
+	if err == nil || errdefs.IsPermissionDenied(err) || errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "hutch-test-no-such-cgroup") {
 		t.Fatalf("update within the ceiling: %v, want the cgroup write's failure", err)
 	}
 	if s.pod.policy.Memory != 256<<20 {

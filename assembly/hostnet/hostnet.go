@@ -28,7 +28,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // Pool is the address space sandboxes take their /30 links from: the host
@@ -38,7 +38,7 @@ var Pool = netip.MustParsePrefix("10.200.0.0/16")
 // LeaseDir holds one file per allocated /30, named by its index (see
 // lease.go). It is on a tmpfs: after a reboot every netns is gone and so
 // are the leases.
-var LeaseDir = "/run/sbx/net"
+var LeaseDir = "/run/hutch/net"
 
 const sandboxIf = "eth0"
 
@@ -95,9 +95,9 @@ func names(id string) *Network {
 	short := idHash(id)[:12]
 	return &Network{
 		ID:        id,
-		NetnsName: "sbx-" + id,
-		HostIf:    "sbx" + short[:min(len(short), 11)],
-		Table:     "sbx_" + short,
+		NetnsName: "hutch-" + id,
+		HostIf:    "hutch" + short[:min(len(short), 10)],
+		Table:     "hutch_" + short,
 	}
 }
 
@@ -230,14 +230,14 @@ func Suspend(ctx context.Context, id string) error {
 }
 
 // ForwardGuard is the nftables table that keeps the host from routing
-// anything but sandboxes' traffic once sbx has turned IPv4 forwarding on.
-const ForwardGuard = "sbx_forward"
+// anything but sandboxes' traffic once hutch has turned IPv4 forwarding on.
+const ForwardGuard = "hutch_forward"
 
 // enableForwarding turns on IPv4 forwarding, which sandboxes' links need.
 // The switch is host-wide: it would make the host a router between all its
 // interfaces. If forwarding was off (the host did not mean to route),
 // the guard table goes in first, accepting forwarded packets only from or
-// to sbx's links; a host that routes already (a Kubernetes node, a
+// to hutch's links; a host that routes already (a Kubernetes node, a
 // container host) keeps routing as it did.
 func enableForwarding(ctx context.Context) error {
 	const sysctl = "/proc/sys/net/ipv4/ip_forward"
@@ -258,7 +258,7 @@ func enableForwarding(ctx context.Context) error {
 }
 
 // renderForwardGuard is the guard table: it drops what the host would
-// forward between interfaces that are not sbx's links (each sandbox's own
+// forward between interfaces that are not hutch's links (each sandbox's own
 // table then decides what its link may carry).
 func renderForwardGuard() string {
 	return fmt.Sprintf(`add table inet %[1]s
@@ -266,8 +266,8 @@ delete table inet %[1]s
 table inet %[1]s {
 	chain forward {
 		type filter hook forward priority filter - 1; policy drop;
-		iifname "sbx*" accept
-		oifname "sbx*" accept
+		iifname "hutch*" accept
+		oifname "hutch*" accept
 	}
 }
 `, ForwardGuard)

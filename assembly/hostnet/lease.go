@@ -17,7 +17,7 @@ import (
 // networked create, resume, update and removal looks its lease up). A
 // link is trusted only when the lease it names holds its ID.
 //
-// Leases made without links (by an earlier sbx, their sandboxes still
+// Leases made without links (by an earlier hutch, their sandboxes still
 // running) are linked once, by the first lookup that finds no
 // LeaseDir/by-id/.complete.
 

@@ -12,7 +12,7 @@ import (
 // concurrent allocations never share an index.
 func TestLeases(t *testing.T) {
 	LeaseDir = filepath.Join(t.TempDir(), "net")
-	defer func() { LeaseDir = "/run/sbx/net" }()
+	defer func() { LeaseDir = "/run/hutch/net" }()
 	for n := 1; n <= 5; n++ {
 		i, err := allocate(fmt.Sprint("sb", n))
 		if err != nil || i != n {
@@ -70,11 +70,11 @@ func TestLeases(t *testing.T) {
 	}
 }
 
-// Leases an earlier sbx made, without links, are found (and linked) by
+// Leases an earlier hutch made, without links, are found (and linked) by
 // the first lookup; after that a lookup reads no lease but its own.
 func TestLeasesWithoutLinks(t *testing.T) {
 	LeaseDir = filepath.Join(t.TempDir(), "net")
-	defer func() { LeaseDir = "/run/sbx/net" }()
+	defer func() { LeaseDir = "/run/hutch/net" }()
 	if err := os.MkdirAll(LeaseDir, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/time/rate"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // ResolverConfig is the DNS resolver's configuration file. The engine
@@ -491,16 +491,16 @@ func admitNetlink(c *nftables.Conn, table string, rules, all []policy.AllowRule,
 	return c.Flush()
 }
 
-// HelperName is the small binary beside sbx that serves the resolver
-// with the same arguments as sbx (cmd/sbx-helper): it links little
+// HelperName is the small binary beside hutch that serves the resolver
+// with the same arguments as hutch (cmd/hutch-helper): it links little
 // besides this package, so an idle resolver holds a small part of an
-// idle sbx's memory. (docs/decisions/0026-sandbox-helpers.md)
-const HelperName = "sbx-helper"
+// idle hutch's memory. (docs/decisions/0026-sandbox-helpers.md)
+const HelperName = "hutch-helper"
 
-// StartResolver starts `exe args...` (an sbx binary whose args make it call
+// StartResolver starts `exe args...` (a hutch binary whose args make it call
 // ServeResolver) as a detached process with its output appended to
 // logPath, and waits until it listens. It returns the process's PID. If
-// exe is sbx and HelperName is beside it, HelperName runs the resolver
+// exe is hutch and HelperName is beside it, HelperName runs the resolver
 // instead, with args.
 func StartResolver(exe string, args []string, logPath string) (int, error) {
 	exe = helperFor(exe)
@@ -559,20 +559,20 @@ func ReadyPipe() func(error) {
 	}
 }
 
-// Helper is HelperName beside the sbx binary sbx (its symlinks
+// Helper is HelperName beside the hutch binary hutch (its symlinks
 // resolved), or "" if there is no executable file of that name there.
-func Helper(sbx string) string {
-	if r, err := filepath.EvalSymlinks(sbx); err == nil {
-		sbx = r
+func Helper(hutch string) string {
+	if r, err := filepath.EvalSymlinks(hutch); err == nil {
+		hutch = r
 	}
-	h := filepath.Join(filepath.Dir(sbx), HelperName)
+	h := filepath.Join(filepath.Dir(hutch), HelperName)
 	if fi, err := os.Stat(h); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 		return ""
 	}
 	return h
 }
 
-// helperFor is Helper(exe) if exe is sbx, given by its absolute path,
+// helperFor is Helper(exe) if exe is hutch, given by its absolute path,
 // with a helper beside it; else exe.
 func helperFor(exe string) string {
 	if !filepath.IsAbs(exe) {
@@ -582,7 +582,7 @@ func helperFor(exe string) string {
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		resolved = r
 	}
-	if filepath.Base(resolved) != "sbx" {
+	if filepath.Base(resolved) != "hutch" {
 		return exe
 	}
 	if h := Helper(resolved); h != "" {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // The resolver's message path takes packets from inside a sandbox: any

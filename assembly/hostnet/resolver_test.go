@@ -12,7 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // fakeUpstream answers every A query with addr and the given TTL, from a
@@ -148,7 +148,7 @@ func TestAdmitAddrsSkipsDenied(t *testing.T) {
 func TestResolverRebindingAnswer(t *testing.T) {
 	up, _ := fakeUpstream(t, "169.254.169.254", 1<<31-1)
 	name, _ := policy.ParseAllow("*.example.com")
-	r := newTestResolver(t, ResolverConfig{Upstreams: []string{up}, Mode: policy.NetAllow, Allow: []policy.AllowRule{name}, Table: "sbx_no_such_table"})
+	r := newTestResolver(t, ResolverConfig{Upstreams: []string{up}, Mode: policy.NetAllow, Allow: []policy.AllowRule{name}, Table: "hutch_no_such_table"})
 	m := ask(r, new(dns.Msg).SetQuestion("meta.example.com.", dns.TypeA))
 	if m == nil || m.Rcode != dns.RcodeSuccess {
 		t.Fatalf("reply %v, want NOERROR", m)
@@ -190,7 +190,7 @@ func TestResolverUpdateRevokesInFlight(t *testing.T) {
 	release := make(chan struct{})
 	up := slowUpstream(t, "203.0.113.9", release)
 	name, _ := policy.ParseAllow("revoked.example.com")
-	c := ResolverConfig{Upstreams: []string{up}, Mode: policy.NetAllow, Allow: []policy.AllowRule{name}, Table: "sbx_no_such_table"}
+	c := ResolverConfig{Upstreams: []string{up}, Mode: policy.NetAllow, Allow: []policy.AllowRule{name}, Table: "hutch_no_such_table"}
 	r := newTestResolver(t, c)
 	got := make(chan *dns.Msg, 1)
 	go func() { got <- ask(r, new(dns.Msg).SetQuestion("revoked.example.com.", dns.TypeA)) }()

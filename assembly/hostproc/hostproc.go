@@ -1,7 +1,7 @@
 // Package hostproc names host processes by PID and start time, so that a
-// PID the kernel has reused is never taken for the process sbx started.
-// It reads /proc only, and imports nothing else of sbx, so that the small
-// helper binary (cmd/sbx-helper) can use it too.
+// PID the kernel has reused is never taken for the process hutch started.
+// It reads /proc only, and imports nothing else of hutch, so that the small
+// helper binary (cmd/hutch-helper) can use it too.
 package hostproc
 
 import (

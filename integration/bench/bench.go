@@ -17,13 +17,13 @@ import (
 	"time"
 )
 
-// bench holds the state of one benchmark run: a fresh sbx state root, a
-// raw runsc state root, and one long-lived sbx sandbox that exec runs in.
+// bench holds the state of one benchmark run: a fresh hutch state root, a
+// raw runsc state root, and one long-lived hutch sandbox that exec runs in.
 type bench struct {
 	cfg   config
-	sbx   string
+	hutch string
 	tmp   string
-	root  string   // SBX_ROOT
+	root  string   // HUTCH_ROOT
 	env   []string // environment of every command
 	nonce string
 	raw   *rawSide
@@ -35,7 +35,7 @@ type bench struct {
 	targetGlobals []string
 }
 
-// sandboxRecord is what the bench reads from `sbx inspect`.
+// sandboxRecord is what the bench reads from `hutch inspect`.
 type sandboxRecord struct {
 	ID     string `json:"id"`
 	Rootfs string `json:"rootfs"`
@@ -43,12 +43,12 @@ type sandboxRecord struct {
 }
 
 func newBench(c config) (*bench, error) {
-	for _, f := range []string{"sbx", "sbx-init", "runsc", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "hutch-init", "runsc", "images/busybox.tar"} {
 		if _, err := os.Stat(filepath.Join(c.bin, f)); err != nil {
 			return nil, fmt.Errorf("%w (run `make build`)", err)
 		}
 	}
-	tmp, err := os.MkdirTemp("", "sbx-bench-")
+	tmp, err := os.MkdirTemp("", "hutch-bench-")
 	if err != nil {
 		return nil, err
 	}
@@ -56,9 +56,9 @@ func newBench(c config) (*bench, error) {
 	rand.Read(nb)
 	b := &bench{
 		cfg:   c,
-		sbx:   filepath.Join(c.bin, "sbx"),
+		hutch: filepath.Join(c.bin, "hutch"),
 		tmp:   tmp,
-		root:  filepath.Join(tmp, "sbx"),
+		root:  filepath.Join(tmp, "hutch"),
 		nonce: hex.EncodeToString(nb),
 		raw: &rawSide{
 			runsc: filepath.Join(c.bin, "runsc"),
@@ -68,13 +68,13 @@ func newBench(c config) (*bench, error) {
 		},
 	}
 	b.raw.cgroupParent = rawCgroupPrefix + b.nonce
-	// A clean environment: no SBX_* setting from the caller's shell.
+	// A clean environment: no HUTCH_* setting from the caller's shell.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SBX_") {
+		if !strings.HasPrefix(kv, "HUTCH_") {
 			b.env = append(b.env, kv)
 		}
 	}
-	b.env = append(b.env, "SBX_ROOT="+b.root)
+	b.env = append(b.env, "HUTCH_ROOT="+b.root)
 	for _, d := range []string{b.raw.root, b.raw.dir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return b, err
@@ -83,25 +83,25 @@ func newBench(c config) (*bench, error) {
 	return b, nil
 }
 
-// sbxCmd runs sbx with args to completion and returns its stdout.
-func (b *bench) sbxCmd(ctx context.Context, args ...string) (string, error) {
-	r, err := timed(ctx, runOpts{env: b.env}, b.sbx, args...)
+// hutchCmd runs hutch with args to completion and returns its stdout.
+func (b *bench) hutchCmd(ctx context.Context, args ...string) (string, error) {
+	r, err := timed(ctx, runOpts{env: b.env}, b.hutch, args...)
 	return strings.TrimSpace(string(r.head)), err
 }
 
-// sbxCreate creates a sandbox with sbx's defaults and returns its record.
-func (b *bench) sbxCreate(ctx context.Context) (sandboxRecord, error) {
-	id, err := b.sbxCmd(ctx, "create")
+// hutchCreate creates a sandbox with hutch's defaults and returns its record.
+func (b *bench) hutchCreate(ctx context.Context) (sandboxRecord, error) {
+	id, err := b.hutchCmd(ctx, "create")
 	if err != nil {
 		return sandboxRecord{}, err
 	}
-	out, err := b.sbxCmd(ctx, "inspect", "--format", "debug", id)
+	out, err := b.hutchCmd(ctx, "inspect", "--format", "debug", id)
 	if err != nil {
 		return sandboxRecord{}, err
 	}
 	var rec sandboxRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		return rec, fmt.Errorf("sbx inspect %s: %w", id, err)
+		return rec, fmt.Errorf("hutch inspect %s: %w", id, err)
 	}
 	return rec, nil
 }
@@ -110,7 +110,7 @@ func (b *bench) sbxCreate(ctx context.Context) (sandboxRecord, error) {
 // same rootfs, spec and disk size, and the runsc global flags of the
 // target for raw exec.
 func (b *bench) setup(ctx context.Context) error {
-	rec, err := b.sbxCreate(ctx)
+	rec, err := b.hutchCreate(ctx)
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", specPath, err)
 	}
 	if b.raw.spec.Root == nil || b.raw.spec.Root.Path != rec.Rootfs {
-		return fmt.Errorf("sbx's spec and inspect disagree on the rootfs of %s", rec.ID)
+		return fmt.Errorf("hutch's spec and inspect disagree on the rootfs of %s", rec.ID)
 	}
 	if b.raw.spec.Process == nil || b.raw.spec.Linux == nil {
 		return fmt.Errorf("%s: no process or linux section", specPath)
@@ -158,14 +158,14 @@ func (b *bench) rawExec(ctx context.Context, o runOpts, args ...string) (result,
 	return timed(ctx, o, b.raw.runsc, full...)
 }
 
-// sbxExec runs `sbx exec` of args in sbx sandbox id.
-func (b *bench) sbxExec(ctx context.Context, id string, args ...string) (result, error) {
-	return b.sbxExecOpts(ctx, runOpts{}, id, args...)
+// hutchExec runs `hutch exec` of args in hutch sandbox id.
+func (b *bench) hutchExec(ctx context.Context, id string, args ...string) (result, error) {
+	return b.hutchExecOpts(ctx, runOpts{}, id, args...)
 }
 
-func (b *bench) sbxExecOpts(ctx context.Context, o runOpts, id string, args ...string) (result, error) {
+func (b *bench) hutchExecOpts(ctx context.Context, o runOpts, id string, args ...string) (result, error) {
 	o.env = b.env
-	return timed(ctx, o, b.sbx, append([]string{"exec", id, "--"}, args...)...)
+	return timed(ctx, o, b.hutch, append([]string{"exec", id, "--"}, args...)...)
 }
 
 // rawID names the i-th raw container of a benchmark.
@@ -175,16 +175,16 @@ func (b *bench) rawID(what string, i int) string {
 
 // pair is one benchmark's two sides.
 type pair struct {
-	sbx, raw func(ctx context.Context, i int) (result, error)
+	hutch, raw func(ctx context.Context, i int) (result, error)
 }
 
 // interleave runs warm untimed pairs, then n measured pairs with the order of
-// the sides alternating (sbx first on even i, raw first on odd i), so
+// the sides alternating (hutch first on even i, raw first on odd i), so
 // neither side always follows the other.
-func (b *bench) interleave(ctx context.Context, name string, warm, n int, p pair) (sbx, raw []result, err error) {
+func (b *bench) interleave(ctx context.Context, name string, warm, n int, p pair) (hutch, raw []result, err error) {
 	start := time.Now()
 	for i := 0; i < warm; i++ {
-		if _, err := p.sbx(ctx, -1-i); err != nil {
+		if _, err := p.hutch(ctx, -1-i); err != nil {
 			return nil, nil, fmt.Errorf("%s: warm-up: %w", name, err)
 		}
 		if _, err := p.raw(ctx, -1-i); err != nil {
@@ -195,9 +195,9 @@ func (b *bench) interleave(ctx context.Context, name string, warm, n int, p pair
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		first, second := p.sbx, p.raw
+		first, second := p.hutch, p.raw
 		if i%2 == 1 {
-			first, second = p.raw, p.sbx
+			first, second = p.raw, p.hutch
 		}
 		r1, err := first(ctx, i)
 		if err != nil {
@@ -210,10 +210,10 @@ func (b *bench) interleave(ctx context.Context, name string, warm, n int, p pair
 		if i%2 == 1 {
 			r1, r2 = r2, r1
 		}
-		sbx, raw = append(sbx, r1), append(raw, r2)
+		hutch, raw = append(hutch, r1), append(raw, r2)
 	}
 	progress("%-28s %d pairs in %s", name, n, time.Since(start).Round(time.Millisecond))
-	return sbx, raw, nil
+	return hutch, raw, nil
 }
 
 // expect checks a run's stdout.
@@ -239,29 +239,29 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	for _, m := range b.raw.spec.Mounts {
 		rep.mounts = append(rep.mounts, m.Destination)
 	}
-	rep.sbxInit = b.raw.spec.Process.Args
+	rep.hutchInit = b.raw.spec.Process.Args
 
 	echo := []string{"echo", "hi"}
 
-	// 1. create -> first output, and the steps of sbx run one by one.
+	// 1. create -> first output, and the steps of hutch run one by one.
 	if err := b.lifecycle(ctx, rep); err != nil {
 		return nil, err
 	}
 
 	// 2. exec true -> exit.
-	sbxTrue, rawTrue, err := b.interleave(ctx, "exec true", b.cfg.warmup, b.cfg.execN, pair{
-		sbx: func(ctx context.Context, i int) (result, error) { return b.sbxExec(ctx, b.target, "true") },
-		raw: func(ctx context.Context, i int) (result, error) { return b.rawExec(ctx, runOpts{}, "true") },
+	hutchTrue, rawTrue, err := b.interleave(ctx, "exec true", b.cfg.warmup, b.cfg.execN, pair{
+		hutch: func(ctx context.Context, i int) (result, error) { return b.hutchExec(ctx, b.target, "true") },
+		raw:   func(ctx context.Context, i int) (result, error) { return b.rawExec(ctx, runOpts{}, "true") },
 	})
 	if err != nil {
 		return nil, err
 	}
-	rep.execTrue = row{summarize(seconds(sbxTrue, exitTime)), summarize(seconds(rawTrue, exitTime))}
+	rep.execTrue = row{summarize(seconds(hutchTrue, exitTime)), summarize(seconds(rawTrue, exitTime))}
 
 	// 3. exec echo hi -> first output.
-	sbxEcho, rawEcho, err := b.interleave(ctx, "exec echo hi", b.cfg.warmup, b.cfg.execN, pair{
-		sbx: func(ctx context.Context, i int) (result, error) {
-			r, err := b.sbxExec(ctx, b.target, echo...)
+	hutchEcho, rawEcho, err := b.interleave(ctx, "exec echo hi", b.cfg.warmup, b.cfg.execN, pair{
+		hutch: func(ctx context.Context, i int) (result, error) {
+			r, err := b.hutchExec(ctx, b.target, echo...)
 			return expect(r, err, "hi\n")
 		},
 		raw: func(ctx context.Context, i int) (result, error) {
@@ -272,13 +272,13 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.execEcho = row{summarize(seconds(sbxEcho, firstByte)), summarize(seconds(rawEcho, firstByte))}
+	rep.execEcho = row{summarize(seconds(hutchEcho, firstByte)), summarize(seconds(rawEcho, firstByte))}
 
-	// The cost of starting the sbx CLI: a command that reads the state
+	// The cost of starting the hutch CLI: a command that reads the state
 	// root and runs no runsc.
 	var ls []result
 	for i := 0; i < b.cfg.n; i++ {
-		r, err := timed(ctx, runOpts{env: b.env}, b.sbx, "ls", "-q")
+		r, err := timed(ctx, runOpts{env: b.env}, b.hutch, "ls", "-q")
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +286,7 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	}
 	rep.cliFloor = summarize(seconds(ls, exitTime))
 
-	// Inside sbx create, exec and rm: the time between their runsc calls.
+	// Inside hutch create, exec and rm: the time between their runsc calls.
 	if err := b.allPhases(ctx, rep); err != nil {
 		return nil, err
 	}
@@ -347,9 +347,9 @@ func (b *bench) stream(ctx context.Context, rep *report) error {
 		if w.res == &rep.streamDD && b.cfg.streamBytes%bs != 0 {
 			continue
 		}
-		sbxS, rawS, err := b.interleave(ctx, w.name, 0, b.cfg.streamN, pair{
-			sbx: func(ctx context.Context, i int) (result, error) {
-				return check(b.sbxExecOpts(ctx, runOpts{sampleHWM: true}, b.target, w.args...))
+		hutchS, rawS, err := b.interleave(ctx, w.name, 0, b.cfg.streamN, pair{
+			hutch: func(ctx context.Context, i int) (result, error) {
+				return check(b.hutchExecOpts(ctx, runOpts{sampleHWM: true}, b.target, w.args...))
 			},
 			raw: func(ctx context.Context, i int) (result, error) {
 				return check(b.rawExec(ctx, runOpts{sampleHWM: true}, w.args...))
@@ -361,29 +361,29 @@ func (b *bench) stream(ctx context.Context, rep *report) error {
 		rate := func(r result) float64 { return float64(r.bytes) / r.exit.Seconds() / 1e6 }
 		cpu := func(r result) float64 { return r.cpu.Seconds() }
 		*w.res = streamResult{
-			sbxHWM:    summarize(values(sbxS, func(r result) float64 { return float64(r.hwm) })),
-			sbxMaxRSS: summarize(values(sbxS, func(r result) float64 { return float64(r.maxRSS) })),
-			rawMaxRSS: summarize(values(rawS, func(r result) float64 { return float64(r.maxRSS) })),
-			sbxRate:   summarize(values(sbxS, rate)),
-			rawRate:   summarize(values(rawS, rate)),
-			sbxTime:   summarize(seconds(sbxS, exitTime)),
-			rawTime:   summarize(seconds(rawS, exitTime)),
-			sbxCPU:    summarize(values(sbxS, cpu)),
-			rawCPU:    summarize(values(rawS, cpu)),
+			hutchHWM:    summarize(values(hutchS, func(r result) float64 { return float64(r.hwm) })),
+			hutchMaxRSS: summarize(values(hutchS, func(r result) float64 { return float64(r.maxRSS) })),
+			rawMaxRSS:   summarize(values(rawS, func(r result) float64 { return float64(r.maxRSS) })),
+			hutchRate:   summarize(values(hutchS, rate)),
+			rawRate:     summarize(values(rawS, rate)),
+			hutchTime:   summarize(seconds(hutchS, exitTime)),
+			rawTime:     summarize(seconds(rawS, exitTime)),
+			hutchCPU:    summarize(values(hutchS, cpu)),
+			rawCPU:      summarize(values(rawS, cpu)),
 		}
-		progress("%-28s sbx %.0f MB/s, CPU %.2f s; runsc %.0f MB/s, CPU %.2f s", w.name,
-			w.res.sbxRate.median, w.res.sbxCPU.median, w.res.rawRate.median, w.res.rawCPU.median)
+		progress("%-28s hutch %.0f MB/s, CPU %.2f s; runsc %.0f MB/s, CPU %.2f s", w.name,
+			w.res.hutchRate.median, w.res.hutchCPU.median, w.res.rawRate.median, w.res.rawCPU.median)
 	}
 	return nil
 }
 
-// idleMemory measures the host memory of fresh idle sandboxes: sbx's
-// (sbx-init as init) against raw runsc ones (busybox sleep as init).
+// idleMemory measures the host memory of fresh idle sandboxes: hutch's
+// (hutch-init as init) against raw runsc ones (busybox sleep as init).
 func (b *bench) idleMemory(ctx context.Context, rep *report) error {
 	start := time.Now()
-	var sbxM, rawM []hostMemory
+	var hutchM, rawM []hostMemory
 	for i := 0; i < b.cfg.memN; i++ {
-		rec, err := b.sbxCreate(ctx)
+		rec, err := b.hutchCreate(ctx)
 		if err != nil {
 			return err
 		}
@@ -392,7 +392,7 @@ func (b *bench) idleMemory(ctx context.Context, rep *report) error {
 			return err
 		}
 		sleepCtx(ctx, b.cfg.settle)
-		memSbx, err := sandboxMemory(rec.ID)
+		memHutch, err := sandboxMemory(rec.ID)
 		if err != nil {
 			return err
 		}
@@ -400,8 +400,8 @@ func (b *bench) idleMemory(ctx context.Context, rep *report) error {
 		if err != nil {
 			return err
 		}
-		sbxM, rawM = append(sbxM, memSbx), append(rawM, memRaw)
-		if _, err := b.sbxCmd(ctx, "rm", "-f", rec.ID); err != nil {
+		hutchM, rawM = append(hutchM, memHutch), append(rawM, memRaw)
+		if _, err := b.hutchCmd(ctx, "rm", "-f", rec.ID); err != nil {
 			return err
 		}
 		if _, err := b.raw.remove(ctx, id); err != nil {
@@ -412,9 +412,9 @@ func (b *bench) idleMemory(ctx context.Context, rep *report) error {
 	rss := func(m hostMemory) float64 { return float64(m.rss) }
 	procs := func(m hostMemory) float64 { return float64(m.procs) }
 	rep.idle = idleResult{
-		sbxPSS: summarize(memValues(sbxM, pss)), rawPSS: summarize(memValues(rawM, pss)),
-		sbxRSS: summarize(memValues(sbxM, rss)), rawRSS: summarize(memValues(rawM, rss)),
-		sbxProcs: summarize(memValues(sbxM, procs)), rawProcs: summarize(memValues(rawM, procs)),
+		hutchPSS: summarize(memValues(hutchM, pss)), rawPSS: summarize(memValues(rawM, pss)),
+		hutchRSS: summarize(memValues(hutchM, rss)), rawRSS: summarize(memValues(rawM, rss)),
+		hutchProcs: summarize(memValues(hutchM, procs)), rawProcs: summarize(memValues(rawM, procs)),
 	}
 	progress("%-28s %d pairs in %s", "idle sandbox memory", b.cfg.memN, time.Since(start).Round(time.Millisecond))
 	return nil
@@ -439,8 +439,8 @@ func (b *bench) machine(ctx context.Context, rep *report) error {
 		return fmt.Errorf("runsc --version: %w", err)
 	}
 	rep.runscVersion, _, _ = strings.Cut(strings.TrimSpace(string(v)), "\n")
-	if out, err := b.sbxCmd(ctx, "version"); err == nil {
-		rep.sbxVersion, _, _ = strings.Cut(out, "\n")
+	if out, err := b.hutchCmd(ctx, "version"); err == nil {
+		rep.hutchVersion, _, _ = strings.Cut(out, "\n")
 	}
 	if ci, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(ci), "\n") {
@@ -469,14 +469,14 @@ func loadAverage() string {
 // temporary directory.
 func (b *bench) cleanup() {
 	ctx := context.Background()
-	if ids, err := b.sbxCmd(ctx, "ls", "-q"); err == nil {
+	if ids, err := b.hutchCmd(ctx, "ls", "-q"); err == nil {
 		for _, id := range strings.Fields(ids) {
-			if _, err := b.sbxCmd(ctx, "rm", "-f", id); err != nil {
+			if _, err := b.hutchCmd(ctx, "rm", "-f", id); err != nil {
 				progress("cleanup: %v", err)
 			}
 		}
 	} else if _, statErr := os.Stat(b.root); statErr == nil {
-		progress("cleanup: sbx ls: %v", err)
+		progress("cleanup: hutch ls: %v", err)
 	}
 	b.raw.cleanup()
 	stopBuilder(filepath.Join(b.root, "buildkit"))
@@ -487,7 +487,7 @@ func (b *bench) cleanup() {
 	}
 }
 
-// stopBuilder stops the buildkitd that sbx started under dir (when the
+// stopBuilder stops the buildkitd that hutch started under dir (when the
 // default image had to be built) and waits for it: no daemon outlives the
 // run's temporary root.
 func stopBuilder(dir string) {

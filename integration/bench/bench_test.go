@@ -18,8 +18,8 @@ func TestSummarize(t *testing.T) {
 func TestRunscFlags(t *testing.T) {
 	var r rawSide
 	r.root, r.dir = "/r", "/d"
-	sbxFlags := []string{"--root=/s/runsc", "--overlay2=root:dir=/s/sandboxes/x,size=64", "--network=none", "--gofer-network-namespace=new"}
-	if err := r.setGlobals(sbxFlags); err != nil {
+	hutchFlags := []string{"--root=/s/runsc", "--overlay2=root:dir=/s/sandboxes/x,size=64", "--network=none", "--gofer-network-namespace=new"}
+	if err := r.setGlobals(hutchFlags); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(r.globals("c1"), " ")
@@ -30,7 +30,7 @@ func TestRunscFlags(t *testing.T) {
 	if err := r.setGlobals([]string{"--network=none"}); err == nil {
 		t.Error("flags without --root accepted")
 	}
-	if got := placeholders(sbxFlags, "R", "D"); got != "--root=R --overlay2=root:dir=D,size=64 --network=none --gofer-network-namespace=new" {
+	if got := placeholders(hutchFlags, "R", "D"); got != "--root=R --overlay2=root:dir=D,size=64 --network=none --gofer-network-namespace=new" {
 		t.Errorf("placeholders = %q", got)
 	}
 	if got := runscSubcommand([]string{"--root", "/x", "--network=none", "state", "id"}); got != "state" {
@@ -39,7 +39,7 @@ func TestRunscFlags(t *testing.T) {
 }
 
 func TestKBField(t *testing.T) {
-	status := []byte("Name:\tsbx\nVmHWM:\t   9876 kB\nVmRSS:\t   1234 kB\n")
+	status := []byte("Name:\thutch\nVmHWM:\t   9876 kB\nVmRSS:\t   1234 kB\n")
 	if v, err := kBField(status, "VmRSS"); err != nil || v != 1234*1024 {
 		t.Errorf("VmRSS = %d, %v", v, err)
 	}

@@ -9,29 +9,29 @@ import (
 // lifecycleRun is one pass of the lifecycle benchmark on one side: the
 // whole `run`, then its steps one by one.
 type lifecycleRun struct {
-	// run is `sbx run --rm -- echo hi`, or `runsc run` of echo hi.
+	// run is `hutch run --rm -- echo hi`, or `runsc run` of echo hi.
 	run result
 	// runDelete is the `runsc delete` after `runsc run`, zero if runsc
 	// had already removed the container (raw side only).
 	runDelete time.Duration
-	// create is `sbx create`, or `runsc run --detach` of sbx's spec.
+	// create is `hutch create`, or `runsc run --detach` of hutch's spec.
 	create result
 	// exec is a first `echo hi` into the sandbox just created.
 	exec result
-	// rm is `sbx rm -f`, or `runsc delete --force`.
+	// rm is `hutch rm -f`, or `runsc delete --force`.
 	rm result
 }
 
 // lifecycle measures create-to-first-output and, in the same pairs, the
-// steps of `sbx run` against their runsc counterparts, so that every
+// steps of `hutch run` against their runsc counterparts, so that every
 // number of the breakdown shares the machine's state with the headline.
 func (b *bench) lifecycle(ctx context.Context, rep *report) error {
-	var sbxRuns, rawRuns []lifecycleRun
+	var hutchRuns, rawRuns []lifecycleRun
 	_, _, err := b.interleave(ctx, "run, and its steps", b.cfg.warmup, b.cfg.n, pair{
-		sbx: func(ctx context.Context, i int) (result, error) {
-			l, err := b.sbxLifecycle(ctx)
+		hutch: func(ctx context.Context, i int) (result, error) {
+			l, err := b.hutchLifecycle(ctx)
 			if err == nil && i >= 0 {
-				sbxRuns = append(sbxRuns, l)
+				hutchRuns = append(hutchRuns, l)
 			}
 			return l.run, err
 		},
@@ -47,7 +47,7 @@ func (b *bench) lifecycle(ctx context.Context, rep *report) error {
 		return err
 	}
 	both := func(f func(lifecycleRun) time.Duration) row {
-		return row{summarize(lifecycleSeconds(sbxRuns, f)), summarize(lifecycleSeconds(rawRuns, f))}
+		return row{summarize(lifecycleSeconds(hutchRuns, f)), summarize(lifecycleSeconds(rawRuns, f))}
 	}
 	rep.run = both(func(l lifecycleRun) time.Duration { return l.run.firstByte })
 	rep.runCycle = both(func(l lifecycleRun) time.Duration { return l.run.exit + l.runDelete })
@@ -70,23 +70,23 @@ func lifecycleSeconds(ls []lifecycleRun, f func(lifecycleRun) time.Duration) []f
 	return out
 }
 
-// sbxLifecycle is the sbx side: `sbx run --rm -- echo hi`, then
-// `sbx create`, `sbx exec ID -- echo hi` and `sbx rm -f ID`.
-func (b *bench) sbxLifecycle(ctx context.Context) (lifecycleRun, error) {
+// hutchLifecycle is the hutch side: `hutch run --rm -- echo hi`, then
+// `hutch create`, `hutch exec ID -- echo hi` and `hutch rm -f ID`.
+func (b *bench) hutchLifecycle(ctx context.Context) (lifecycleRun, error) {
 	var l lifecycleRun
 	var err error
-	l.run, err = timed(ctx, runOpts{env: b.env}, b.sbx, "run", "--rm", "--", "echo", "hi")
+	l.run, err = timed(ctx, runOpts{env: b.env}, b.hutch, "run", "--rm", "--", "echo", "hi")
 	if l.run, err = expect(l.run, err, "hi\n"); err != nil {
 		return l, err
 	}
-	if l.create, err = timed(ctx, runOpts{env: b.env}, b.sbx, "create"); err != nil {
+	if l.create, err = timed(ctx, runOpts{env: b.env}, b.hutch, "create"); err != nil {
 		return l, err
 	}
 	id := strings.TrimSpace(string(l.create.head))
-	l.exec, err = b.sbxExec(ctx, id, "echo", "hi")
+	l.exec, err = b.hutchExec(ctx, id, "echo", "hi")
 	l.exec, err = expect(l.exec, err, "hi\n")
 	var rmErr error
-	l.rm, rmErr = timed(ctx, runOpts{env: b.env}, b.sbx, "rm", "-f", id)
+	l.rm, rmErr = timed(ctx, runOpts{env: b.env}, b.hutch, "rm", "-f", id)
 	if err == nil {
 		err = rmErr
 	}
@@ -95,7 +95,7 @@ func (b *bench) sbxLifecycle(ctx context.Context) (lifecycleRun, error) {
 
 // rawLifecycle is the runsc side: `runsc run` of echo hi (and `runsc
 // delete` if it leaves state), then `runsc run --detach` of
-// sbx's spec with sbx-init as init, `runsc exec ID echo hi` and `runsc
+// hutch's spec with hutch-init as init, `runsc exec ID echo hi` and `runsc
 // delete --force ID`.
 func (b *bench) rawLifecycle(ctx context.Context, i int) (lifecycleRun, error) {
 	var l lifecycleRun

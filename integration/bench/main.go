@@ -1,8 +1,8 @@
-// Command bench measures the sandbox lifecycle of sbx against raw runsc on
+// Command bench measures the sandbox lifecycle of hutch against raw runsc on
 // the same machine, in one run, and writes the results as a section of a
 // markdown report (docs/benchmarks.md).
 //
-// Every comparison runs the two sides interleaved (sbx, runsc, runsc, sbx,
+// Every comparison runs the two sides interleaved (hutch, runsc, runsc, hutch,
 // ...) so that they share the machine's noise. It needs root, the binaries
 // of `make build`, and no network.
 //
@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchdoc"
 )
 
 // config is the command line.
@@ -47,7 +47,7 @@ func main() {
 		return
 	}
 	var c config
-	flag.StringVar(&c.bin, "bin", "bin", "directory holding sbx, sbx-init, runsc and images/busybox.tar")
+	flag.StringVar(&c.bin, "bin", "bin", "directory holding hutch, hutch-init, runsc and images/busybox.tar")
 	flag.StringVar(&c.out, "out", "", "markdown file whose lifecycle section is (re)written; empty: stdout only")
 	flag.IntVar(&c.n, "n", 30, "measured runs per side for create/run benchmarks")
 	flag.IntVar(&c.execN, "exec-n", 100, "measured runs per side for exec benchmarks")

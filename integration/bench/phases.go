@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// The phases of an sbx command are found by handing sbx a shim as its
-// runsc (`sbx --runsc SHIM`): this very program, which notes the time and
-// the subcommand of each call and then becomes the real runsc. sbx passes
+// The phases of a hutch command are found by handing hutch a shim as its
+// runsc (`hutch --runsc SHIM`): this very program, which notes the time and
+// the subcommand of each call and then becomes the real runsc. hutch passes
 // runsc none of its own environment, so the shim is a link to this
 // program in a directory of its own, beside a file naming the log and the
 // real runsc.
@@ -59,19 +59,19 @@ func runscSubcommand(args []string) string {
 	return "?"
 }
 
-// phase is one part of an sbx command's time, over several runs.
+// phase is one part of a hutch command's time, over several runs.
 type phase struct {
 	name    string
-	sub     string    // the runsc subcommand, empty for sbx's own start
+	sub     string    // the runsc subcommand, empty for hutch's own start
 	samples []float64 // seconds
 }
 
-// phaseSeries is an sbx command run through the shim, paired run by run
+// phaseSeries is a hutch command run through the shim, paired run by run
 // with the same runsc calls made directly.
 type phaseSeries struct {
 	phases []phase
 	// direct holds the direct runsc calls' times by subcommand, and
-	// rawTotal what a runsc user would run instead of the sbx command.
+	// rawTotal what a runsc user would run instead of the hutch command.
 	direct   map[string][]float64
 	rawTotal []float64
 }
@@ -102,23 +102,23 @@ func (b *bench) shim() (path string, env []string, log string, err error) {
 	return link, b.env, log, nil
 }
 
-// phaseSeries runs n interleaved pairs of sbx (one run of `sbx --runsc
-// SHIM ARGS...` per pair, through sbxRun) and raw (the direct runsc calls,
+// phaseSeries runs n interleaved pairs of hutch (one run of `hutch --runsc
+// SHIM ARGS...` per pair, through hutchRun) and raw (the direct runsc calls,
 // recorded with s.record; keep is false in warm-up pairs).
 func (b *bench) phaseSeries(ctx context.Context, name string,
-	sbxRun func(ctx context.Context, s *phaseSeries, keep bool) error,
+	hutchRun func(ctx context.Context, s *phaseSeries, keep bool) error,
 	raw func(ctx context.Context, s *phaseSeries, i int, keep bool) error) (*phaseSeries, error) {
 	s := &phaseSeries{direct: map[string][]float64{}}
 	_, _, err := b.interleave(ctx, name, b.cfg.warmup, b.cfg.n, pair{
-		sbx: func(ctx context.Context, i int) (result, error) { return result{}, sbxRun(ctx, s, i >= 0) },
-		raw: func(ctx context.Context, i int) (result, error) { return result{}, raw(ctx, s, i, i >= 0) },
+		hutch: func(ctx context.Context, i int) (result, error) { return result{}, hutchRun(ctx, s, i >= 0) },
+		raw:   func(ctx context.Context, i int) (result, error) { return result{}, raw(ctx, s, i, i >= 0) },
 	})
 	return s, err
 }
 
-// phased runs `sbx --runsc SHIM ARGS...` once and, if keep, adds its
-// phases to s: sbx's own work before its first runsc call, then each
-// call up to the next one (or to sbx's exit). It returns sbx's stdout.
+// phased runs `hutch --runsc SHIM ARGS...` once and, if keep, adds its
+// phases to s: hutch's own work before its first runsc call, then each
+// call up to the next one (or to hutch's exit). It returns hutch's stdout.
 func (b *bench) phased(ctx context.Context, s *phaseSeries, keep bool, args ...string) (string, error) {
 	shim, env, log, err := b.shim()
 	if err != nil {
@@ -127,7 +127,7 @@ func (b *bench) phased(ctx context.Context, s *phaseSeries, keep bool, args ...s
 	if err := os.WriteFile(log, nil, 0o600); err != nil {
 		return "", err
 	}
-	r, err := timed(ctx, runOpts{env: env}, b.sbx, append([]string{"--runsc", shim}, args...)...)
+	r, err := timed(ctx, runOpts{env: env}, b.hutch, append([]string{"--runsc", shim}, args...)...)
 	out := strings.TrimSpace(string(r.head))
 	if err != nil {
 		return out, err
@@ -137,7 +137,7 @@ func (b *bench) phased(ctx context.Context, s *phaseSeries, keep bool, args ...s
 		return out, err
 	}
 	end := r.start.Add(r.exit)
-	names := []string{"sbx, before its first runsc call"}
+	names := []string{"hutch, before its first runsc call"}
 	subs := []string{""}
 	times := []float64{calls[0].at.Sub(r.start).Seconds()}
 	for k, c := range calls {
@@ -149,33 +149,33 @@ func (b *bench) phased(ctx context.Context, s *phaseSeries, keep bool, args ...s
 		subs = append(subs, c.sub)
 		times = append(times, next.Sub(c.at).Seconds())
 	}
-	names[len(names)-1] += ", then sbx exits"
+	names[len(names)-1] += ", then hutch exits"
 	if s.phases == nil {
 		for k, name := range names {
 			s.phases = append(s.phases, phase{name: name, sub: subs[k]})
 		}
 	}
 	if len(names) != len(s.phases) {
-		return out, fmt.Errorf("sbx %s made %d runsc calls, then %d", args[0], len(s.phases)-1, len(names)-1)
+		return out, fmt.Errorf("hutch %s made %d runsc calls, then %d", args[0], len(s.phases)-1, len(names)-1)
 	}
 	for k := range s.phases {
 		if s.phases[k].name != names[k] {
-			return out, fmt.Errorf("sbx %s made different runsc calls from run to run", args[0])
+			return out, fmt.Errorf("hutch %s made different runsc calls from run to run", args[0])
 		}
 		s.phases[k].samples = append(s.phases[k].samples, times[k])
 	}
 	return out, nil
 }
 
-// allPhases splits `sbx create` and `sbx rm` into phases,
+// allPhases splits `hutch create` and `hutch rm` into phases,
 // each paired with the runsc calls a runsc user would make instead.
 func (b *bench) allPhases(ctx context.Context, rep *report) error {
 	var err error
-	rep.createPhases, err = b.phaseSeries(ctx, "phases of sbx create",
+	rep.createPhases, err = b.phaseSeries(ctx, "phases of hutch create",
 		func(ctx context.Context, s *phaseSeries, keep bool) error {
 			id, err := b.phased(ctx, s, keep, "create")
 			if id != "" {
-				if _, rmErr := b.sbxCmd(ctx, "rm", "-f", id); err == nil {
+				if _, rmErr := b.hutchCmd(ctx, "rm", "-f", id); err == nil {
 					err = rmErr
 				}
 			}
@@ -197,9 +197,9 @@ func (b *bench) allPhases(ctx context.Context, rep *report) error {
 		return err
 	}
 
-	rep.rmPhases, err = b.phaseSeries(ctx, "phases of sbx rm",
+	rep.rmPhases, err = b.phaseSeries(ctx, "phases of hutch rm",
 		func(ctx context.Context, s *phaseSeries, keep bool) error {
-			id, err := b.sbxCmd(ctx, "create")
+			id, err := b.hutchCmd(ctx, "create")
 			if err != nil {
 				return err
 			}
@@ -244,7 +244,7 @@ func readShimLog(path string) ([]shimCall, error) {
 		calls = append(calls, shimCall{time.Unix(0, t), sub})
 	}
 	if len(calls) == 0 {
-		return nil, fmt.Errorf("sbx made no runsc call through the shim")
+		return nil, fmt.Errorf("hutch made no runsc call through the shim")
 	}
 	return calls, sc.Err()
 }
@@ -258,8 +258,8 @@ func (b *bench) shimCost(ctx context.Context) (float64, error) {
 	}
 	args := append(append([]string{}, b.targetGlobals...), "state", b.target)
 	viaShim, direct, err := b.interleave(ctx, "shim cost", b.cfg.warmup, b.cfg.n, pair{
-		sbx: func(ctx context.Context, i int) (result, error) { return timed(ctx, runOpts{env: env}, shim, args...) },
-		raw: func(ctx context.Context, i int) (result, error) { return timed(ctx, runOpts{}, b.raw.runsc, args...) },
+		hutch: func(ctx context.Context, i int) (result, error) { return timed(ctx, runOpts{env: env}, shim, args...) },
+		raw:   func(ctx context.Context, i int) (result, error) { return timed(ctx, runOpts{}, b.raw.runsc, args...) },
 	})
 	if err != nil {
 		return 0, err

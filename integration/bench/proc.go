@@ -55,7 +55,7 @@ type runOpts struct {
 func timed(ctx context.Context, o runOpts, name string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
 	defer cancel()
-	errf, err := os.CreateTemp("", "sbx-bench-stderr-")
+	errf, err := os.CreateTemp("", "hutch-bench-stderr-")
 	if err != nil {
 		return result{}, err
 	}

@@ -16,27 +16,27 @@ import (
 )
 
 // rawCgroupPrefix starts the name of the cgroup under which one run's raw
-// runsc containers run, each with the same resources sbx sets on its own
+// runsc containers run, each with the same resources hutch sets on its own
 // sandboxes.
-const rawCgroupPrefix = "/sbx-bench-"
+const rawCgroupPrefix = "/hutch-bench-"
 
 // rawSide drives runsc directly, the way a user of runsc would: its own
-// state root, a bundle written beforehand, the same global flags as sbx.
+// state root, a bundle written beforehand, the same global flags as hutch.
 type rawSide struct {
 	runsc string
 	// root is runsc's --root for raw containers.
 	root string
 	// dir holds one directory (bundle + overlay file) per raw container.
 	dir string
-	// overlay is sbx's --overlay2 value with its directory left out:
+	// overlay is hutch's --overlay2 value with its directory left out:
 	// the options after "root:dir=PATH" (",size=N"). Each raw container
 	// gets its own directory.
 	overlay string
-	// extra are sbx's runsc global flags other than --root and
+	// extra are hutch's runsc global flags other than --root and
 	// --overlay2 (--network, --gofer-network-namespace, ...), read from
 	// one of its sandbox processes.
 	extra []string
-	// spec is sbx's generated spec; each raw container gets a copy with
+	// spec is hutch's generated spec; each raw container gets a copy with
 	// its own process and cgroup.
 	spec specs.Spec
 	// cgroupParent is this run's parent cgroup of raw containers.
@@ -45,7 +45,7 @@ type rawSide struct {
 	live map[string]bool
 }
 
-// globals are the runsc global flags of raw container id: those sbx uses,
+// globals are the runsc global flags of raw container id: those hutch uses,
 // with runsc's state in r.root and the overlay file in the container's own
 // directory.
 func (r *rawSide) globals(id string) []string {
@@ -56,19 +56,19 @@ func (r *rawSide) globals(id string) []string {
 	return append(g, r.extra...)
 }
 
-// setGlobals takes the flags of sbx's sandboxes, as runscGlobals reads
+// setGlobals takes the flags of hutch's sandboxes, as runscGlobals reads
 // them, as the model of the raw side's.
-func (r *rawSide) setGlobals(sbxGlobals []string) error {
+func (r *rawSide) setGlobals(hutchGlobals []string) error {
 	r.extra = nil
 	seen := 0
-	for _, g := range sbxGlobals {
+	for _, g := range hutchGlobals {
 		switch {
 		case strings.HasPrefix(g, "--root="):
 			seen++
 		case strings.HasPrefix(g, "--overlay2="):
 			v := strings.TrimPrefix(g, "--overlay2=")
 			if !strings.HasPrefix(v, "root:dir=") {
-				return fmt.Errorf("sbx's --overlay2=%s has no directory to replace", v)
+				return fmt.Errorf("hutch's --overlay2=%s has no directory to replace", v)
 			}
 			r.overlay = ""
 			if _, opts, ok := strings.Cut(v, ","); ok {
@@ -78,11 +78,11 @@ func (r *rawSide) setGlobals(sbxGlobals []string) error {
 		case strings.HasPrefix(g, "--") && strings.Contains(g, "="):
 			r.extra = append(r.extra, g)
 		default:
-			return fmt.Errorf("unexpected runsc flag %q in %q", g, sbxGlobals)
+			return fmt.Errorf("unexpected runsc flag %q in %q", g, hutchGlobals)
 		}
 	}
 	if seen != 2 {
-		return fmt.Errorf("no --root or --overlay2 among sbx's runsc flags %q", sbxGlobals)
+		return fmt.Errorf("no --root or --overlay2 among hutch's runsc flags %q", hutchGlobals)
 	}
 	return nil
 }
@@ -91,7 +91,7 @@ func (r *rawSide) setGlobals(sbxGlobals []string) error {
 // and returns the bundle directory. It is not part of any timing.
 func (r *rawSide) prepare(id string, args []string) (string, error) {
 	s := r.spec
-	// Copy what is modified, so that r.spec stays as sbx wrote it.
+	// Copy what is modified, so that r.spec stays as hutch wrote it.
 	p := *s.Process
 	p.Args = args
 	p.Terminal = false

@@ -10,7 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// aim is the target ratio of sbx's median to raw runsc's for latencies.
+// aim is the target ratio of hutch's median to raw runsc's for latencies.
 const aim = 1.3
 
 // stats summarizes samples (seconds, bytes, ...).
@@ -63,24 +63,24 @@ func memValues(ms []hostMemory, f func(hostMemory) float64) []float64 {
 	return out
 }
 
-// row is one sbx-against-runsc comparison.
+// row is one hutch-against-runsc comparison.
 type row struct {
-	sbx, raw stats
+	hutch, raw stats
 }
 
-func (r row) ratio() float64 { return r.sbx.median / r.raw.median }
+func (r row) ratio() float64 { return r.hutch.median / r.raw.median }
 
 type streamResult struct {
-	sbxHWM, sbxMaxRSS, rawMaxRSS stats
-	sbxRate, rawRate             stats
-	sbxTime, rawTime             stats
-	sbxCPU, rawCPU               stats
+	hutchHWM, hutchMaxRSS, rawMaxRSS stats
+	hutchRate, rawRate               stats
+	hutchTime, rawTime               stats
+	hutchCPU, rawCPU                 stats
 }
 
 type idleResult struct {
-	sbxPSS, rawPSS     stats
-	sbxRSS, rawRSS     stats
-	sbxProcs, rawProcs stats
+	hutchPSS, rawPSS     stats
+	hutchRSS, rawRSS     stats
+	hutchProcs, rawProcs stats
 }
 
 // report is everything one run measured. Durations are in seconds, sizes
@@ -90,27 +90,27 @@ type report struct {
 	started time.Time
 	elapsed time.Duration
 
-	nproc                                 int
-	kernel, runscVersion, sbxVersion, cpu string
-	memTotal                              int64
-	loadStart, loadEnd                    string
+	nproc                                   int
+	kernel, runscVersion, hutchVersion, cpu string
+	memTotal                                int64
+	loadStart, loadEnd                      string
 
 	targetGlobals []string
 	resources     *specs.LinuxResources
 	mounts        []string
-	sbxInit       []string
+	hutchInit     []string
 
 	// The latencies the aim applies to.
 	run, execTrue, execEcho row
 
-	// The steps of sbx run and fixed costs.
+	// The steps of hutch run and fixed costs.
 	runCycle, create, firstExec, rm row
 	cliFloor                        stats
 	// rawRunDeletes counts the runs after which `runsc run` had left
 	// state for `runsc delete` to remove.
 	rawRunDeletes int
 
-	// Inside sbx create and rm, phase by phase.
+	// Inside hutch create and rm, phase by phase.
 	createPhases, rmPhases *phaseSeries
 	shimOverhead           float64
 
@@ -174,14 +174,14 @@ func render(r *report) string {
 	var w strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
 
-	p("## Sandbox lifecycle: sbx against raw runsc\n\n")
+	p("## Sandbox lifecycle: hutch against raw runsc\n\n")
 	p("Produced by %s on %s, as root, in %s. The two sides run interleaved "+
-		"(sbx first in even pairs, runsc first in odd ones) after %d untimed warm-up runs each; "+
+		"(hutch first in even pairs, runsc first in odd ones) after %d untimed warm-up runs each; "+
 		"create/run benchmarks take %d pairs, exec benchmarks %d.\n\n",
 		r.cfg.command, r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second),
 		r.cfg.warmup, r.cfg.n, r.cfg.execN)
 	p("Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s; %s; %s. Load average (1 min) at start %s, at end %s.\n\n",
-		r.nproc, r.cpu, float64(r.memTotal)/(1<<30), r.kernel, r.runscVersion, r.sbxVersion, r.loadStart, r.loadEnd)
+		r.nproc, r.cpu, float64(r.memTotal)/(1<<30), r.kernel, r.runscVersion, r.hutchVersion, r.loadStart, r.loadEnd)
 
 	// The aim.
 	all := true
@@ -194,80 +194,80 @@ func render(r *report) string {
 	if !all {
 		verdict = "❌ miss"
 	}
-	p("**Aim: sbx within %.1fx of raw runsc** (ratio of medians, each latency below): %s — %s.\n\n",
+	p("**Aim: hutch within %.1fx of raw runsc** (ratio of medians, each latency below): %s — %s.\n\n",
 		aim, verdict, strings.Join(summary, ", "))
 
 	p("### Latency\n\n")
-	p("| measurement | sbx median | sbx p90 | sbx min | runsc median | runsc p90 | runsc min | sbx/runsc | aim ≤ %.1fx |\n", aim)
+	p("| measurement | hutch median | hutch p90 | hutch min | runsc median | runsc p90 | runsc min | hutch/runsc | aim ≤ %.1fx |\n", aim)
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, l := range r.aimRows() {
 		p("| %s | %s | %s | %s | %s | %s | %s | %.2fx | %s |\n", l.label,
-			ms(l.sbx.median), ms(l.sbx.p90), ms(l.sbx.min),
+			ms(l.hutch.median), ms(l.hutch.p90), ms(l.hutch.min),
 			ms(l.raw.median), ms(l.raw.p90), ms(l.raw.min), l.ratio(), mark(l.ratio()))
 	}
 	p("\n")
 
 	p("What each side does:\n\n")
 	p("- **create → first output**: from just before fork until the first byte of `hi` is read from the command's stdout pipe.\n")
-	p("  - sbx: `sbx run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. " +
-		"`run --rm` does the work of `sbx create` (its files, cgroup and record) and then, as raw runsc runs a command, runs `runsc run` " +
-		"without `--detach` with `echo hi` as the sandbox's init and sbx's pipes as its stdio (`--pass-fd`) " +
+	p("  - hutch: `hutch run --rm -- echo hi` on a fresh state root whose default image is already imported and unpacked. " +
+		"`run --rm` does the work of `hutch create` (its files, cgroup and record) and then, as raw runsc runs a command, runs `runsc run` " +
+		"without `--detach` with `echo hi` as the sandbox's init and hutch's pipes as its stdio (`--pass-fd`) " +
 		"(docs/decisions/0010-run-rm-command-as-init.md); the removal comes after the first byte.\n")
-	p("  - runsc: `runsc %s run --bundle B ID`: sbx's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
-		"B/config.json is the spec sbx generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
-		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one sbx unpacked), the same mounts (%s), "+
+	p("  - runsc: `runsc %s run --bundle B ID`: hutch's runsc flags, with runsc's own state root R and a fresh directory D for the overlay file. "+
+		"B/config.json is the spec hutch generated for its own sandbox with process.args `[echo hi]`, terminal false, root.readonly false, "+
+		"annotations dropped and cgroupsPath `%s/ID`: the same rootfs directory (the one hutch unpacked), the same mounts (%s), "+
 		"namespaces and capabilities, and the same cgroup limits (%s). "+
 		"The bundle and D are made before the clock starts; `runsc delete`, where runsc left state, runs after it stops.\n",
 		placeholders(r.targetGlobals, "R", "D"), rawCgroupPrefix+"RUN", strings.Join(r.mounts, ", "), describeResources(r.resources))
-	p("- **exec**: both sides exec into the same running sbx sandbox (default limits, otherwise idle). "+
-		"sbx: `sbx exec ID -- CMD`, which starts no runsc process: it makes runsc exec's two calls (ExecuteAsync, WaitPID) on the sandbox's "+
+	p("- **exec**: both sides exec into the same running hutch sandbox (default limits, otherwise idle). "+
+		"hutch: `hutch exec ID -- CMD`, which starts no runsc process: it makes runsc exec's two calls (ExecuteAsync, WaitPID) on the sandbox's "+
 		"control socket itself (docs/decisions/0008-exec-over-the-control-socket.md). runsc: `runsc %s exec ID CMD`, with the flags read from the sandbox process's command line. "+
 		"`true` is timed to the CLI process's exit, `echo hi` to the first byte of output.\n\n",
-		placeholders(r.targetGlobals, "SBX_ROOT/runsc", "SBX_ROOT/sandboxes/ID"))
+		placeholders(r.targetGlobals, "HUTCH_ROOT/runsc", "HUTCH_ROOT/sandboxes/ID"))
 
 	// Where the time goes.
 	p("### Where the time goes\n\n")
 	p("The steps of a sandbox's life, each timed on its own against its runsc counterpart, in the same %d pairs as the create → first output "+
-		"latency above (medians): after its `sbx run --rm`, each sbx pass runs `sbx create` (sbx's own work is that of `run --rm`; "+
-		"its init then waits), a first `sbx exec ID -- echo hi` into the sandbox just created (what `run` without `--rm` does after creating), "+
-		"and `sbx rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
-		"(`runsc run --detach`) from sbx's exact spec (sbx-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
-	p("| step | sbx | runsc | sbx median | runsc median | difference |\n")
+		"latency above (medians): after its `hutch run --rm`, each hutch pass runs `hutch create` (hutch's own work is that of `run --rm`; "+
+		"its init then waits), a first `hutch exec ID -- echo hi` into the sandbox just created (what `run` without `--rm` does after creating), "+
+		"and `hutch rm -f`; after its `runsc run`, each runsc pass creates and starts a container "+
+		"(`runsc run --detach`) from hutch's exact spec (hutch-init as init), execs `echo hi` into it, and deletes it.\n\n", r.cfg.n)
+	p("| step | hutch | runsc | hutch median | runsc median | difference |\n")
 	p("|---|---|---|---:|---:|---:|\n")
-	step := func(name, sbxCmd, rawCmd string, l row) {
-		p("| %s | %s | %s | %s | %s | %s |\n", name, sbxCmd, rawCmd, ms(l.sbx.median), ms(l.raw.median), signedMs(l.sbx.median-l.raw.median))
+	step := func(name, hutchCmd, rawCmd string, l row) {
+		p("| %s | %s | %s | %s | %s | %s |\n", name, hutchCmd, rawCmd, ms(l.hutch.median), ms(l.raw.median), signedMs(l.hutch.median-l.raw.median))
 	}
-	step("create and start", "`sbx create`", "`runsc run --detach`", r.create)
-	step("first exec, to first output", "`sbx exec ID -- echo hi`", "`runsc exec ID echo hi`", r.firstExec)
-	step("remove", "`sbx rm -f`", "`runsc delete --force`", r.rm)
-	step("whole cycle, to exit", "`sbx run --rm -- echo hi`",
+	step("create and start", "`hutch create`", "`runsc run --detach`", r.create)
+	step("first exec, to first output", "`hutch exec ID -- echo hi`", "`runsc exec ID echo hi`", r.firstExec)
+	step("remove", "`hutch rm -f`", "`runsc delete --force`", r.rm)
+	step("whole cycle, to exit", "`hutch run --rm -- echo hi`",
 		fmt.Sprintf("`runsc run`, then `runsc delete` if state is left (after %d of %d runs)", r.rawRunDeletes, r.cfg.n), r.runCycle)
-	p("| CLI start-up | `sbx ls -q` (reads the state root, runs no runsc) | — | %s | — | — |\n\n", ms(r.cliFloor.median))
+	p("| CLI start-up | `hutch ls -q` (reads the state root, runs no runsc) | — | %s | — | — |\n\n", ms(r.cliFloor.median))
 
-	p("#### Inside `sbx create` and `sbx rm`\n\n")
-	p("Here sbx runs with `--runsc SHIM`, SHIM being this benchmark program: it notes the time of each runsc call, "+
+	p("#### Inside `hutch create` and `hutch rm`\n\n")
+	p("Here hutch runs with `--runsc SHIM`, SHIM being this benchmark program: it notes the time of each runsc call, "+
 		"then execs the real runsc. Each phase runs from one call to the next; the shim adds about %s to each call "+
 		"(`runsc state` through it against directly), included below. Medians of %d pairs each: "+
 		"each run through the shim is paired, interleaved, with the same runsc calls made directly on a container of the same spec. "+
-		"`runsc run --detach` returns before the sandbox's init has run; after it, `sbx create` waits for its init to report that it has started "+
-		"(the Go runtime's start inside gVisor; docs/decisions/0032 measures it), which the last phase of `sbx create` includes.\n\n",
+		"`runsc run --detach` returns before the sandbox's init has run; after it, `hutch create` waits for its init to report that it has started "+
+		"(the Go runtime's start inside gVisor; docs/decisions/0032 measures it), which the last phase of `hutch create` includes.\n\n",
 		ms(r.shimOverhead), r.cfg.n)
-	phaseTable(p, "`sbx create`", r.createPhases, "`runsc run --detach`")
-	phaseTable(p, "`sbx rm -f ID`", r.rmPhases, "`runsc delete --force`")
+	phaseTable(p, "`hutch create`", r.createPhases, "`runsc run --detach`")
+	phaseTable(p, "`hutch rm -f ID`", r.rmPhases, "`runsc delete --force`")
 
-	over := r.run.sbx.median - r.run.raw.median
+	over := r.run.hutch.median - r.run.raw.median
 	var before float64
 	if len(r.createPhases.phases) > 0 {
 		before = summarize(r.createPhases.phases[0].samples).median
 	}
-	p("Reading it: `sbx run --rm` reaches its first output %s than `runsc run` (%s against %s). Split:\n\n",
-		laterOrSooner(over), ms(r.run.sbx.median), ms(r.run.raw.median))
-	p("- %s: sbx's own work before it starts runsc (the first phase of `sbx create` above: `run --rm` does the same work first);\n", ms(before))
-	p("- %s: the rest: `runsc run` of sbx's spec (which adds the sbx-init mount, passes the stdio with `--pass-fd` "+
-		"and joins the cgroup sbx made) against raw runsc's, the copy through sbx's pipes, and noise.\n\n", signedMs(over-before))
-	p("Exec into a running sandbox: against `runsc exec`, sbx differs by %s (`true` to exit) and %s (`echo hi` to first output); "+
-		"`sbx exec` starts no runsc process, and starting any sbx process costs %s (`sbx ls -q`).\n\n",
-		signedMs(r.execTrue.sbx.median-r.execTrue.raw.median), signedMs(r.execEcho.sbx.median-r.execEcho.raw.median),
+	p("Reading it: `hutch run --rm` reaches its first output %s than `runsc run` (%s against %s). Split:\n\n",
+		laterOrSooner(over), ms(r.run.hutch.median), ms(r.run.raw.median))
+	p("- %s: hutch's own work before it starts runsc (the first phase of `hutch create` above: `run --rm` does the same work first);\n", ms(before))
+	p("- %s: the rest: `runsc run` of hutch's spec (which adds the hutch-init mount, passes the stdio with `--pass-fd` "+
+		"and joins the cgroup hutch made) against raw runsc's, the copy through hutch's pipes, and noise.\n\n", signedMs(over-before))
+	p("Exec into a running sandbox: against `runsc exec`, hutch differs by %s (`true` to exit) and %s (`echo hi` to first output); "+
+		"`hutch exec` starts no runsc process, and starting any hutch process costs %s (`hutch ls -q`).\n\n",
+		signedMs(r.execTrue.hutch.median-r.execTrue.raw.median), signedMs(r.execEcho.hutch.median-r.execEcho.raw.median),
 		ms(r.cliFloor.median))
 
 	// Memory.
@@ -275,24 +275,24 @@ func render(r *report) string {
 	w.WriteString(renderStream(r))
 
 	i := r.idle
-	p("Idle sandbox, host side: a fresh `sbx create` (`%s` as init) against `runsc run --detach` "+
+	p("Idle sandbox, host side: a fresh `hutch create` (`%s` as init) against `runsc run --detach` "+
 		"of the same spec with busybox `sleep 1000000` as init, read %s after start. "+
 		"Summed over the host processes whose command line contains the sandbox ID (runsc's sandbox and gofer) and their descendants "+
 		"(systrap stubs); PSS divides shared pages among the processes sharing them, RSS counts them in full in each. "+
 		"Medians of %d sandboxes per side.\n\n",
-		strings.Join(r.sbxInit, " "), r.cfg.settle, r.cfg.memN)
-	p("| measurement | sbx | runsc | sbx/runsc |\n")
+		strings.Join(r.hutchInit, " "), r.cfg.settle, r.cfg.memN)
+	p("| measurement | hutch | runsc | hutch/runsc |\n")
 	p("|---|---:|---:|---:|\n")
-	p("| PSS | %s | %s | %.2fx |\n", mib(i.sbxPSS.median), mib(i.rawPSS.median), i.sbxPSS.median/i.rawPSS.median)
-	p("| RSS | %s | %s | %.2fx |\n", mib(i.sbxRSS.median), mib(i.rawRSS.median), i.sbxRSS.median/i.rawRSS.median)
-	p("| host processes | %.0f | %.0f | |\n\n", i.sbxProcs.median, i.rawProcs.median)
+	p("| PSS | %s | %s | %.2fx |\n", mib(i.hutchPSS.median), mib(i.rawPSS.median), i.hutchPSS.median/i.rawPSS.median)
+	p("| RSS | %s | %s | %.2fx |\n", mib(i.hutchRSS.median), mib(i.rawRSS.median), i.hutchRSS.median/i.rawRSS.median)
+	p("| host processes | %.0f | %.0f | |\n\n", i.hutchProcs.median, i.rawProcs.median)
 	return w.String()
 }
 
-// phaseTable writes the phases of one sbx command next to the same runsc
+// phaseTable writes the phases of one hutch command next to the same runsc
 // calls made directly in the same pairs.
 func phaseTable(p func(string, ...any), cmd string, s *phaseSeries, rawWhat string) {
-	p("| phase of %s | sbx median | runsc median |\n", cmd)
+	p("| phase of %s | hutch median | runsc median |\n", cmd)
 	p("|---|---:|---:|\n")
 	total := 0.0
 	for _, ph := range s.phases {
@@ -304,7 +304,7 @@ func phaseTable(p func(string, ...any), cmd string, s *phaseSeries, rawWhat stri
 		}
 		p("| %s | %s | %s |\n", ph.name, ms(st.median), raw)
 	}
-	p("| total (sbx: sum of the medians above; runsc: %s) | %s | %s |\n\n", rawWhat, ms(total), ms(summarize(s.rawTotal).median))
+	p("| total (hutch: sum of the medians above; runsc: %s) | %s | %s |\n\n", rawWhat, ms(total), ms(summarize(s.rawTotal).median))
 }
 
 // placeholders shows runsc global flags with the run's temporary paths
@@ -352,15 +352,15 @@ func renderStream(r *report) string {
 	s := r.stream
 	p("Streaming exec: `head -c %d /dev/zero` in the sandbox (busybox `head` writes 4 KiB at a time), and the same bytes from `dd bs=1048576`, "+
 		"stdout read and counted by the benchmark through a pipe; %d run(s) per side (median), the two sides in turn, no warm-up: it follows the exec benchmarks in the same sandbox. "+
-		"sbx relays the output through its own pipe (1 MiB, as root), spliced (splice(2)) into the caller's when that is a pipe, which it grows to as much; "+
+		"hutch relays the output through its own pipe (1 MiB, as root), spliced (splice(2)) into the caller's when that is a pipe, which it grows to as much; "+
 		"raw runsc hands the benchmark's pipe (64 KiB) to the sandbox.\n\n",
 		r.cfg.streamBytes, r.cfg.streamN)
-	dd := r.streamDD.sbxRate.median > 0
+	dd := r.streamDD.hutchRate.median > 0
 	if dd {
-		p("| measurement | sbx | runsc | sbx, `dd` | runsc, `dd` |\n")
+		p("| measurement | hutch | runsc | hutch, `dd` | runsc, `dd` |\n")
 		p("|---|---:|---:|---:|---:|\n")
 	} else {
-		p("| measurement | sbx | runsc |\n")
+		p("| measurement | hutch | runsc |\n")
 		p("|---|---:|---:|\n")
 	}
 	line := func(name string, f func(streamResult) (string, string)) {
@@ -372,14 +372,14 @@ func renderStream(r *report) string {
 		}
 		p("\n")
 	}
-	line("peak RSS of the `sbx` process itself (VmHWM, sampled every 10 ms)", func(s streamResult) (string, string) { return mib(s.sbxHWM.median), "—" })
-	line("getrusage ru_maxrss of the CLI child (sbx: the sbx process, which starts no runsc; runsc: `runsc exec`)", func(s streamResult) (string, string) {
-		return mib(s.sbxMaxRSS.median), mib(s.rawMaxRSS.median)
+	line("peak RSS of the `hutch` process itself (VmHWM, sampled every 10 ms)", func(s streamResult) (string, string) { return mib(s.hutchHWM.median), "—" })
+	line("getrusage ru_maxrss of the CLI child (hutch: the hutch process, which starts no runsc; runsc: `runsc exec`)", func(s streamResult) (string, string) {
+		return mib(s.hutchMaxRSS.median), mib(s.rawMaxRSS.median)
 	})
-	line("CPU time of the CLI child (user + system)", func(s streamResult) (string, string) { return ms(s.sbxCPU.median), ms(s.rawCPU.median) })
-	line("time to stream it", func(s streamResult) (string, string) { return ms(s.sbxTime.median), ms(s.rawTime.median) })
+	line("CPU time of the CLI child (user + system)", func(s streamResult) (string, string) { return ms(s.hutchCPU.median), ms(s.rawCPU.median) })
+	line("time to stream it", func(s streamResult) (string, string) { return ms(s.hutchTime.median), ms(s.rawTime.median) })
 	line("throughput", func(s streamResult) (string, string) {
-		return fmt.Sprintf("%.0f MB/s", s.sbxRate.median), fmt.Sprintf("%.0f MB/s", s.rawRate.median)
+		return fmt.Sprintf("%.0f MB/s", s.hutchRate.median), fmt.Sprintf("%.0f MB/s", s.rawRate.median)
 	})
 	p("\n")
 	return w.String()

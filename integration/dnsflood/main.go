@@ -1,7 +1,7 @@
 // Command dnsflood runs inside a sandbox: it sends DNS queries for random
 // names under a suffix to the sandbox's nameserver as fast as it can for a
 // while, without waiting for answers, and prints how many it sent and how
-// many were answered. The hostile tests use it against sbx's resolver.
+// many were answered. The hostile tests use it against hutch's resolver.
 package main
 
 import (

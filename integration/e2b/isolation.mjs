@@ -19,7 +19,7 @@ if (!keyB) {
 const asA = { apiKey: keyA }
 const asB = { apiKey: keyB }
 
-let sbxA, sbxB, snapA
+let sandboxA, sandboxB, snapA
 let infoA // A's sandbox as A saw it before tenant B's attempts
 let unknownID
 
@@ -61,60 +61,60 @@ function assertNotFoundOutcome(what, o) {
 await check(
   'tenant A creates a sandbox with a file and a snapshot; tenant B creates one sandbox',
   async () => {
-    ;[sbxA, sbxB] = await Promise.all([
+    ;[sandboxA, sandboxB] = await Promise.all([
       Sandbox.create('base', { ...asA, timeoutMs: 600_000, metadata: { tenant: 'A', run: runID }, requestTimeoutMs: 120_000 }),
       Sandbox.create('base', { ...asB, timeoutMs: 600_000, metadata: { tenant: 'B', run: runID }, requestTimeoutMs: 120_000 }),
     ])
-    await sbxA.files.write('/home/user/secret.txt', 'tenant A only')
-    snapA = (await sbxA.createSnapshot({ requestTimeoutMs: 120_000 })).snapshotId
+    await sandboxA.files.write('/home/user/secret.txt', 'tenant A only')
+    snapA = (await sandboxA.createSnapshot({ requestTimeoutMs: 120_000 })).snapshotId
     assert.ok(snapA)
-    infoA = await Sandbox.getInfo(sbxA.sandboxId, asA)
-    unknownID = unknownIDLike(sbxA.sandboxId)
-    assert.notEqual(unknownID, sbxA.sandboxId)
-    assert.notEqual(unknownID, sbxB.sandboxId)
+    infoA = await Sandbox.getInfo(sandboxA.sandboxId, asA)
+    unknownID = unknownIDLike(sandboxA.sandboxId)
+    assert.notEqual(unknownID, sandboxA.sandboxId)
+    assert.notEqual(unknownID, sandboxB.sandboxId)
   },
   { fatal: true, timeoutMs: 240_000 },
 )
 
 await check('tenant B lists only its own sandbox, even filtering by A\'s metadata', async () => {
-  assert.deepEqual((await listAll(asB)).map((s) => s.sandboxId), [sbxB.sandboxId])
+  assert.deepEqual((await listAll(asB)).map((s) => s.sandboxId), [sandboxB.sandboxId])
   assert.deepEqual(await listAll({ ...asB, query: { metadata: { tenant: 'A' } } }), [])
-  assert.deepEqual((await listAll(asA)).map((s) => s.sandboxId), [sbxA.sandboxId])
+  assert.deepEqual((await listAll(asA)).map((s) => s.sandboxId), [sandboxA.sandboxId])
 })
 
 await check('tenant B cannot get info of A\'s sandbox (as if unknown)', async (note) => {
-  const o = await sameAsUnknown('getInfo', (id) => Sandbox.getInfo(id, asB), sbxA.sandboxId, unknownID, note)
+  const o = await sameAsUnknown('getInfo', (id) => Sandbox.getInfo(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(o.error, 'SandboxNotFoundError')
 })
 
 await check('tenant B cannot connect to A\'s sandbox (as if unknown)', async (note) => {
-  const o = await sameAsUnknown('connect', (id) => Sandbox.connect(id, asB), sbxA.sandboxId, unknownID, note)
+  const o = await sameAsUnknown('connect', (id) => Sandbox.connect(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(o.error, 'SandboxNotFoundError')
 })
 
 await check('tenant B cannot pause A\'s sandbox (as if unknown)', async (note) => {
-  const o = await sameAsUnknown('pause', (id) => Sandbox.pause(id, asB), sbxA.sandboxId, unknownID, note)
+  const o = await sameAsUnknown('pause', (id) => Sandbox.pause(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(o.error, 'SandboxNotFoundError')
 })
 
 await check('tenant B cannot fork A\'s sandbox (as if unknown)', async (note) => {
-  const o = await sameAsUnknown('fork', (id) => Sandbox.fork(id, { ...asB, count: 1 }), sbxA.sandboxId, unknownID, note)
+  const o = await sameAsUnknown('fork', (id) => Sandbox.fork(id, { ...asB, count: 1 }), sandboxA.sandboxId, unknownID, note)
   assert.equal(o.error, 'SandboxNotFoundError')
 })
 
 await check('tenant B cannot snapshot A\'s sandbox (as if unknown)', async (note) => {
-  const o = await sameAsUnknown('createSnapshot', (id) => Sandbox.createSnapshot(id, asB), sbxA.sandboxId, unknownID, note)
+  const o = await sameAsUnknown('createSnapshot', (id) => Sandbox.createSnapshot(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(o.error, 'SandboxNotFoundError')
 })
 
 await check('tenant B cannot kill, set the timeout of, or change the network of A\'s sandbox (as if unknown)', async (note) => {
-  const k = await sameAsUnknown('kill', (id) => Sandbox.kill(id, asB), sbxA.sandboxId, unknownID, note)
+  const k = await sameAsUnknown('kill', (id) => Sandbox.kill(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(k.value, 'false', 'kill of A\'s sandbox by B must answer false, as for an unknown ID')
-  const t = await sameAsUnknown('setTimeout', (id) => Sandbox.setTimeout(id, 1_000, asB), sbxA.sandboxId, unknownID, note)
+  const t = await sameAsUnknown('setTimeout', (id) => Sandbox.setTimeout(id, 1_000, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(t.error, 'SandboxNotFoundError')
-  const n = await sameAsUnknown('updateNetwork', (id) => Sandbox.updateNetwork(id, { denyOut: ['0.0.0.0/0'] }, asB), sbxA.sandboxId, unknownID, note)
+  const n = await sameAsUnknown('updateNetwork', (id) => Sandbox.updateNetwork(id, { denyOut: ['0.0.0.0/0'] }, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(n.error, 'SandboxNotFoundError')
-  const m = await sameAsUnknown('getMetrics', (id) => Sandbox.getMetrics(id, asB), sbxA.sandboxId, unknownID, note)
+  const m = await sameAsUnknown('getMetrics', (id) => Sandbox.getMetrics(id, asB), sandboxA.sandboxId, unknownID, note)
   assert.equal(m.error, 'SandboxNotFoundError')
 })
 
@@ -124,7 +124,7 @@ await check('tenant B cannot kill, set the timeout of, or change the network of 
 function handleOn(id, token) {
   return new Sandbox({
     sandboxId: id,
-    envdVersion: sbxB.envdApi?.version ?? '0.5.0',
+    envdVersion: sandboxB.envdApi?.version ?? '0.5.0',
     envdAccessToken: token,
     apiKey: keyB,
     requestTimeoutMs: 15_000,
@@ -136,20 +136,20 @@ for (const [label, token] of [
   ['with the access token of its own sandbox', 'own'],
 ]) {
   await check(`tenant B cannot run commands in A's sandbox, ${label} (as if unknown)`, async (note) => {
-    const tok = token === 'own' ? sbxB.envdAccessToken : undefined
-    const o = await sameAsUnknown('commands.run', (id) => handleOn(id, tok).commands.run('cat /home/user/secret.txt'), sbxA.sandboxId, unknownID, note)
+    const tok = token === 'own' ? sandboxB.envdAccessToken : undefined
+    const o = await sameAsUnknown('commands.run', (id) => handleOn(id, tok).commands.run('cat /home/user/secret.txt'), sandboxA.sandboxId, unknownID, note)
     assert.ok(o.error, `tenant B ran a command in A's sandbox: ${o.value}`)
-    const l = await sameAsUnknown('commands.list', (id) => handleOn(id, tok).commands.list(), sbxA.sandboxId, unknownID, note)
+    const l = await sameAsUnknown('commands.list', (id) => handleOn(id, tok).commands.list(), sandboxA.sandboxId, unknownID, note)
     assert.ok(l.error, `tenant B listed A's processes: ${l.value}`)
   })
 
   await check(`tenant B cannot read, list or write files of A's sandbox, ${label} (as if unknown)`, async (note) => {
-    const tok = token === 'own' ? sbxB.envdAccessToken : undefined
-    const r = await sameAsUnknown('files.read', (id) => handleOn(id, tok).files.read('/home/user/secret.txt'), sbxA.sandboxId, unknownID, note)
+    const tok = token === 'own' ? sandboxB.envdAccessToken : undefined
+    const r = await sameAsUnknown('files.read', (id) => handleOn(id, tok).files.read('/home/user/secret.txt'), sandboxA.sandboxId, unknownID, note)
     assert.ok(r.error, `tenant B read A's file: ${r.value}`)
-    const l = await sameAsUnknown('files.list', (id) => handleOn(id, tok).files.list('/home/user'), sbxA.sandboxId, unknownID, note)
+    const l = await sameAsUnknown('files.list', (id) => handleOn(id, tok).files.list('/home/user'), sandboxA.sandboxId, unknownID, note)
     assert.ok(l.error, `tenant B listed A's files: ${l.value}`)
-    const w = await sameAsUnknown('files.write', (id) => handleOn(id, tok).files.write('/home/user/from-b.txt', 'B was here'), sbxA.sandboxId, unknownID, note)
+    const w = await sameAsUnknown('files.write', (id) => handleOn(id, tok).files.write('/home/user/from-b.txt', 'B was here'), sandboxA.sandboxId, unknownID, note)
     assert.ok(w.error, `tenant B wrote into A's sandbox: ${w.value}`)
   })
 }
@@ -169,12 +169,12 @@ await check('tenant B cannot create a sandbox from A\'s snapshot (as if unknown)
 })
 
 await check('A\'s sandbox and snapshot are untouched by all of the above', async () => {
-  const info = await Sandbox.getInfo(sbxA.sandboxId, asA)
+  const info = await Sandbox.getInfo(sandboxA.sandboxId, asA)
   assert.equal(info.state, 'running')
   assert.equal(info.endAt.getTime(), infoA.endAt.getTime(), 'B\'s setTimeout reached A\'s sandbox')
   assert.deepEqual(info.network, infoA.network, 'B\'s updateNetwork reached A\'s sandbox')
-  assert.equal(await sbxA.files.read('/home/user/secret.txt'), 'tenant A only')
-  assert.equal(await sbxA.files.exists('/home/user/from-b.txt'), false, 'B\'s write reached A\'s sandbox')
+  assert.equal(await sandboxA.files.read('/home/user/secret.txt'), 'tenant A only')
+  assert.equal(await sandboxA.files.exists('/home/user/from-b.txt'), false, 'B\'s write reached A\'s sandbox')
   const p = Sandbox.listSnapshots(asA)
   const listed = []
   for (let i = 0; p.hasNext && i < 20; i++) listed.push(...(await p.nextItems()))
@@ -185,14 +185,14 @@ await check('a wrong API key is refused with AuthenticationError (401)', async (
   const wrong = { apiKey: 'e2b_0000000000000000000000000000000000000000' }
   for (const [what, fn] of [
     ['list', () => listAll(wrong)],
-    ['getInfo', () => Sandbox.getInfo(sbxA.sandboxId, wrong)],
+    ['getInfo', () => Sandbox.getInfo(sandboxA.sandboxId, wrong)],
     ['create', () => Sandbox.create('base', { ...wrong, requestTimeoutMs: 30_000 })],
-    ['kill', () => Sandbox.kill(sbxA.sandboxId, wrong)],
+    ['kill', () => Sandbox.kill(sandboxA.sandboxId, wrong)],
   ]) {
     const err = await rejects(fn(), `${what} with a wrong key`)
     assertErrorClass(err, AuthenticationError, `${what} with a wrong key`)
   }
-  assert.equal((await Sandbox.getInfo(sbxA.sandboxId, asA)).state, 'running')
+  assert.equal((await Sandbox.getInfo(sandboxA.sandboxId, asA)).state, 'running')
 })
 
 await check('tenant B\'s second sandbox is refused by its quota, with a message naming it', async (note) => {
@@ -200,9 +200,9 @@ await check('tenant B\'s second sandbox is refused by its quota, with a message 
   note(`refusal: ${describe(err)} (statusCode ${err.statusCode})`)
   assert.match(err.message, /sandbox/i, 'the message must name the sandbox quota')
   assert.match(err.message, /\b1\b/, 'the message must name the limit (1)')
-  assert.deepEqual((await listAll(asB)).map((s) => s.sandboxId), [sbxB.sandboxId], 'the refused create left a sandbox behind')
+  assert.deepEqual((await listAll(asB)).map((s) => s.sandboxId), [sandboxB.sandboxId], 'the refused create left a sandbox behind')
 })
 
-console.log(`KEEP ${JSON.stringify({ a: sbxA?.sandboxId, b: sbxB?.sandboxId, snapshot: snapA })}`)
-if (process.env.SBX_E2E_KILL_AT_END) await killAll([sbxA, sbxB])
+console.log(`KEEP ${JSON.stringify({ a: sandboxA?.sandboxId, b: sandboxB?.sandboxId, snapshot: snapA })}`)
+if (process.env.HUTCH_E2E_KILL_AT_END) await killAll([sandboxA, sandboxB])
 done()

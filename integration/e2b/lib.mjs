@@ -1,4 +1,4 @@
-// Shared helpers of the end-to-end scripts that drive `sbx serve` through
+// Shared helpers of the end-to-end scripts that drive `hutch serve` through
 // the E2B JavaScript SDK.
 //
 // A script is a list of named checks. Each check prints one line
@@ -14,7 +14,7 @@ import assert from 'node:assert/strict'
 
 export { assert }
 
-const required = ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'E2B_DOMAIN', 'SBX_SERVE_PORT']
+const required = ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'E2B_DOMAIN', 'HUTCH_SERVE_PORT']
 for (const name of required) {
   if (!process.env[name]) {
     console.error(`${name} is not set: run this script through the Go test (go test ./integration -run Serve)`)
@@ -22,8 +22,8 @@ for (const name of required) {
   }
 }
 
-/** The port `sbx serve` listens on, on 127.0.0.1. */
-export const servePort = Number(process.env.SBX_SERVE_PORT)
+/** The port `hutch serve` listens on, on 127.0.0.1. */
+export const servePort = Number(process.env.HUTCH_SERVE_PORT)
 
 /** A tag unique to this run, put in metadata so listings can be filtered. */
 export const runID = `${process.pid}-${Date.now()}`
@@ -129,7 +129,7 @@ export function assertErrorClass(err, cls, what) {
 }
 
 /**
- * Sends one HTTP request to `sbx serve` on loopback with the given Host
+ * Sends one HTTP request to `hutch serve` on loopback with the given Host
  * header (as a browser would for sandbox.getHost(port)), and returns
  * {status, body}. Bounded by timeoutMs.
  */

@@ -5,7 +5,7 @@
 import { Sandbox, SandboxNotFoundError, InvalidArgumentError } from 'e2b'
 import { check, done, assert, waitFor, rejects, assertErrorClass, killAll, requestByHost, runID, sleep, describe } from './lib.mjs'
 
-let sbx
+let sandbox
 let other
 let forked
 let fromSnap
@@ -21,7 +21,7 @@ const listAll = async (opts) => {
 await check(
   'create two sandboxes with metadata',
   async () => {
-    ;[sbx, other] = await Promise.all([
+    ;[sandbox, other] = await Promise.all([
       Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'lifecycle', run: runID, role: 'main' }, requestTimeoutMs: 120_000 }),
       // A network link with all egress denied: a network update has
       // something to change, and nothing leaves the host.
@@ -32,27 +32,27 @@ await check(
         requestTimeoutMs: 120_000,
       }),
     ])
-    assert.notEqual(sbx.sandboxId, other.sandboxId)
+    assert.notEqual(sandbox.sandboxId, other.sandboxId)
   },
   { fatal: true, timeoutMs: 150_000 },
 )
 
 await check('getInfo describes the sandbox', async () => {
-  const info = await sbx.getInfo()
-  assert.equal(info.sandboxId, sbx.sandboxId)
+  const info = await sandbox.getInfo()
+  assert.equal(info.sandboxId, sandbox.sandboxId)
   assert.equal(info.templateId, 'base')
   assert.equal(info.state, 'running')
   assert.deepEqual(info.metadata, { suite: 'lifecycle', run: runID, role: 'main' })
   assert.ok(info.startedAt <= new Date() && info.endAt > new Date(), `startedAt ${info.startedAt} endAt ${info.endAt}`)
   assert.ok(info.cpuCount > 0 && info.memoryMB > 0, `cpuCount ${info.cpuCount} memoryMB ${info.memoryMB}`)
-  assert.equal(await sbx.isRunning(), true)
+  assert.equal(await sandbox.isRunning(), true)
 })
 
 await check('Sandbox.list filters by metadata', async () => {
   const mine = await listAll({ query: { metadata: { run: runID } } })
-  assert.deepEqual(mine.map((s) => s.sandboxId).sort(), [sbx.sandboxId, other.sandboxId].sort())
+  assert.deepEqual(mine.map((s) => s.sandboxId).sort(), [sandbox.sandboxId, other.sandboxId].sort())
   const main = await listAll({ query: { metadata: { run: runID, role: 'main' } } })
-  assert.deepEqual(main.map((s) => s.sandboxId), [sbx.sandboxId])
+  assert.deepEqual(main.map((s) => s.sandboxId), [sandbox.sandboxId])
   assert.deepEqual(main[0].metadata, { suite: 'lifecycle', run: runID, role: 'main' })
   const none = await listAll({ query: { metadata: { run: runID, role: 'no-such-role' } } })
   assert.deepEqual(none, [])
@@ -69,10 +69,10 @@ await check('Sandbox.list pages with limit', async () => {
 })
 
 await check('getHost(port) reaches an HTTP server started in the sandbox', async (note) => {
-  await sbx.files.write('/home/user/www/index.html', `hello through getHost ${runID}\n`)
-  await sbx.commands.run('python3 -m http.server 8000 --bind 0.0.0.0 --directory /home/user/www', { background: true, timeoutMs: 0 })
-  const host = sbx.getHost(8000)
-  assert.equal(host, `8000-${sbx.sandboxId}.${process.env.E2B_DOMAIN}`)
+  await sandbox.files.write('/home/user/www/index.html', `hello through getHost ${runID}\n`)
+  await sandbox.commands.run('python3 -m http.server 8000 --bind 0.0.0.0 --directory /home/user/www', { background: true, timeoutMs: 0 })
+  const host = sandbox.getHost(8000)
+  assert.equal(host, `8000-${sandbox.sandboxId}.${process.env.E2B_DOMAIN}`)
   const res = await waitFor(
     `HTTP 200 from ${host}`,
     async () => {
@@ -82,19 +82,19 @@ await check('getHost(port) reaches an HTTP server started in the sandbox', async
     { timeoutMs: 20_000, intervalMs: 250 },
   )
   assert.equal(res.body, `hello through getHost ${runID}\n`)
-  const closed = await requestByHost(sbx.getHost(8001), '/')
+  const closed = await requestByHost(sandbox.getHost(8001), '/')
   note(`a port nothing listens on answers ${closed.status}: ${closed.body.slice(0, 200)}`)
   assert.ok(closed.status >= 400, `a port nothing listens on answered ${closed.status}`)
-  const unknown = await requestByHost(`8000-${sbx.sandboxId}x.${process.env.E2B_DOMAIN}`, '/')
+  const unknown = await requestByHost(`8000-${sandbox.sandboxId}x.${process.env.E2B_DOMAIN}`, '/')
   assert.ok(unknown.status >= 400, `an unknown sandbox in Host answered ${unknown.status}`)
 })
 
 await check('setTimeout extends and shortens the sandbox end time', async () => {
-  await sbx.setTimeout(900_000)
-  let end = (await sbx.getInfo()).endAt.getTime()
+  await sandbox.setTimeout(900_000)
+  let end = (await sandbox.getInfo()).endAt.getTime()
   assert.ok(Math.abs(end - (Date.now() + 900_000)) < 30_000, `endAt ${new Date(end).toISOString()} is not about 15 minutes from now`)
-  await sbx.setTimeout(400_000)
-  end = (await sbx.getInfo()).endAt.getTime()
+  await sandbox.setTimeout(400_000)
+  end = (await sandbox.getInfo()).endAt.getTime()
   assert.ok(Math.abs(end - (Date.now() + 400_000)) < 30_000, `endAt ${new Date(end).toISOString()} is not about 400 s from now`)
 })
 
@@ -130,7 +130,7 @@ await check('updateNetwork sets allow and deny lists, and rejects a malformed on
   assert.deepEqual(after?.denyOut, ['0.0.0.0/0'], `a refused update must change nothing: ${JSON.stringify(after)}`)
   assert.ok(!after?.allowOut?.length, `a refused update must change nothing: ${JSON.stringify(after)}`)
   assert.equal((await other.commands.run('echo still here')).stdout, 'still here\n')
-  const none = await rejects(sbx.updateNetwork({ denyOut: ['0.0.0.0/0'] }), 'update of a sandbox created without network')
+  const none = await rejects(sandbox.updateNetwork({ denyOut: ['0.0.0.0/0'] }), 'update of a sandbox created without network')
   note(`update of a sandbox without network: ${none.message}`)
 })
 
@@ -138,18 +138,18 @@ let bgPid
 await check(
   'pause: state paused, listed as paused',
   async () => {
-    await sbx.files.write('/home/user/before-pause.txt', 'kept across pause')
-    const bg = await sbx.commands.run('sleep 3600', { background: true, timeoutMs: 0 })
+    await sandbox.files.write('/home/user/before-pause.txt', 'kept across pause')
+    const bg = await sandbox.commands.run('sleep 3600', { background: true, timeoutMs: 0 })
     bgPid = bg.pid
     await bg.disconnect()
-    assert.equal(await sbx.pause(), true)
-    const info = await Sandbox.getInfo(sbx.sandboxId)
+    assert.equal(await sandbox.pause(), true)
+    const info = await Sandbox.getInfo(sandbox.sandboxId)
     assert.equal(info.state, 'paused')
     const paused = await listAll({ query: { metadata: { run: runID }, state: ['paused'] } })
-    assert.deepEqual(paused.map((s) => s.sandboxId), [sbx.sandboxId])
+    assert.deepEqual(paused.map((s) => s.sandboxId), [sandbox.sandboxId])
     const running = await listAll({ query: { metadata: { run: runID }, state: ['running'] } })
     assert.deepEqual(running.map((s) => s.sandboxId), [other.sandboxId])
-    assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox must answer false')
+    assert.equal(await Sandbox.pause(sandbox.sandboxId), false, 'pausing a paused sandbox must answer false')
   },
   { timeoutMs: 90_000 },
 )
@@ -158,10 +158,10 @@ await check(
   'Sandbox.connect resumes a paused sandbox with its files',
   async (note) => {
     const t0 = Date.now()
-    const resumed = await Sandbox.connect(sbx.sandboxId, { requestTimeoutMs: 90_000 })
+    const resumed = await Sandbox.connect(sandbox.sandboxId, { requestTimeoutMs: 90_000 })
     note(`connect (resume) took ${Date.now() - t0} ms`)
-    assert.equal(resumed.sandboxId, sbx.sandboxId)
-    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
+    assert.equal(resumed.sandboxId, sandbox.sandboxId)
+    assert.equal((await Sandbox.getInfo(sandbox.sandboxId)).state, 'running')
     assert.equal(await resumed.files.read('/home/user/before-pause.txt'), 'kept across pause')
     assert.equal((await resumed.commands.run('echo resumed')).stdout, 'resumed\n')
   },
@@ -169,29 +169,29 @@ await check(
 )
 
 await check('a process started before pause still runs after resume', async (note) => {
-  const procs = await sbx.commands.list()
+  const procs = await sandbox.commands.list()
   note(`commands.list after resume: ${JSON.stringify(procs.map((p) => ({ pid: p.pid, cmd: [p.cmd, ...p.args].join(' ') })))}`)
   assert.ok(
     procs.some((p) => p.pid === bgPid && p.args.join(' ').includes('sleep 3600')),
     `pid ${bgPid} (sleep 3600, started before pause) is not listed after resume`,
   )
-  const ps = await sbx.commands.run('ps -eo args')
+  const ps = await sandbox.commands.run('ps -eo args')
   assert.match(ps.stdout, /sleep 3600/, 'sleep 3600 does not run after resume')
 })
 
 await check(
   'fork: a running copy with the same files, independent of the original',
   async () => {
-    await sbx.files.write('/home/user/before-fork.txt', 'from the parent')
-    const forks = await sbx.fork({ count: 1, timeoutMs: 300_000, requestTimeoutMs: 120_000 })
+    await sandbox.files.write('/home/user/before-fork.txt', 'from the parent')
+    const forks = await sandbox.fork({ count: 1, timeoutMs: 300_000, requestTimeoutMs: 120_000 })
     assert.equal(forks.length, 1)
     assert.ok(forks[0] instanceof Sandbox, `fork failed: ${forks[0]}`)
     forked = forks[0]
-    assert.notEqual(forked.sandboxId, sbx.sandboxId)
+    assert.notEqual(forked.sandboxId, sandbox.sandboxId)
     assert.equal(await forked.files.read('/home/user/before-fork.txt'), 'from the parent')
     await forked.files.write('/home/user/before-fork.txt', 'changed in the fork')
-    assert.equal(await sbx.files.read('/home/user/before-fork.txt'), 'from the parent')
-    assert.equal((await sbx.getInfo()).state, 'running', 'the parent must keep running')
+    assert.equal(await sandbox.files.read('/home/user/before-fork.txt'), 'from the parent')
+    assert.equal((await sandbox.getInfo()).state, 'running', 'the parent must keep running')
   },
   { timeoutMs: 150_000 },
 )
@@ -222,15 +222,15 @@ await check(
 await check(
   'createSnapshot, listSnapshots, then create a sandbox from the snapshot',
   async () => {
-    await sbx.files.write('/home/user/in-snapshot.txt', 'snapshotted')
-    const snap = await sbx.createSnapshot({ requestTimeoutMs: 120_000 })
+    await sandbox.files.write('/home/user/in-snapshot.txt', 'snapshotted')
+    const snap = await sandbox.createSnapshot({ requestTimeoutMs: 120_000 })
     snapshotId = snap.snapshotId
     assert.ok(snapshotId, 'no snapshotId')
-    const p = sbx.listSnapshots()
+    const p = sandbox.listSnapshots()
     const listed = []
     for (let i = 0; p.hasNext && i < 20; i++) listed.push(...(await p.nextItems()))
     assert.ok(listed.some((s) => s.snapshotId === snapshotId), `listSnapshots lacks ${snapshotId}: ${JSON.stringify(listed)}`)
-    assert.equal((await sbx.getInfo()).state, 'running', 'the source must be running after the snapshot')
+    assert.equal((await sandbox.getInfo()).state, 'running', 'the source must be running after the snapshot')
     fromSnap = await Sandbox.create(snapshotId, { timeoutMs: 300_000, requestTimeoutMs: 120_000 })
     assert.equal(await fromSnap.files.read('/home/user/in-snapshot.txt'), 'snapshotted')
     assert.equal((await fromSnap.commands.run('whoami')).stdout, 'user\n')
@@ -260,13 +260,13 @@ await check('deleteSnapshot removes the snapshot', async () => {
 })
 
 await check('kill the remaining sandboxes; none of this run is listed', async () => {
-  assert.equal(await sbx.kill(), true)
+  assert.equal(await sandbox.kill(), true)
   assert.equal(await other.kill(), true)
-  sbx = other = undefined
+  hutch = other = undefined
   await sleep(0)
   assert.deepEqual(await listAll({ query: { metadata: { run: runID } } }), [])
 })
 
-await killAll([sbx, other, forked, fromSnap])
+await killAll([sandbox, other, forked, fromSnap])
 if (snapshotId) await Sandbox.deleteSnapshot(snapshotId).catch(() => {})
 done()

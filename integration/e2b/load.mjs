@@ -84,9 +84,9 @@ await check(
 
     const client = async (c) => {
       const id = sandboxes[c % sandboxes.length].sandboxId
-      let sbx
+      let sandbox
       try {
-        sbx = await Sandbox.connect(id, { requestTimeoutMs: 60_000 })
+        hutch = await Sandbox.connect(id, { requestTimeoutMs: 60_000 })
       } catch (err) {
         failures.push(`client c${c}: Sandbox.connect(${id}): ${describe(err)}`)
         return
@@ -97,7 +97,7 @@ await check(
         const started = Date.now()
         let res
         try {
-          res = await sbx.commands.run(want.cmd, {
+          res = await sandbox.commands.run(want.cmd, {
             onStdout: (d) => streamed.stdout.push(d),
             onStderr: (d) => streamed.stderr.push(d),
             timeoutMs: 60_000,

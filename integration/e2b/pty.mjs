@@ -5,12 +5,12 @@
 import { Sandbox } from 'e2b'
 import { check, done, assert, waitFor, killAll, runID } from './lib.mjs'
 
-let sbx
+let sandbox
 
 await check(
   'create a sandbox from the base template',
   async () => {
-    sbx = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'pty', run: runID }, requestTimeoutMs: 120_000 })
+    hutch = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'pty', run: runID }, requestTimeoutMs: 120_000 })
   },
   { fatal: true, timeoutMs: 150_000 },
 )
@@ -18,8 +18,8 @@ await check(
 await check('pty: tty, ttyname, resize, job control, ^C', async () => {
   let out = ''
   const dec = new TextDecoder()
-  const p = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) }, timeoutMs: 60_000 })
-  const send = (s) => sbx.pty.sendInput(p.pid, new TextEncoder().encode(s))
+  const p = await sandbox.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) }, timeoutMs: 60_000 })
+  const send = (s) => sandbox.pty.sendInput(p.pid, new TextEncoder().encode(s))
   // Each wait looks at what came after the last one; markers are split
   // with "" so that the echo of what is typed does not match them.
   let seen = 0
@@ -37,7 +37,7 @@ await check('pty: tty, ttyname, resize, job control, ^C', async () => {
 
   await send('stty size | sed "s/^/size=/"\n')
   await expect('stty size 24 80', /size=24 80/)
-  await sbx.pty.resize(p.pid, { cols: 100, rows: 30 })
+  await sandbox.pty.resize(p.pid, { cols: 100, rows: 30 })
   await send('stty size | sed "s/^/size=/"\n')
   await expect('stty size 30 100 after resize', /size=30 100/)
 
@@ -64,18 +64,18 @@ await check('pty: a terminal lives through pause and resume, with its shell and 
   let out = ''
   const dec = new TextDecoder()
   const onData = (d) => { out += dec.decode(d, { stream: true }) }
-  const p = await sbx.pty.create({ cols: 90, rows: 20, onData, timeoutMs: 0 })
-  await sbx.pty.sendInput(p.pid, new TextEncoder().encode('MARK=kept-$((6*7)); echo "re""ady"\n'))
+  const p = await sandbox.pty.create({ cols: 90, rows: 20, onData, timeoutMs: 0 })
+  await sandbox.pty.sendInput(p.pid, new TextEncoder().encode('MARK=kept-$((6*7)); echo "re""ady"\n'))
   await waitFor('the shell ready', () => out.includes('ready'))
   await p.disconnect()
-  assert.equal(await sbx.pause(), true)
-  sbx = await Sandbox.connect(sbx.sandboxId, { requestTimeoutMs: 90_000 })
+  assert.equal(await sandbox.pause(), true)
+  hutch = await Sandbox.connect(sandbox.sandboxId, { requestTimeoutMs: 90_000 })
   out = ''
-  const q = await sbx.pty.connect(p.pid, { onData, timeoutMs: 0 })
-  const send = (s) => sbx.pty.sendInput(p.pid, new TextEncoder().encode(s))
+  const q = await sandbox.pty.connect(p.pid, { onData, timeoutMs: 0 })
+  const send = (s) => sandbox.pty.sendInput(p.pid, new TextEncoder().encode(s))
   await send('echo "mark=$MARK size=$(stty size) tty=$(tty)"\n')
   await waitFor('the shell\'s variable, size and terminal after resume', () => /mark=kept-42 size=20 90 tty=\/dev\/pts\/\d+/.test(out))
-  await sbx.pty.resize(p.pid, { cols: 70, rows: 15 })
+  await sandbox.pty.resize(p.pid, { cols: 70, rows: 15 })
   await send('stty size | sed "s/^/size=/"\n')
   await waitFor('a resize after resume', () => /size=15 70/.test(out))
   await send('exit 6\n')
@@ -83,5 +83,5 @@ await check('pty: a terminal lives through pause and resume, with its shell and 
   assert.equal(res.exitCode, 6, `exit status: ${JSON.stringify(res)}`)
 }, { timeoutMs: 150_000 })
 
-await killAll([sbx])
+await killAll([sandbox])
 done()

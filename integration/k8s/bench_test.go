@@ -16,20 +16,20 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/serve/client"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/serve/client"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
-// The benchmark of `sbx serve --backend kubernetes` against `sbx serve` on
+// The benchmark of `hutch serve --backend kubernetes` against `hutch serve` on
 // one host: create → first output of a command, and a command's round trip
 // in a running sandbox, through the same client and image. It is not a
-// test: it runs only with SBX_K8S_BENCH=1 (`make k8s-bench`) and writes
+// test: it runs only with HUTCH_K8S_BENCH=1 (`make k8s-bench`) and writes
 // its section of docs/benchmarks.md when given -out.
 
 var (
-	benchOut = flag.String("out", "", "with SBX_K8S_BENCH=1: markdown file whose serve-kube section TestBenchServeKube (re)writes")
-	benchN   = flag.Int("bench-n", 10, "with SBX_K8S_BENCH=1: measured creates per backend")
+	benchOut = flag.String("out", "", "with HUTCH_K8S_BENCH=1: markdown file whose serve-kube section TestBenchServeKube (re)writes")
+	benchN   = flag.Int("bench-n", 10, "with HUTCH_K8S_BENCH=1: measured creates per backend")
 )
 
 // benchSide is one backend's server and what was measured through it.
@@ -43,8 +43,8 @@ type benchSide struct {
 }
 
 func TestBenchServeKube(t *testing.T) {
-	if os.Getenv("SBX_K8S_BENCH") == "" {
-		t.Skip("a benchmark, not a test: run it with `make k8s-bench` (SBX_K8S_BENCH=1)")
+	if os.Getenv("HUTCH_K8S_BENCH") == "" {
+		t.Skip("a benchmark, not a test: run it with `make k8s-bench` (HUTCH_K8S_BENCH=1)")
 	}
 	if *benchN < 1 {
 		t.Fatalf("-bench-n %d: want at least 1", *benchN)
@@ -52,22 +52,22 @@ func TestBenchServeKube(t *testing.T) {
 	started := time.Now()
 	load0 := loadAverage()
 	// Both with the E2B API's defaults: 2 cores and 2 GiB a sandbox.
-	local := startServedSbx(t, "--backend", "local")
+	local := startServedHutch(t, "--backend", "local")
 	kube := startKubeBackend(t)
 	sides := []*benchSide{
-		{name: "`sbx serve` (local)", s: local},
-		{name: "`sbx serve --backend kubernetes`", s: kube, kube: true},
+		{name: "`hutch serve` (local)", s: local},
+		{name: "`hutch serve --backend kubernetes`", s: kube, kube: true},
 	}
 	for _, b := range sides {
 		b.c = &client.Client{APIURL: "http://" + b.s.addr(), APIKey: b.s.key}
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command(filepath.Join(cl.bin, "sbx"), "--root", filepath.Join(local.dir, "root"), "ls", "-q").Output(); err == nil {
+		if out, err := exec.Command(filepath.Join(cl.bin, "hutch"), "--root", filepath.Join(local.dir, "root"), "ls", "-q").Output(); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				exec.Command(filepath.Join(cl.bin, "sbx"), "--root", filepath.Join(local.dir, "root"), "rm", "-f", id).Run() //nolint:errcheck // best effort
+				exec.Command(filepath.Join(cl.bin, "hutch"), "--root", filepath.Join(local.dir, "root"), "rm", "-f", id).Run() //nolint:errcheck // best effort
 			}
 		}
-		cl.kubectl(nil, "delete", "pods", "-l", "app.kubernetes.io/managed-by=sbx-serve", "--grace-period=1", "--timeout=120s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "pods", "-l", "app.kubernetes.io/managed-by=hutch-serve", "--grace-period=1", "--timeout=120s") //nolint:errcheck // best effort
 	})
 
 	// Create → first output: one untimed round, then n rounds alternating
@@ -116,18 +116,18 @@ func TestBenchServeKube(t *testing.T) {
 
 	var w strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
-	p("## `sbx serve --backend kubernetes` beside `sbx serve` on one host\n\n")
-	invocation := "`make k8s-bench` (`SBX_K8S=1 SBX_K8S_BENCH=1 go test -count=1 -run TestBenchServeKube ./integration/k8s/ -out docs/benchmarks.md`)"
+	p("## `hutch serve --backend kubernetes` beside `hutch serve` on one host\n\n")
+	invocation := "`make k8s-bench` (`HUTCH_K8S=1 HUTCH_K8S_BENCH=1 go test -count=1 -run TestBenchServeKube ./integration/k8s/ -out docs/benchmarks.md`)"
 	if *benchN != 10 {
-		invocation = fmt.Sprintf("`SBX_K8S=1 SBX_K8S_BENCH=1 go test -count=1 -run TestBenchServeKube ./integration/k8s/ -out docs/benchmarks.md -bench-n %d`", *benchN)
+		invocation = fmt.Sprintf("`HUTCH_K8S=1 HUTCH_K8S_BENCH=1 go test -count=1 -run TestBenchServeKube ./integration/k8s/ -out docs/benchmarks.md -bench-n %d`", *benchN)
 	}
 	p("Produced by %s on %s, as root, in %s. Machine: %d CPUs, %s. Load average (1 min) at start %s, at end %s. "+
 		"The machine is shared: compare rows of one run, not runs.\n\n",
 		invocation, started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(started).Round(time.Second),
 		runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, load0, loadAverage())
-	p("Two servers on 127.0.0.1, each with one tenant, driven by the same client (the Go client, `sbx.dev/sbx/serve/client`, "+
+	p("Two servers on 127.0.0.1, each with one tenant, driven by the same client (the Go client, `hutch.dev/hutch/serve/client`, "+
 		"which speaks E2B's REST API and envd's process service as the E2B SDKs do), template `busybox` on both: the local one runs "+
-		"each sandbox on this host; the Kubernetes one makes each a pod with `runtimeClassName: sbx` on the single-node cluster "+
+		"each sandbox on this host; the Kubernetes one makes each a pod with `runtimeClassName: hutch` on the single-node cluster "+
 		"of the end-to-end tests (apiserver, scheduler and kubelet on the same machine), its commands through `pods/exec`. "+
 		"Sandboxes have E2B's defaults on both (2 cores, 2 GiB: the pod's requests and limits on Kubernetes). "+
 		"The backends alternate which goes first each round, after %d untimed round; p95 is by nearest rank.\n\n", warmup)
@@ -172,12 +172,12 @@ func (b *benchSide) createEcho() (time.Duration, error) {
 		return d, err
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		out, kerr := cl.kubectl(nil, "get", "pod", "sbx-"+sb.ID, "--ignore-not-found", "-o", "name")
+		out, kerr := cl.kubectl(nil, "get", "pod", "hutch-"+sb.ID, "--ignore-not-found", "-o", "name")
 		if kerr == nil && strings.TrimSpace(out) == "" {
 			return d, nil
 		}
 		if time.Now().After(deadline) {
-			return d, fmt.Errorf("pod sbx-%s not gone 2 minutes after kill", sb.ID)
+			return d, fmt.Errorf("pod hutch-%s not gone 2 minutes after kill", sb.ID)
 		}
 	}
 }

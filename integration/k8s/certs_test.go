@@ -33,7 +33,7 @@ func newPKI(dir string) (*pki, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "sbx-k8s-test-ca"},
+		Subject:               pkix.Name{CommonName: "hutch-k8s-test-ca"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,

@@ -1,9 +1,9 @@
-// Package k8s runs pods with runtimeClassName sbx under a real single-node
+// Package k8s runs pods with runtimeClassName hutch under a real single-node
 // Kubernetes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-// and a kubelet on 127.0.0.1, over a private containerd set up for sbx by
+// and a kubelet on 127.0.0.1, over a private containerd set up for hutch by
 // deploy/kubernetes/install-node.sh, with the reference CNI plugins' ptp
 // network. `make k8s-tools` builds the cluster's binaries and `make
-// k8s-test` runs the tests (SBX_K8S=1, as root); everything they start or
+// k8s-test` runs the tests (HUTCH_K8S=1, as root); everything they start or
 // change on the host is removed or put back afterwards.
 package k8s
 
@@ -31,8 +31,8 @@ import (
 // Names the tests use for the cluster's images and node.
 const (
 	nodeName     = "127.0.0.1"
-	pauseImage   = "localhost/sbx/pause:1"
-	busyboxImage = "localhost/sbx/busybox:latest"
+	pauseImage   = "localhost/hutch/pause:1"
+	busyboxImage = "localhost/hutch/busybox:latest"
 )
 
 // podSubnet is the CNI network's range; the host side of each pod's veth
@@ -59,7 +59,7 @@ type cluster struct {
 	sock              string
 	shimConfig        string
 	// checkpoints is the node's checkpoint directory (the shim's
-	// checkpoint_dir, sbx-node's --checkpoint-dir).
+	// checkpoint_dir, hutch-node's --checkpoint-dir).
 	checkpoints    string
 	cgroupName     string
 	procs          []*proc
@@ -83,15 +83,15 @@ func startCluster() (*cluster, error) {
 	if c.repo, err = filepath.Abs("../.."); err != nil {
 		return nil, err
 	}
-	c.bin = os.Getenv("SBX_BIN")
+	c.bin = os.Getenv("HUTCH_BIN")
 	if c.bin == "" {
 		c.bin = filepath.Join(c.repo, "bin")
 	}
 	c.k8sBin = filepath.Join(c.repo, "bin", "k8s")
-	if d := os.Getenv("SBX_K8S_BIN"); d != "" {
+	if d := os.Getenv("HUTCH_K8S_BIN"); d != "" {
 		c.k8sBin = d
 	}
-	for _, f := range []string{"sbx", "runsc", "containerd", "ctr", "crictl", "containerd-shim-sbx-v1", "images/pause.tar", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "runsc", "containerd", "ctr", "crictl", "containerd-shim-hutch-v1", "images/pause.tar", "images/busybox.tar"} {
 		if _, err := os.Stat(filepath.Join(c.bin, f)); err != nil {
 			return nil, fmt.Errorf("%s not built (make build shim containerd-tools): %w", f, err)
 		}
@@ -101,7 +101,7 @@ func startCluster() (*cluster, error) {
 			return nil, fmt.Errorf("%s not built (make k8s-tools): %w", f, err)
 		}
 	}
-	if c.dir, err = os.MkdirTemp("", "sbx-k8s-"); err != nil {
+	if c.dir, err = os.MkdirTemp("", "hutch-k8s-"); err != nil {
 		return nil, err
 	}
 	c.saveHostState()
@@ -221,7 +221,7 @@ func (c *cluster) start() error {
 		return err
 	}
 
-	// The node: sbx installed by the operator's script, containerd, CNI.
+	// The node: hutch installed by the operator's script, containerd, CNI.
 	if err := c.setUpNode(); err != nil {
 		return err
 	}
@@ -235,13 +235,13 @@ func (c *cluster) start() error {
 		return err
 	}
 
-	// Ready node, labelled for sbx; the RuntimeClass of deploy/kubernetes;
+	// Ready node, labelled for hutch; the RuntimeClass of deploy/kubernetes;
 	// the default service account pods wait for.
 	if err := c.waitKubectl(2*time.Minute, func(out string) bool { return out == "True" },
 		"get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); err != nil {
 		return fmt.Errorf("node not ready: %w", err)
 	}
-	if _, err := c.kubectl(nil, "label", "node", nodeName, "sbx.dev/runtime=true"); err != nil {
+	if _, err := c.kubectl(nil, "label", "node", nodeName, "hutch.dev/runtime=true"); err != nil {
 		return err
 	}
 	if _, err := c.kubectl(nil, "apply", "-f", filepath.Join(c.repo, "deploy", "kubernetes", "runtimeclass.yaml")); err != nil {
@@ -251,19 +251,19 @@ func (c *cluster) start() error {
 		"get", "serviceaccount", "default", "-o", "jsonpath={.metadata.name}")
 }
 
-// setUpNode installs sbx the way an operator does, with
+// setUpNode installs hutch the way an operator does, with
 // deploy/kubernetes/install-node.sh, into the test's directory.
 func (c *cluster) setUpNode() error {
 	cmd := exec.Command("sh", filepath.Join(c.repo, "deploy", "kubernetes", "install-node.sh"))
 	cmd.Env = append(os.Environ(),
 		"BIN_DIR="+c.bin,
 		"PREFIX="+c.path("node", "usr", "local"),
-		"SBX_ETC="+c.path("node", "etc", "sbx"),
+		"HUTCH_ETC="+c.path("node", "etc", "hutch"),
 		"CONTAINERD_CONF_D="+c.path("node", "etc", "containerd", "conf.d"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("install-node.sh: %w: %s", err, out)
 	}
-	c.shimConfig = c.path("node", "etc", "sbx", "containerd-shim-sbx-v1.toml")
+	c.shimConfig = c.path("node", "etc", "hutch", "containerd-shim-hutch-v1.toml")
 	c.checkpoints = c.path("checkpoints")
 	if err := c.setPolicy(""); err != nil {
 		return err
@@ -272,7 +272,7 @@ func (c *cluster) setUpNode() error {
 	// directory.
 	conflist := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "sbx-test",
+  "name": "hutch-test",
   "plugins": [{
     "type": "ptp",
     "ipMasq": false,
@@ -282,7 +282,7 @@ func (c *cluster) setUpNode() error {
 	if err := os.MkdirAll(c.path("cni", "net.d"), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(c.path("cni", "net.d", "10-sbx-test.conflist"), []byte(conflist), 0o644)
+	return os.WriteFile(c.path("cni", "net.d", "10-hutch-test.conflist"), []byte(conflist), 0o644)
 }
 
 // setPolicy writes the operator's policy: the shim's options file, which a
@@ -324,7 +324,7 @@ imports = [%q]
 	}
 	// containerd finds the shim on its PATH, where install-node.sh put it,
 	// and runc's shim (the default runtime, for the installer DaemonSet's
-	// pod) in a directory of its own: not the sbx shim in bin/.
+	// pod) in a directory of its own: not the hutch shim in bin/.
 	if err := os.MkdirAll(c.path("runc-shim"), 0o755); err != nil {
 		return err
 	}
@@ -359,26 +359,26 @@ func (c *cluster) stopProc(name string) {
 // namespace under names CRI does not rewrite (no registry here), then
 // restarts containerd for CRI to see them.
 func (c *cluster) importImages() error {
-	sbx := func(args ...string) error {
-		out, err := exec.Command(filepath.Join(c.bin, "sbx"), append([]string{"--root", c.path("sbx")}, args...)...).CombinedOutput()
+	hutch := func(args ...string) error {
+		out, err := exec.Command(filepath.Join(c.bin, "hutch"), append([]string{"--root", c.path("hutch")}, args...)...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("sbx %s: %w: %s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("hutch %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 		return nil
 	}
 	archive := c.path("busybox.oci.tar")
-	if err := sbx("image", "import", "busybox", filepath.Join(c.bin, "images", "busybox.tar")); err != nil {
+	if err := hutch("image", "import", "busybox", filepath.Join(c.bin, "images", "busybox.tar")); err != nil {
 		return err
 	}
-	if err := sbx("image", "export", "busybox", archive); err != nil {
+	if err := hutch("image", "export", "busybox", archive); err != nil {
 		return err
 	}
 	for _, args := range [][]string{
 		{"image", "import", archive},
 		{"image", "import", filepath.Join(c.bin, "images", "pause.tar")},
 		{"image", "tag", "busybox:latest", busyboxImage},
-		{"image", "tag", "pause:sbx", pauseImage},
-		{"image", "rm", "busybox:latest", "pause:sbx"},
+		{"image", "tag", "pause:hutch", pauseImage},
+		{"image", "rm", "busybox:latest", "pause:hutch"},
 	} {
 		if _, err := c.ctr(args...); err != nil {
 			return err
@@ -601,7 +601,7 @@ func (c *cluster) stop() error {
 	if left := c.leftovers(); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("left on the host:\n%s", strings.Join(left, "\n")))
 	}
-	if os.Getenv("SBX_K8S_KEEP") != "" {
+	if os.Getenv("HUTCH_K8S_KEEP") != "" {
 		fmt.Fprintf(os.Stderr, "logs kept in %s\n", c.dir)
 	} else if err := os.RemoveAll(c.dir); err != nil {
 		errs = append(errs, err)

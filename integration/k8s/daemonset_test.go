@@ -20,21 +20,21 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // installerImage is the name `make installer-image` gives the installer.
-const installerImage = "localhost/sbx/installer:latest"
+const installerImage = "localhost/hutch/installer:latest"
 
 // The operator's path with deploy/kubernetes/daemonset.yaml: on a node
-// without sbx, the installer DaemonSet's pod (under runc, the default
-// runtime) installs sbx where install-node.sh's variables say, restarts
+// without hutch, the installer DaemonSet's pod (under runc, the default
+// runtime) installs hutch where install-node.sh's variables say, restarts
 // containerd through the host's init, and labels the node, after which a
-// pod with runtimeClassName sbx runs under gVisor. uninstall.yaml then
+// pod with runtimeClassName hutch runs under gVisor. uninstall.yaml then
 // leaves the node as it was before the install.
 func TestDaemonSetInstallsNode(t *testing.T) {
-	image := filepath.Join(cl.bin, "images", "sbx-installer.tar")
+	image := filepath.Join(cl.bin, "images", "hutch-installer.tar")
 	if _, err := os.Stat(image); err != nil {
 		t.Fatalf("the installer image is not built (make installer-image): %v", err)
 	}
@@ -52,7 +52,7 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A node without sbx: the harness's own install removed, containerd
+	// A node without hutch: the harness's own install removed, containerd
 	// restarted without the handler, the label gone.
 	node := cl.path("node")
 	uninstall := exec.Command("sh", filepath.Join(cl.repo, "deploy", "kubernetes", "install-node.sh"), "uninstall")
@@ -61,7 +61,7 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 		t.Fatalf("install-node.sh uninstall: %v: %s", err, out)
 	}
 	t.Cleanup(func() { cl.reinstallNode(t) })
-	kubectl(t, "label", "node", nodeName, "sbx.dev/runtime-")
+	kubectl(t, "label", "node", nodeName, "hutch.dev/runtime-")
 	cl.restartContainerd(t)
 	waitHandler(t, false)
 	before := tree(t, node)
@@ -74,9 +74,9 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 	defer sup.stop(t)
 	vars := func(pid int) map[string]string {
 		return map[string]string{
-			"SBX_KUBE_API":       server,
+			"HUTCH_KUBE_API":     server,
 			"PREFIX":             filepath.Join(node, "usr", "local"),
-			"SBX_ETC":            filepath.Join(node, "etc", "sbx"),
+			"HUTCH_ETC":          filepath.Join(node, "etc", "hutch"),
 			"CONTAINERD_CONF_D":  filepath.Join(node, "etc", "containerd", "conf.d"),
 			"CONTAINERD_CONFIG":  cl.path("containerd.toml"),
 			"CONTAINERD_RESTART": fmt.Sprintf("kill -TERM %d", pid),
@@ -90,7 +90,7 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 			"-f", filepath.Join(cl.repo, "deploy", "kubernetes", "uninstall.yaml"),
 			"-f", filepath.Join(cl.repo, "deploy", "kubernetes", "daemonset.yaml"))
 	})
-	// With the Secret sbx-node-key, the installer's pod then runs the
+	// With the Secret hutch-node-key, the installer's pod then runs the
 	// node service.
 	nodeKey := make([]byte, 32)
 	rand.Read(nodeKey) //nolint:errcheck // never fails
@@ -98,26 +98,26 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(nodeKey)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, "create", "namespace", "sbx-system")
-	kubectl(t, "-n", "sbx-system", "create", "secret", "generic", "sbx-node-key", "--from-file=key="+keyFile)
+	kubectl(t, "create", "namespace", "hutch-system")
+	kubectl(t, "-n", "hutch-system", "create", "secret", "generic", "hutch-node-key", "--from-file=key="+keyFile)
 	install := vars(sup.pid())
 	install["CONTAINERD_SOCKET"] = cl.sock
 	install["CHECKPOINT_DIR"] = cl.checkpoints
 	applyDeploy(t, "daemonset.yaml", install)
-	if out, err := cl.kubectl(nil, "-n", "sbx-system", "rollout", "status", "daemonset/sbx-installer", "--timeout=170s"); err != nil {
-		t.Fatalf("installer not ready: %v\n%s\ninstaller log:\n%s", err, out, installerLog(t, "sbx-installer"))
+	if out, err := cl.kubectl(nil, "-n", "hutch-system", "rollout", "status", "daemonset/hutch-installer", "--timeout=170s"); err != nil {
+		t.Fatalf("installer not ready: %v\n%s\ninstaller log:\n%s", err, out, installerLog(t, "hutch-installer"))
 	}
 	if sup.restarts() == 0 {
-		t.Fatalf("the installer did not restart containerd; its log:\n%s", installerLog(t, "sbx-installer"))
+		t.Fatalf("the installer did not restart containerd; its log:\n%s", installerLog(t, "hutch-installer"))
 	}
-	if l := kubectl(t, "get", "node", nodeName, "-o", `jsonpath={.metadata.labels.sbx\.dev/runtime}`); l != "true" {
-		t.Fatalf("node label sbx.dev/runtime = %q after the install, want true", l)
+	if l := kubectl(t, "get", "node", nodeName, "-o", `jsonpath={.metadata.labels.hutch\.dev/runtime}`); l != "true" {
+		t.Fatalf("node label hutch.dev/runtime = %q after the install, want true", l)
 	}
 	waitHandler(t, true)
 
 	// The files are where docs/kubernetes.md says, the binaries those of
 	// the image; the operator's policy file is kept.
-	for _, f := range []string{"containerd-shim-sbx-v1", "runsc", "sbx-init"} {
+	for _, f := range []string{"containerd-shim-hutch-v1", "runsc", "hutch-init"} {
 		got, err := os.ReadFile(filepath.Join(node, "usr", "local", "bin", f))
 		if err != nil {
 			t.Fatalf("installed %s: %v", f, err)
@@ -130,8 +130,8 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 			t.Fatalf("installed %s differs from %s (an installer image older than the binaries? make installer-image)", f, filepath.Join(cl.bin, f))
 		}
 	}
-	dropin, err := os.ReadFile(filepath.Join(node, "etc", "containerd", "conf.d", "sbx.toml"))
-	if err != nil || !bytes.Contains(dropin, []byte(`runtimes.sbx]`)) || !bytes.Contains(dropin, []byte(cl.shimConfig)) {
+	dropin, err := os.ReadFile(filepath.Join(node, "etc", "containerd", "conf.d", "hutch.toml"))
+	if err != nil || !bytes.Contains(dropin, []byte(`runtimes.hutch]`)) || !bytes.Contains(dropin, []byte(cl.shimConfig)) {
 		t.Fatalf("containerd drop-in: %v\n%s", err, dropin)
 	}
 	if policy, err := os.ReadFile(cl.shimConfig); err != nil || !bytes.Contains(policy, []byte(cl.path("runsc"))) {
@@ -140,7 +140,7 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 
 	// The installer itself runs under runc; a pod of the RuntimeClass runs
 	// under gVisor.
-	if out := kubectl(t, "-n", "sbx-system", "get", "pods", "-o", "jsonpath={.items[*].spec.runtimeClassName}"); strings.TrimSpace(out) != "" {
+	if out := kubectl(t, "-n", "hutch-system", "get", "pods", "-o", "jsonpath={.items[*].spec.runtimeClassName}"); strings.TrimSpace(out) != "" {
 		t.Fatalf("the installer pod has runtimeClassName %q, want the default runtime", out)
 	}
 	createPod(t, "after-daemonset", podYAML("after-daemonset", nil, "  containers:\n"+
@@ -163,7 +163,7 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 	uid := kubectl(t, "get", "pod", "after-daemonset", "-o", "jsonpath={.metadata.uid}")
 	res, err := nodes.Checkpoint(ctx, "127.0.0.1", kubenode.CheckpointRequest{Namespace: "default", Pod: "after-daemonset", PodUID: uid, Name: name})
 	if err != nil {
-		t.Fatalf("checkpoint through the DaemonSet's node service: %v\ninstaller log:\n%s", err, installerLog(t, "sbx-installer"))
+		t.Fatalf("checkpoint through the DaemonSet's node service: %v\ninstaller log:\n%s", err, installerLog(t, "hutch-installer"))
 	}
 	if _, err := os.Stat(filepath.Join(cl.checkpoints, "default", name, "checkpoint.img")); err != nil {
 		t.Fatalf("the checkpoint is not in the node's directory: %v", err)
@@ -179,18 +179,18 @@ func TestDaemonSetInstallsNode(t *testing.T) {
 
 	// Uninstall: the DaemonSet goes, the uninstaller runs on the node; the
 	// node is then as it was before the install.
-	kubectl(t, "-n", "sbx-system", "delete", "daemonset", "sbx-installer", "--timeout=90s")
+	kubectl(t, "-n", "hutch-system", "delete", "daemonset", "hutch-installer", "--timeout=90s")
 	applyDeploy(t, "uninstall.yaml", vars(sup.pid()))
 	restarts := sup.restarts()
-	if out, err := cl.kubectl(nil, "-n", "sbx-system", "rollout", "status", "daemonset/sbx-uninstaller", "--timeout=170s"); err != nil {
-		t.Fatalf("uninstaller not ready: %v\n%s\nuninstaller log:\n%s", err, out, installerLog(t, "sbx-uninstaller"))
+	if out, err := cl.kubectl(nil, "-n", "hutch-system", "rollout", "status", "daemonset/hutch-uninstaller", "--timeout=170s"); err != nil {
+		t.Fatalf("uninstaller not ready: %v\n%s\nuninstaller log:\n%s", err, out, installerLog(t, "hutch-uninstaller"))
 	}
 	if sup.restarts() == restarts {
-		t.Fatalf("the uninstaller did not restart containerd; its log:\n%s", installerLog(t, "sbx-uninstaller"))
+		t.Fatalf("the uninstaller did not restart containerd; its log:\n%s", installerLog(t, "hutch-uninstaller"))
 	}
 	waitHandler(t, false)
-	if l, err := cl.kubectl(nil, "get", "node", nodeName, "-o", `jsonpath={.metadata.labels.sbx\.dev/runtime}`); err != nil || l != "" {
-		t.Fatalf("node label sbx.dev/runtime = %q (%v) after the uninstall, want none", l, err)
+	if l, err := cl.kubectl(nil, "get", "node", nodeName, "-o", `jsonpath={.metadata.labels.hutch\.dev/runtime}`); err != nil || l != "" {
+		t.Fatalf("node label hutch.dev/runtime = %q (%v) after the uninstall, want none", l, err)
 	}
 	kubectl(t, "delete", "--ignore-not-found", "--timeout=90s",
 		"-f", filepath.Join(cl.repo, "deploy", "kubernetes", "uninstall.yaml"),
@@ -206,7 +206,7 @@ func (c *cluster) nodeEnv() []string {
 	return []string{
 		"BIN_DIR=" + c.bin,
 		"PREFIX=" + c.path("node", "usr", "local"),
-		"SBX_ETC=" + c.path("node", "etc", "sbx"),
+		"HUTCH_ETC=" + c.path("node", "etc", "hutch"),
 		"CONTAINERD_CONF_D=" + c.path("node", "etc", "containerd", "conf.d"),
 	}
 }
@@ -227,7 +227,7 @@ func (c *cluster) reinstallNode(t *testing.T) {
 		return
 	}
 	c.restartContainerd(t)
-	if _, err := c.kubectl(nil, "label", "node", nodeName, "sbx.dev/runtime=true", "--overwrite"); err != nil {
+	if _, err := c.kubectl(nil, "label", "node", nodeName, "hutch.dev/runtime=true", "--overwrite"); err != nil {
 		t.Error(err)
 	}
 	waitHandler(t, true)
@@ -328,20 +328,20 @@ func applyDeploy(t *testing.T, file string, vars map[string]string) {
 
 // installerLog is the log of the installer DaemonSet's pod.
 func installerLog(t *testing.T, ds string) string {
-	out, err := cl.kubectl(nil, "-n", "sbx-system", "logs", "daemonset/"+ds)
+	out, err := cl.kubectl(nil, "-n", "hutch-system", "logs", "daemonset/"+ds)
 	if err != nil {
 		return err.Error()
 	}
 	return out
 }
 
-// waitHandler waits until the node reports the runtime handler sbx (or
+// waitHandler waits until the node reports the runtime handler hutch (or
 // no longer does).
 func waitHandler(t *testing.T, present bool) {
 	t.Helper()
-	if err := cl.waitKubectl(2*time.Minute, func(out string) bool { return slices.Contains(strings.Fields(out), "sbx") == present },
+	if err := cl.waitKubectl(2*time.Minute, func(out string) bool { return slices.Contains(strings.Fields(out), "hutch") == present },
 		"get", "node", nodeName, "-o", "jsonpath={.status.runtimeHandlers[*].name}"); err != nil {
-		t.Fatalf("runtime handler sbx present=%v: %v", present, err)
+		t.Fatalf("runtime handler hutch present=%v: %v", present, err)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 var cl *cluster
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SBX_K8S") == "" {
-		fmt.Println("skipping the Kubernetes end-to-end tests: run them with `make k8s-test` (SBX_K8S=1, as root)")
+	if os.Getenv("HUTCH_K8S") == "" {
+		fmt.Println("skipping the Kubernetes end-to-end tests: run them with `make k8s-test` (HUTCH_K8S=1, as root)")
 		os.Exit(0)
 	}
 	if os.Geteuid() != 0 {
@@ -87,7 +87,7 @@ func container(name, cmd, extra string) string {
 	return s
 }
 
-// podYAML renders a pod with runtimeClassName sbx; spec is the rest of its
+// podYAML renders a pod with runtimeClassName hutch; spec is the rest of its
 // spec (indented by two spaces), with containers from container.
 func podYAML(name string, annotations map[string]string, spec string) string {
 	a, _ := json.Marshal(annotations)
@@ -100,7 +100,7 @@ metadata:
   name: %s
   annotations: %s
 spec:
-  runtimeClassName: sbx
+  runtimeClassName: hutch
   terminationGracePeriodSeconds: 1
 %s`, name, a, spec)
 }

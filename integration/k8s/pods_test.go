@@ -23,7 +23,7 @@ import (
 func TestRunLogsExecCp(t *testing.T) {
 	t.Parallel()
 	createPod(t, "basic", podYAML("basic", nil, "  containers:\n"+
-		container("main", "echo hello-from-sbx; dmesg | head -n 3; exec sleep 3600", "")))
+		container("main", "echo hello-from-hutch; dmesg | head -n 3; exec sleep 3600", "")))
 	waitPod(t, "basic", 3*time.Minute, "running", running)
 
 	t.Run("logs", func(t *testing.T) {
@@ -33,8 +33,8 @@ func TestRunLogsExecCp(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		// gVisor's kernel log says what kernel the pod runs on.
-		if !strings.Contains(logs, "hello-from-sbx") || !strings.Contains(logs, "gVisor") {
-			t.Fatalf("kubectl logs: want hello-from-sbx and gVisor's kernel log, got %q", logs)
+		if !strings.Contains(logs, "hello-from-hutch") || !strings.Contains(logs, "gVisor") {
+			t.Fatalf("kubectl logs: want hello-from-hutch and gVisor's kernel log, got %q", logs)
 		}
 	})
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/assembly/hostnet"
+	"hutch.dev/hutch/assembly/hostnet"
 )
 
 // The tests in this file change the operator's policy, so they run one at
@@ -25,41 +25,41 @@ func setPolicy(t *testing.T, policy string) {
 	t.Cleanup(func() { cl.setPolicy("") }) //nolint:errcheck // the next test sets its own
 }
 
-// sbx's annotations tighten the operator's ceiling; a pod asking above it
+// hutch's annotations tighten the operator's ceiling; a pod asking above it
 // is refused, with the reason in its events.
 func TestAnnotationsUnderCeiling(t *testing.T) {
 	setPolicy(t, "memory = \"512m\"\ndisk = \"1g\"")
 
-	createPod(t, "greedy", podYAML("greedy", map[string]string{"dev.sbx.memory": "1g"}, "  containers:\n"+
+	createPod(t, "greedy", podYAML("greedy", map[string]string{"dev.hutch.memory": "1g"}, "  containers:\n"+
 		container("main", "exec sleep 3600", "")))
-	createPod(t, "modest", podYAML("modest", map[string]string{"dev.sbx.memory": "256m", "dev.sbx.disk": "64m"}, "  containers:\n"+
+	createPod(t, "modest", podYAML("modest", map[string]string{"dev.hutch.memory": "256m", "dev.hutch.disk": "64m"}, "  containers:\n"+
 		container("main", "exec sleep 3600", "")))
 
-	waitEvent(t, "greedy", `sbx policy: annotation dev.sbx.memory="1g" exceeds the operator's ceiling`, 2*time.Minute)
+	waitEvent(t, "greedy", `hutch policy: annotation dev.hutch.memory="1g" exceeds the operator's ceiling`, 2*time.Minute)
 	if p := getPod(t, "greedy"); p.Status.Phase != "Pending" {
 		t.Fatalf("pod above the ceiling is %s, want Pending", p.Status.Phase)
 	}
 
 	waitPod(t, "modest", 3*time.Minute, "running", running)
-	// The writable layer is bounded by dev.sbx.disk (checked first: the
+	// The writable layer is bounded by dev.hutch.disk (checked first: the
 	// memory bomb below may end the pod).
 	out, err := cl.kubectl(nil, "exec", "modest", "--", "dd", "if=/dev/zero", "of=/big", "bs=1M", "count=128")
 	if err == nil || !strings.Contains(out+err.Error(), "No space left") {
-		t.Errorf("writing 128 MiB under dev.sbx.disk=64m: want ENOSPC, got %q, %v", out, err)
+		t.Errorf("writing 128 MiB under dev.hutch.disk=64m: want ENOSPC, got %q, %v", out, err)
 	}
-	// The pod's memory is bounded by dev.sbx.memory: a 512 MiB string
+	// The pod's memory is bounded by dev.hutch.memory: a 512 MiB string
 	// (1 GiB while it doubles) cannot be held in 256 MiB.
 	out, err = cl.kubectl(nil, "exec", "modest", "--", "sh", "-c",
 		"x=0123456789abcdef; i=0; while [ $i -lt 25 ]; do x=$x$x; i=$((i+1)); done; echo survived ${#x}")
 	if strings.Contains(out, "survived") {
-		t.Errorf("a pod with dev.sbx.memory=256m held 512 MiB: %q, %v", out, err)
+		t.Errorf("a pod with dev.hutch.memory=256m held 512 MiB: %q, %v", out, err)
 	}
 }
 
 // Network modes: a pod keeps Kubernetes' network (CNI) unless it tightens
-// it to none; with an operator's open ceiling a pod gets sbx's own
+// it to none; with an operator's open ceiling a pod gets hutch's own
 // network, which denies the host; a hostNetwork pod is refused unless it
-// names an sbx network.
+// names a hutch network.
 func TestNetworkModes(t *testing.T) {
 	// A server on the node, on the pod network's gateway address (the host
 	// side of each CNI veth).
@@ -81,8 +81,8 @@ func TestNetworkModes(t *testing.T) {
 
 	t.Run("cni-and-none", func(t *testing.T) {
 		createPod(t, "net-cni", podYAML("net-cni", nil, "  containers:\n"+container("main", "exec sleep 3600", "")))
-		createPod(t, "net-none", podYAML("net-none", map[string]string{"dev.sbx.network": "none"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
-		createPod(t, "net-open-refused", podYAML("net-open-refused", map[string]string{"dev.sbx.network": "open"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
+		createPod(t, "net-none", podYAML("net-none", map[string]string{"dev.hutch.network": "none"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
+		createPod(t, "net-open-refused", podYAML("net-open-refused", map[string]string{"dev.hutch.network": "open"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
 		waitPod(t, "net-cni", 3*time.Minute, "running", running)
 		waitPod(t, "net-none", 3*time.Minute, "running", running)
 
@@ -93,25 +93,25 @@ func TestNetworkModes(t *testing.T) {
 			t.Fatalf("pod on the CNI network has no eth0: %s", ifaces("net-cni"))
 		}
 		if d := ifaces("net-none"); strings.Contains(d, "eth0") {
-			t.Fatalf("pod with dev.sbx.network=none has interfaces besides lo:\n%s", d)
+			t.Fatalf("pod with dev.hutch.network=none has interfaces besides lo:\n%s", d)
 		}
 		if out, err := fetch("net-none"); err == nil {
-			t.Fatalf("pod with dev.sbx.network=none reached the node: %q", out)
+			t.Fatalf("pod with dev.hutch.network=none reached the node: %q", out)
 		}
-		waitEvent(t, "net-open-refused", `annotation dev.sbx.network="open" exceeds the operator's ceiling`, 2*time.Minute)
+		waitEvent(t, "net-open-refused", `annotation dev.hutch.network="open" exceeds the operator's ceiling`, 2*time.Minute)
 	})
 
 	t.Run("host-network", func(t *testing.T) {
 		createPod(t, "net-host", podYAML("net-host", nil, "  hostNetwork: true\n  containers:\n"+container("main", "exec sleep 3600", "")))
-		createPod(t, "net-host-none", podYAML("net-host-none", map[string]string{"dev.sbx.network": "none"}, "  hostNetwork: true\n  containers:\n"+container("main", "exec sleep 3600", "")))
+		createPod(t, "net-host-none", podYAML("net-host-none", map[string]string{"dev.hutch.network": "none"}, "  hostNetwork: true\n  containers:\n"+container("main", "exec sleep 3600", "")))
 		waitEvent(t, "net-host", "the pod asks for the host's network", 2*time.Minute)
 		waitPod(t, "net-host-none", 3*time.Minute, "running", running)
 		if d := ifaces("net-host-none"); strings.Contains(d, "eth0") {
-			t.Fatalf("hostNetwork pod with dev.sbx.network=none sees interfaces besides lo:\n%s", d)
+			t.Fatalf("hostNetwork pod with dev.hutch.network=none sees interfaces besides lo:\n%s", d)
 		}
 	})
 
-	t.Run("sbx-open", func(t *testing.T) {
+	t.Run("hutch-open", func(t *testing.T) {
 		// A pod on the CNI network, made before the operator's policy
 		// changes, keeps the gateway address on the node.
 		createPod(t, "net-cni2", podYAML("net-cni2", nil, "  containers:\n"+container("main", "exec sleep 3600", "")))
@@ -120,17 +120,17 @@ func TestNetworkModes(t *testing.T) {
 			t.Fatalf("no host interface holds %s", podGateway)
 		}
 		setPolicy(t, `network = "open"`)
-		createPod(t, "net-open", podYAML("net-open", map[string]string{"dev.sbx.network": "open"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
+		createPod(t, "net-open", podYAML("net-open", map[string]string{"dev.hutch.network": "open"}, "  containers:\n"+container("main", "exec sleep 3600", "")))
 		waitPod(t, "net-open", 3*time.Minute, "running", running)
 		if d := ifaces("net-open"); !strings.Contains(d, "eth") {
-			t.Fatalf("pod with dev.sbx.network=open has no interface besides lo:\n%s", d)
+			t.Fatalf("pod with dev.hutch.network=open has no interface besides lo:\n%s", d)
 		}
 		if out := kubectl(t, "exec", "net-open", "--", "cat", "/etc/resolv.conf"); !strings.Contains(out, "nameserver") {
 			t.Fatalf("resolv.conf: %q", out)
 		}
 		// open denies the host itself, at any of its addresses.
 		if out, err := fetch("net-open"); err == nil {
-			t.Fatalf("pod with dev.sbx.network=open reached the node at %s: %q", gw, out)
+			t.Fatalf("pod with dev.hutch.network=open reached the node at %s: %q", gw, out)
 		}
 		if out, err := fetch("net-cni2"); err != nil || strings.TrimSpace(out) != "node-reached" {
 			t.Fatalf("pod on the CNI network to the node: %q, %v", out, err)
@@ -188,7 +188,7 @@ func nodeLeftovers(uid, sandbox string) []string {
 		left = append(left, "runsc process "+strconv.Itoa(pid))
 	}
 	// The shims containerd started from where install-node.sh put them.
-	for _, pid := range processesMentioning(cl.path("node", "usr", "local", "bin", "containerd-shim-sbx-v1"), nil) {
+	for _, pid := range processesMentioning(cl.path("node", "usr", "local", "bin", "containerd-shim-hutch-v1"), nil) {
 		left = append(left, "shim process "+strconv.Itoa(pid))
 	}
 	for _, m := range mountsBelow(cl.dir) {

@@ -18,16 +18,16 @@ import (
 )
 
 // Load on the Kubernetes backend: 20 E2B SDK clients at once, each with a
-// sandbox of its own (a pod), run 50 commands each through `sbx serve
+// sandbox of its own (a pod), run 50 commands each through `hutch serve
 // --backend kubernetes`. Every command prints a payload unique to it (some
 // a few KiB, some on stderr, some with an exit status); every byte and
 // status is checked, and a log each command appends to in its sandbox
 // shows that each ran exactly once. Afterwards no sandbox is listed and no
-// pod is left. It runs only with SBX_K8S_LOAD=1 (`make k8s-load`).
+// pod is left. It runs only with HUTCH_K8S_LOAD=1 (`make k8s-load`).
 
-// startServedSbx starts `sbx serve` with one tenant (its key in key) and
+// startServedHutch starts `hutch serve` with one tenant (its key in key) and
 // args after the common flags, and waits until it answers.
-func startServedSbx(t *testing.T, args ...string) *kubeServe {
+func startServedHutch(t *testing.T, args ...string) *kubeServe {
 	t.Helper()
 	s := newKubeServe(t)
 	s.key = s.tenantAdd("load")
@@ -35,11 +35,11 @@ func startServedSbx(t *testing.T, args ...string) *kubeServe {
 	return s
 }
 
-// startKubeBackend starts `sbx serve --backend kubernetes` on the test
+// startKubeBackend starts `hutch serve --backend kubernetes` on the test
 // cluster, templates base and busybox mapped to busybox, with more flags.
 func startKubeBackend(t *testing.T, flags ...string) *kubeServe {
 	t.Helper()
-	return startServedSbx(t, kubeBackend(append([]string{"--template", "base=" + busyboxImage, "--template", "busybox=" + busyboxImage}, flags...)...)...)
+	return startServedHutch(t, kubeBackend(append([]string{"--template", "base=" + busyboxImage, "--template", "busybox=" + busyboxImage}, flags...)...)...)
 }
 
 // list is the IDs GET /sandboxes answers for the server's tenant.
@@ -114,7 +114,7 @@ const latencies = []
 let bytes = 0
 let commands = 0
 const t0 = Date.now()
-await Promise.all(sandboxes.map(async (sbx, c) => {
+await Promise.all(sandboxes.map(async (hutch, c) => {
   for (let i = 0; i < nCommands; i++) {
     const want = expected(c, i)
     let streamedOut = ''
@@ -122,7 +122,7 @@ await Promise.all(sandboxes.map(async (sbx, c) => {
     let res
     const start = Date.now()
     try {
-      res = await sbx.commands.run(want.cmd, {
+      res = await hutch.commands.run(want.cmd, {
         onStdout: (d) => { streamedOut += d }, onStderr: (d) => { streamedErr += d },
         timeoutMs: 120_000, requestTimeoutMs: 120_000,
       })
@@ -143,7 +143,7 @@ await Promise.all(sandboxes.map(async (sbx, c) => {
     bytes += want.stdout.length + want.stderr.length
   }
   // Each command ran once: the sandbox's log names each exactly once, in order.
-  const ran = await sbx.files.read('/tmp/ran')
+  const ran = await hutch.files.read('/tmp/ran')
   const want = Array.from({ length: nCommands }, (_, i) => 'c' + c + '-' + i + '\n').join('')
   if (ran !== want) failures.push('client ' + c + ': the commands that ran were ' + JSON.stringify(ran).slice(0, 300))
 }))
@@ -169,8 +169,8 @@ type loadResult struct {
 }
 
 func TestServeKubeLoad(t *testing.T) {
-	if os.Getenv("SBX_K8S_LOAD") == "" {
-		t.Skip("about three minutes of a loaded host: run it with `make k8s-load` (SBX_K8S_LOAD=1)")
+	if os.Getenv("HUTCH_K8S_LOAD") == "" {
+		t.Skip("about three minutes of a loaded host: run it with `make k8s-load` (HUTCH_K8S_LOAD=1)")
 	}
 	const clients, commands = 20, 50
 	node, err := exec.LookPath("node")
@@ -191,7 +191,7 @@ func TestServeKubeLoad(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), "CLIENTS="+strconv.Itoa(clients), "COMMANDS="+strconv.Itoa(commands), "E2B_API_KEY="+s.key,
-		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.sbx.test")
+		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.hutch.test")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -234,7 +234,7 @@ func TestServeKubeLoad(t *testing.T) {
 	t.Cleanup(func() {
 		args := []string{"delete", "pod", "--ignore-not-found", "--grace-period=1", "--timeout=120s"}
 		for _, id := range ids {
-			args = append(args, "sbx-"+id)
+			args = append(args, "hutch-"+id)
 		}
 		cl.kubectl(nil, args...) //nolint:errcheck // best effort; the cluster's stop checks the host
 	})
@@ -242,7 +242,7 @@ func TestServeKubeLoad(t *testing.T) {
 	errs := make([]error, len(ids))
 	for i, id := range ids {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = bashStub("sbx-" + id) }()
+		go func() { defer wg.Done(); errs[i] = bashStub("hutch-" + id) }()
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -279,7 +279,7 @@ func TestServeKubeLoad(t *testing.T) {
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		out, err := cl.kubectl(nil, "get", "pods", "-l", "app.kubernetes.io/managed-by=sbx-serve", "-o", "name")
+		out, err := cl.kubectl(nil, "get", "pods", "-l", "app.kubernetes.io/managed-by=hutch-serve", "-o", "name")
 		if err == nil && strings.TrimSpace(out) == "" {
 			break
 		}
@@ -291,12 +291,12 @@ func TestServeKubeLoad(t *testing.T) {
 	// Nor does the node keep their pod sandboxes.
 	for _, id := range ids {
 		for {
-			out, err := cl.crictl("pods", "--name", "sbx-"+id, "-q")
+			out, err := cl.crictl("pods", "--name", "hutch-"+id, "-q")
 			if err == nil && strings.TrimSpace(out) == "" {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the node still has pod sandbox sbx-%s: %s %v", id, out, err)
+				t.Fatalf("the node still has pod sandbox hutch-%s: %s %v", id, out, err)
 			}
 			time.Sleep(time.Second)
 		}

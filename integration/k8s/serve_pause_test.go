@@ -14,14 +14,14 @@ import (
 	"time"
 )
 
-// Pause and resume on the Kubernetes backend: sbx's node service
+// Pause and resume on the Kubernetes backend: hutch's node service
 // checkpoints a sandbox's pod into a directory of its node, the pod goes,
 // and a resume makes the pod again on that node, restored by the shim
 // from the checkpoint: processes keep running, files stay, and no other
 // tenant sees or resumes it. A snapshot is such a checkpoint with the
 // sandbox left running, from which new sandboxes are restored.
 
-// startNodeService runs `sbx-node serve` for the test cluster's node with
+// startNodeService runs `hutch-node serve` for the test cluster's node with
 // a new key, and returns the key's file and the service's port.
 func startNodeService(t *testing.T, hostIP string) (keyFile string, port int) {
 	t.Helper()
@@ -37,12 +37,12 @@ func startNodeService(t *testing.T, hostIP string) (keyFile string, port int) {
 	}
 	port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if err := cl.run("sbx-node", filepath.Join(cl.bin, "sbx-node"), nil, "serve", "--key-file", keyFile,
+	if err := cl.run("hutch-node", filepath.Join(cl.bin, "hutch-node"), nil, "serve", "--key-file", keyFile,
 		"--listen", net.JoinHostPort(hostIP, strconv.Itoa(port)), "--containerd", cl.sock,
 		"--checkpoint-dir", cl.checkpoints); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cl.stopProc("sbx-node") })
+	t.Cleanup(func() { cl.stopProc("hutch-node") })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		c, err := net.Dial("tcp", net.JoinHostPort(hostIP, strconv.Itoa(port)))
 		if err == nil {
@@ -50,8 +50,8 @@ func startNodeService(t *testing.T, hostIP string) (keyFile string, port int) {
 			return keyFile, port
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(cl.path("sbx-node.log"))
-			t.Fatalf("sbx-node serve did not listen: %v\n%s", err, b)
+			b, _ := os.ReadFile(cl.path("hutch-node.log"))
+			t.Fatalf("hutch-node serve did not listen: %v\n%s", err, b)
 		}
 	}
 }
@@ -79,12 +79,12 @@ func TestServePauseOnKubernetes(t *testing.T) {
 
 	res := s.sdk("create", keyA, "")
 	id, short, none := res["id"], res["short"], res["none"]
-	pod := "sbx-" + id
+	pod := "hutch-" + id
 	t.Cleanup(func() {
-		cl.kubectl(nil, "delete", "pod", pod, "sbx-"+short, "sbx-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
-		cl.kubectl(nil, "delete", "secret", pod, "sbx-"+none, "--ignore-not-found")                                                 //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "pod", pod, "hutch-"+short, "hutch-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "secret", pod, "hutch-"+none, "--ignore-not-found")                                                   //nolint:errcheck // best effort
 	})
-	for _, p := range []string{pod, "sbx-" + none} {
+	for _, p := range []string{pod, "hutch-" + none} {
 		kubectl(t, "exec", p, "--", "sh", "-c", `printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash && chmod +x /bin/bash`)
 	}
 
@@ -152,7 +152,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	snap, clone := res["snapshot"], res["clone"]
 	t.Logf("snapshot %s; counters source, then new sandbox twice: %s", snap, res["counts"])
 	t.Cleanup(func() {
-		cl.kubectl(nil, "delete", "pod", "sbx-"+clone, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "pod", "hutch-"+clone, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
 	})
 	if cps := checkpointsOf(t, "default"); len(cps) != 1 {
 		t.Errorf("checkpoints on the node with one snapshot: %v, want one", cps)
@@ -168,7 +168,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
 		t.Errorf("checkpoints left after the snapshot's delete: %v", cps)
 	}
-	waitGone(t, "sbx-"+clone, 90*time.Second)
+	waitGone(t, "hutch-"+clone, 90*time.Second)
 
 	// A fork of two: each carries on the parent's counter, on its own.
 	code, body := s.api("POST", "/sandboxes/"+id+"/fork", keyA, `{"count":2,"timeout":300}`)
@@ -192,7 +192,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 		}
 		kid := f.Sandbox.SandboxID
 		t.Cleanup(func() {
-			cl.kubectl(nil, "delete", "pod", "sbx-"+kid, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+			cl.kubectl(nil, "delete", "pod", "hutch-"+kid, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
 		})
 		c := strings.Fields(s.sdk("count", keyA, kid)["counts"])
 		a, _ := strconv.Atoi(c[0])
@@ -214,7 +214,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	if code, body := s.api("POST", "/sandboxes/"+none+"/pause", keyA, ""); code != http.StatusNoContent {
 		t.Fatalf("pause of the sandbox without network: %d %s\n%s", code, body, s.logTail())
 	}
-	waitGone(t, "sbx-"+none, 60*time.Second)
+	waitGone(t, "hutch-"+none, 60*time.Second)
 	cps := checkpointsOf(t, "default")
 	if len(cps) != 1 {
 		t.Fatalf("checkpoints after pausing the sandbox without network: %v, want one", cps)
@@ -246,7 +246,7 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	if cps := checkpointsOf(t, "default"); len(cps) != 0 {
 		t.Errorf("the killed paused sandbox's checkpoint is left: %v", cps)
 	}
-	if out := kubectl(t, "get", "secret", "sbx-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+	if out := kubectl(t, "get", "secret", "hutch-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("the killed paused sandbox's record is left: %s", out)
 	}
 

@@ -21,28 +21,28 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
-// `sbx serve --kubeconfig` places each sandbox as a pod on the cluster;
+// `hutch serve --kubeconfig` places each sandbox as a pod on the cluster;
 // the E2B SDK drives it as it drives a server on one host: create,
 // commands, files, list, setTimeout, kill, and tenants that never see
 // each other's sandboxes, across a restart of the server.
 
-// kubeServe is an `sbx serve` of a test, on the Kubernetes backend
+// kubeServe is a `hutch serve` of a test, on the Kubernetes backend
 // (kubeBackend) or the local one.
 type kubeServe struct {
 	t       *testing.T
 	dir     string
 	tenants string
-	key     string // of the tenant startServedSbx adds
+	key     string // of the tenant startServedHutch adds
 	port    int
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	log     string
 }
 
-// kubeBackend is the flags of `sbx serve --backend kubernetes` on the test
+// kubeBackend is the flags of `hutch serve --backend kubernetes` on the test
 // cluster, then more.
 func kubeBackend(more ...string) []string {
 	return append([]string{"--backend", "kubernetes", "--kubeconfig", cl.kubeconfig, "--namespace", "default",
@@ -55,21 +55,21 @@ func newKubeServe(t *testing.T) *kubeServe {
 	return &kubeServe{t: t, dir: dir, tenants: filepath.Join(dir, "tenants"), log: filepath.Join(dir, "serve.log")}
 }
 
-func (s *kubeServe) sbx(args ...string) string {
+func (s *kubeServe) hutch(args ...string) string {
 	s.t.Helper()
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(cl.bin, "sbx"), append([]string{"--root", filepath.Join(s.dir, "root")}, args...)...)
+	cmd := exec.Command(filepath.Join(cl.bin, "hutch"), append([]string{"--root", filepath.Join(s.dir, "root")}, args...)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		s.t.Fatalf("sbx %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		s.t.Fatalf("hutch %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
 	return string(out)
 }
 
 func (s *kubeServe) tenantAdd(name string, flags ...string) string {
 	s.t.Helper()
-	return strings.TrimSpace(s.sbx(append(append([]string{"tenant", "add", "--tenants", s.tenants}, flags...), name)...))
+	return strings.TrimSpace(s.hutch(append(append([]string{"tenant", "add", "--tenants", s.tenants}, flags...), name)...))
 }
 
 // start starts the server with args after the common flags and waits
@@ -87,8 +87,8 @@ func (s *kubeServe) start(args ...string) {
 		s.t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(cl.bin, "sbx"), append([]string{"--root", filepath.Join(s.dir, "root"), "serve",
-		"--listen", s.addr(), "--tenants", s.tenants, "--domain", "e2e.sbx.test", "--audit-log", "-"}, args...)...)
+	s.cmd = exec.Command(filepath.Join(cl.bin, "hutch"), append([]string{"--root", filepath.Join(s.dir, "root"), "serve",
+		"--listen", s.addr(), "--tenants", s.tenants, "--domain", "e2e.hutch.test", "--audit-log", "-"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -99,7 +99,7 @@ func (s *kubeServe) start(args ...string) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		select {
 		case <-s.exited:
-			s.t.Fatalf("sbx serve exited: %v\n%s", s.cmd.ProcessState, s.logTail())
+			s.t.Fatalf("hutch serve exited: %v\n%s", s.cmd.ProcessState, s.logTail())
 		default:
 		}
 		if resp, err := http.Get("http://" + s.addr() + "/health"); err == nil {
@@ -107,7 +107,7 @@ func (s *kubeServe) start(args ...string) {
 			return
 		}
 	}
-	s.t.Fatalf("sbx serve did not answer within 30s\n%s", s.logTail())
+	s.t.Fatalf("hutch serve did not answer within 30s\n%s", s.logTail())
 }
 
 func (s *kubeServe) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
@@ -123,12 +123,12 @@ func (s *kubeServe) stop() {
 	select {
 	case <-s.exited:
 		if !s.cmd.ProcessState.Success() {
-			s.t.Errorf("sbx serve did not exit cleanly on SIGTERM: %v\n%s", s.cmd.ProcessState, s.logTail())
+			s.t.Errorf("hutch serve did not exit cleanly on SIGTERM: %v\n%s", s.cmd.ProcessState, s.logTail())
 		}
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill() //nolint:errcheck // it is stuck
 		<-s.exited
-		s.t.Errorf("sbx serve did not stop within 30s of SIGTERM")
+		s.t.Errorf("hutch serve did not stop within 30s of SIGTERM")
 	}
 }
 
@@ -173,49 +173,49 @@ const listAll = async () => {
 
 switch (process.env.STEP) {
 case 'create': {
-  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, allowInternetAccess: true, envs: { SBX_K8S_VAR: 'from-create' }, metadata: { suite: 'k8s' }, requestTimeoutMs: 180_000 })
+  const hutch = await Sandbox.create('base', { timeoutMs: 600_000, allowInternetAccess: true, envs: { HUTCH_K8S_VAR: 'from-create' }, metadata: { suite: 'k8s' }, requestTimeoutMs: 180_000 })
   const none = await Sandbox.create('base', { timeoutMs: 600_000, requestTimeoutMs: 180_000 }) // the server's default network: none
   out.none = none.sandboxId
   const short = await Sandbox.create('base', { timeoutMs: 4_000, metadata: { suite: 'k8s-short' }, requestTimeoutMs: 180_000 })
-  out.id = sbx.sandboxId
+  out.id = hutch.sandboxId
   out.short = short.sandboxId
   const ids = (await listAll()).map((s) => s.sandboxId)
-  assert.ok(ids.includes(sbx.sandboxId), 'list does not show the new sandbox: ' + ids)
-  const info = await sbx.getInfo()
+  assert.ok(ids.includes(hutch.sandboxId), 'list does not show the new sandbox: ' + ids)
+  const info = await hutch.getInfo()
   assert.equal(info.metadata.suite, 'k8s')
   break
 }
 case 'use': {
-  const sbx = await Sandbox.connect(id)
-  const r = await sbx.commands.run('echo "hello $SBX_K8S_VAR"; echo to-stderr >&2')
+  const hutch = await Sandbox.connect(id)
+  const r = await hutch.commands.run('echo "hello $HUTCH_K8S_VAR"; echo to-stderr >&2')
   assert.equal(r.exitCode, 0)
   assert.equal(r.stdout, 'hello from-create\n')
   assert.equal(r.stderr, 'to-stderr\n')
-  const envs = await sbx.commands.run('echo "$A|$PWD"', { envs: { A: 'per command' }, cwd: '/tmp' })
+  const envs = await hutch.commands.run('echo "$A|$PWD"', { envs: { A: 'per command' }, cwd: '/tmp' })
   assert.equal(envs.stdout, 'per command|/tmp\n')
   let failed
-  try { await sbx.commands.run('echo partial; exit 7') } catch (e) { failed = e }
+  try { await hutch.commands.run('echo partial; exit 7') } catch (e) { failed = e }
   assert.ok(failed instanceof CommandExitError, 'exit 7 did not throw CommandExitError: ' + failed)
   assert.equal(failed.exitCode, 7)
   assert.equal(failed.stdout, 'partial\n')
-  out.kernel = (await sbx.commands.run('dmesg')).stdout
+  out.kernel = (await hutch.commands.run('dmesg')).stdout
   let missing
-  try { await sbx.commands.run('no-such-command-xyz') } catch (e) { missing = e }
+  try { await hutch.commands.run('no-such-command-xyz') } catch (e) { missing = e }
   assert.equal(missing?.exitCode, 127, 'an unknown command: ' + missing)
-  const bg = await sbx.commands.run('sleep 300', { background: true })
+  const bg = await hutch.commands.run('sleep 300', { background: true })
   assert.ok(bg.pid > 0, 'a background command has no PID')
   assert.equal(await bg.kill(), true, 'kill of a running command answered false')
   let killed
   try { await bg.wait() } catch (e) { killed = e }
   assert.ok(killed instanceof CommandExitError && /killed/.test(killed.message), 'a command killed with SIGKILL: ' + killed)
-  await sbx.files.write('/tmp/dir/hello.txt', 'written through the SDK\n')
-  assert.equal(await sbx.files.read('/tmp/dir/hello.txt'), 'written through the SDK\n')
-  assert.equal((await sbx.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
+  await hutch.files.write('/tmp/dir/hello.txt', 'written through the SDK\n')
+  assert.equal(await hutch.files.read('/tmp/dir/hello.txt'), 'written through the SDK\n')
+  assert.equal((await hutch.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
   // A terminal: its size, a resize, input, its exit status.
   let term = ''
   const dec = new TextDecoder()
-  const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { term += dec.decode(d, { stream: true }) }, timeoutMs: 60_000 })
-  const send = (s) => sbx.pty.sendInput(pty.pid, new TextEncoder().encode(s))
+  const pty = await hutch.pty.create({ cols: 80, rows: 24, onData: (d) => { term += dec.decode(d, { stream: true }) }, timeoutMs: 60_000 })
+  const send = (s) => hutch.pty.sendInput(pty.pid, new TextEncoder().encode(s))
   const expect = async (what, re) => {
     for (const end = Date.now() + 20_000; !re.test(term); await new Promise((r) => setTimeout(r, 100))) {
       if (Date.now() > end) throw new Error('terminal: no ' + what + ' in ' + JSON.stringify(term))
@@ -224,41 +224,41 @@ case 'use': {
   }
   await send('stty size | sed "s/^/size=/"\n')
   await expect('stty size 24 80', /size=24 80/)
-  await sbx.pty.resize(pty.pid, { cols: 100, rows: 30 })
+  await hutch.pty.resize(pty.pid, { cols: 100, rows: 30 })
   await send('stty size | sed "s/^/size=/"\n')
   await expect('stty size 30 100', /size=30 100/)
   await send('exit 4\n')
   const ended = await pty.wait().catch((e) => e)
   assert.equal(ended.exitCode, 4, 'terminal exit status: ' + JSON.stringify(ended))
   // A port preview of a server on the sandbox's loopback only.
-  await sbx.commands.run('mkdir -p /tmp/www && echo hello-preview >/tmp/www/index.html')
-  const srv = await sbx.commands.run('httpd -f -p 127.0.0.1:8000 -h /tmp/www', { background: true, timeoutMs: 0 })
+  await hutch.commands.run('mkdir -p /tmp/www && echo hello-preview >/tmp/www/index.html')
+  const srv = await hutch.commands.run('httpd -f -p 127.0.0.1:8000 -h /tmp/www', { background: true, timeoutMs: 0 })
   let page
   for (const end = Date.now() + 20_000; Date.now() < end; await new Promise((r) => setTimeout(r, 250))) {
-    page = await byHost(sbx.getHost(8000), '/index.html')
+    page = await byHost(hutch.getHost(8000), '/index.html')
     if (page.status === 200) break
   }
   assert.equal(page.status, 200, 'getHost(8000): ' + JSON.stringify(page))
   assert.equal(page.body, 'hello-preview\n')
-  const closed = await byHost(sbx.getHost(8001), '/')
+  const closed = await byHost(hutch.getHost(8001), '/')
   assert.ok(closed.status >= 500, 'a port nothing listens on answered ' + closed.status)
   await srv.kill()
-  const big = 'sbx-'.repeat(256 << 10)
-  await sbx.files.write('/tmp/big.txt', big)
-  assert.equal(await sbx.files.read('/tmp/big.txt'), big, 'a 1 MiB file did not come back as written')
+  const big = 'hutch-'.repeat(256 << 10)
+  await hutch.files.write('/tmp/big.txt', big)
+  assert.equal(await hutch.files.read('/tmp/big.txt'), big, 'a 1 MiB file did not come back as written')
   // Every environment a process of the sandbox can read: the agent's
   // key is in none.
-  out.environ = (await sbx.commands.run('for p in /proc/[0-9]*; do echo "$p: $(tr "\\0" " " <$p/environ 2>&1)"; done; env')).stdout
-  await sbx.setTimeout(900_000)
-  const end = (await sbx.getInfo()).endAt.getTime()
+  out.environ = (await hutch.commands.run('for p in /proc/[0-9]*; do echo "$p: $(tr "\\0" " " <$p/environ 2>&1)"; done; env')).stdout
+  await hutch.setTimeout(900_000)
+  const end = (await hutch.getInfo()).endAt.getTime()
   assert.ok(Math.abs(end - (Date.now() + 900_000)) < 30_000, 'endAt ' + new Date(end).toISOString() + ' is not 15 minutes from now')
   break
 }
 case 'none': {
-  const sbx = await Sandbox.connect(id)
-  out.netdev = (await sbx.commands.run('cat /proc/net/dev')).stdout
-  await sbx.files.write('/tmp/none.txt', 'no network\n')
-  assert.equal((await sbx.commands.run('cat /tmp/none.txt')).stdout, 'no network\n')
+  const hutch = await Sandbox.connect(id)
+  out.netdev = (await hutch.commands.run('cat /proc/net/dev')).stdout
+  await hutch.files.write('/tmp/none.txt', 'no network\n')
+  assert.equal((await hutch.commands.run('cat /tmp/none.txt')).stdout, 'no network\n')
   break
 }
 case 'intrude': {
@@ -274,23 +274,23 @@ case 'intrude': {
 case 'again': {
   const ids = (await listAll()).map((s) => s.sandboxId)
   assert.ok(ids.includes(id), 'after a restart the server does not list the sandbox: ' + ids)
-  const sbx = await Sandbox.connect(id)
-  assert.equal((await sbx.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
+  const hutch = await Sandbox.connect(id)
+  assert.equal((await hutch.commands.run('cat /tmp/dir/hello.txt')).stdout, 'written through the SDK\n')
   break
 }
 case 'pause': {
   // A process counting in memory, files in /tmp and the root
   // filesystem, then a pause.
-  const sbx = await Sandbox.connect(id)
-  const bg = await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
+  const hutch = await Sandbox.connect(id)
+  const bg = await hutch.commands.run('i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
   out.pid = String(bg.pid)
-  await sbx.files.write('/var/before-pause.txt', 'kept across pause\n')
+  await hutch.files.write('/var/before-pause.txt', 'kept across pause\n')
   let n = 0
   for (const end = Date.now() + 20_000; n < 20 && Date.now() < end; await new Promise((r) => setTimeout(r, 200))) {
-    n = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+    n = Number((await hutch.commands.run('cat /tmp/count')).stdout)
   }
   assert.ok(n >= 20, 'the counter did not count: ' + n)
-  assert.equal(await sbx.pause(), true)
+  assert.equal(await hutch.pause(), true)
   out.before = String(n)
   const info = await Sandbox.getInfo(id)
   assert.equal(info.state, 'paused')
@@ -301,35 +301,35 @@ case 'pause': {
   break
 }
 case 'resume': {
-  const sbx = await Sandbox.connect(id, { timeoutMs: 600_000 })
-  const info = await sbx.getInfo()
+  const hutch = await Sandbox.connect(id, { timeoutMs: 600_000 })
+  const info = await hutch.getInfo()
   assert.equal(info.state, 'running')
-  const count = async () => Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  const count = async () => Number((await hutch.commands.run('cat /tmp/count')).stdout)
   const a = await count()
   await new Promise((r) => setTimeout(r, 1_500))
   const b = await count()
   out.after = String(a)
   out.later = String(b)
   assert.ok(b > a, 'the counter started before the pause does not count after resume: ' + a + ', then ' + b)
-  assert.equal((await sbx.commands.run('cat /var/before-pause.txt')).stdout, 'kept across pause\n')
-  out.ps = (await sbx.commands.run('ps -o pid,args')).stdout
+  assert.equal((await hutch.commands.run('cat /var/before-pause.txt')).stdout, 'kept across pause\n')
+  out.ps = (await hutch.commands.run('ps -o pid,args')).stdout
   break
 }
 case 'snapshot': {
   // A snapshot of a running sandbox, which runs on; a sandbox made from
   // it carries on its processes and files, and is a sandbox of its own.
-  const sbx = await Sandbox.connect(id)
+  const hutch = await Sandbox.connect(id)
   const count = async (s) => Number((await s.commands.run('cat /tmp/count')).stdout)
-  await sbx.files.write('/var/in-snapshot.txt', 'snapshotted\n')
-  const snap = await sbx.createSnapshot({ requestTimeoutMs: 120_000 })
+  await hutch.files.write('/var/in-snapshot.txt', 'snapshotted\n')
+  const snap = await hutch.createSnapshot({ requestTimeoutMs: 120_000 })
   assert.ok(snap.snapshotId, 'no snapshotId')
   out.snapshot = snap.snapshotId
-  const p = sbx.listSnapshots()
+  const p = hutch.listSnapshots()
   const listed = []
   for (let i = 0; p.hasNext && i < 20; i++) listed.push(...(await p.nextItems()))
   assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), 'listSnapshots lacks ' + snap.snapshotId + ': ' + JSON.stringify(listed))
-  assert.equal((await sbx.getInfo()).state, 'running', 'the source must run on after the snapshot')
-  const a = await count(sbx)
+  assert.equal((await hutch.getInfo()).state, 'running', 'the source must run on after the snapshot')
+  const a = await count(hutch)
   const from = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000, requestTimeoutMs: 180_000 })
   out.clone = from.sandboxId
   assert.notEqual(from.sandboxId, id)
@@ -338,17 +338,17 @@ case 'snapshot': {
   await new Promise((r) => setTimeout(r, 1_500))
   const c2 = await count(from)
   assert.ok(c1 >= a - 50 && c2 > c1, 'the snapshot\'s counter does not carry on in the new sandbox: ' + c1 + ', then ' + c2)
-  assert.ok(await count(sbx) > a, 'the source stopped counting')
+  assert.ok(await count(hutch) > a, 'the source stopped counting')
   await from.files.write('/var/only-in-clone.txt', 'clone\n')
-  const there = await sbx.commands.run('test -e /var/only-in-clone.txt').catch((e) => e)
+  const there = await hutch.commands.run('test -e /var/only-in-clone.txt').catch((e) => e)
   assert.equal(there.exitCode, 1, 'a file written in the new sandbox shows in the source')
   out.counts = a + ' ' + c1 + ' ' + c2
   break
 }
 case 'count': {
   // The counter of the pause step, read twice.
-  const sbx = await Sandbox.connect(id)
-  const count = async () => Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  const hutch = await Sandbox.connect(id)
+  const count = async () => Number((await hutch.commands.run('cat /tmp/count')).stdout)
   const a = await count()
   await new Promise((r) => setTimeout(r, 1_500))
   out.counts = a + ' ' + (await count())
@@ -398,7 +398,7 @@ func (s *kubeServe) sdk(step, key, id string, env ...string) map[string]string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), "STEP="+step, "SANDBOX_ID="+id, "E2B_API_KEY="+key,
-		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.sbx.test")
+		"E2B_API_URL=http://"+s.addr(), "E2B_SANDBOX_URL=http://"+s.addr(), "E2B_DOMAIN=e2e.hutch.test")
 	cmd.Env = append(cmd.Env, env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -474,30 +474,30 @@ func TestServeOnKubernetes(t *testing.T) {
 	if code, body := s.api("POST", "/sandboxes", keyC, `{"templateID":"base"}`); code != http.StatusTooManyRequests {
 		t.Errorf("create over the tenant's CPU quota: %d %s, want 429", code, body)
 	}
-	if out := kubectl(t, "get", "pods", "-l", "app.kubernetes.io/managed-by=sbx-serve", "-o", "name"); strings.TrimSpace(out) != "" {
+	if out := kubectl(t, "get", "pods", "-l", "app.kubernetes.io/managed-by=hutch-serve", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("refused creates left pods: %s", out)
 	}
 
 	res := s.sdk("create", keyA, "")
 	id, short, none := res["id"], res["short"], res["none"]
-	pod := "sbx-" + id
+	pod := "hutch-" + id
 	t.Cleanup(func() {
-		cl.kubectl(nil, "delete", "pod", pod, "sbx-"+short, "sbx-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "pod", pod, "hutch-"+short, "hutch-"+none, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
 	})
 	var p sandboxPod
 	if err := json.Unmarshal([]byte(kubectl(t, "get", "pod", pod, "-o", "json")), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Spec.RuntimeClassName != "sbx" || p.Status.Phase != "Running" || p.Metadata.Labels["sbx.dev/tenant"] != "alpha" {
-		t.Fatalf("sandbox pod: runtimeClassName %q, phase %q, labels %v; want sbx, Running, tenant alpha", p.Spec.RuntimeClassName, p.Status.Phase, p.Metadata.Labels)
+	if p.Spec.RuntimeClassName != "hutch" || p.Status.Phase != "Running" || p.Metadata.Labels["hutch.dev/tenant"] != "alpha" {
+		t.Fatalf("sandbox pod: runtimeClassName %q, phase %q, labels %v; want hutch, Running, tenant alpha", p.Spec.RuntimeClassName, p.Status.Phase, p.Metadata.Labels)
 	}
 
 	// The short-lived sandbox's pod goes when its 4 s are up.
-	waitGone(t, "sbx-"+short, 60*time.Second)
+	waitGone(t, "hutch-"+short, 60*time.Second)
 
 	// E2B's SDK runs commands with /bin/bash, which busybox lacks: a
 	// shell that passes them to busybox sh stands in.
-	for _, p := range []string{pod, "sbx-" + none} {
+	for _, p := range []string{pod, "hutch-" + none} {
 		kubectl(t, "exec", p, "--", "sh", "-c", `printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash && chmod +x /bin/bash`)
 	}
 
@@ -513,7 +513,7 @@ func TestServeOnKubernetes(t *testing.T) {
 		t.Errorf("commands and files of a sandbox with network made %d pods/exec calls, want none", n)
 	}
 	key := agentKey(t, id)
-	if strings.Contains(res["environ"], key) || strings.Contains(res["environ"], "SBX_AGENT_KEY") || !strings.Contains(res["environ"], "SBX_K8S_VAR") {
+	if strings.Contains(res["environ"], key) || strings.Contains(res["environ"], "HUTCH_AGENT_KEY") || !strings.Contains(res["environ"], "HUTCH_K8S_VAR") {
 		t.Errorf("the sandbox's processes see the agent's key (or no environment at all):\n%s", res["environ"])
 	}
 	agentRefusesStrangers(t, pod, key)
@@ -531,7 +531,7 @@ func TestServeOnKubernetes(t *testing.T) {
 			t.Errorf("a sandbox with network none has interface %q:\n%s", name, res["netdev"])
 		}
 	}
-	if out := kubectl(t, "get", "secret", "sbx-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+	if out := kubectl(t, "get", "secret", "hutch-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("a sandbox without network has an agent key: %s", out)
 	}
 
@@ -584,10 +584,10 @@ func apiExecCount(t *testing.T) int {
 // agentKey is the key of sandbox id's agent, from its Secret (hex).
 func agentKey(t *testing.T, id string) string {
 	t.Helper()
-	b64 := kubectl(t, "get", "secret", "sbx-"+id, "-o", "jsonpath={.data.agent-key}")
+	b64 := kubectl(t, "get", "secret", "hutch-"+id, "-o", "jsonpath={.data.agent-key}")
 	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
 	if err != nil || len(b) != 64 {
-		t.Fatalf("secret sbx-%s: agent-key %q: %v", id, b64, err)
+		t.Fatalf("secret hutch-%s: agent-key %q: %v", id, b64, err)
 	}
 	return string(b)
 }
@@ -680,17 +680,17 @@ func agentRefusesStrangers(t *testing.T, pod, hexKey string) {
 }
 
 // allowPodToPod lets the test cluster's pods reach each other through the
-// host for the rest of the test. A host where sbx turned IPv4 forwarding
-// on has sbx's guard table, which forwards nothing between interfaces
-// that are not sbx's links (the CNI plugin's veths are not); a Kubernetes
+// host for the rest of the test. A host where hutch turned IPv4 forwarding
+// on has hutch's guard table, which forwards nothing between interfaces
+// that are not hutch's links (the CNI plugin's veths are not); a Kubernetes
 // node routes between its pods. The rule accepts only the cluster's pod
 // subnet to itself.
 func allowPodToPod(t *testing.T) {
 	t.Helper()
-	if exec.Command("nft", "list", "chain", "inet", "sbx_forward", "forward").Run() != nil {
+	if exec.Command("nft", "list", "chain", "inet", "hutch_forward", "forward").Run() != nil {
 		return
 	}
-	out, err := exec.Command("nft", "-a", "-e", "insert", "rule", "inet", "sbx_forward", "forward",
+	out, err := exec.Command("nft", "-a", "-e", "insert", "rule", "inet", "hutch_forward", "forward",
 		"ip", "saddr", podSubnet, "ip", "daddr", podSubnet, "accept").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft: let pods reach each other: %v\n%s", err, out)
@@ -701,7 +701,7 @@ func allowPodToPod(t *testing.T) {
 	}
 	handle := strings.Fields(h)[0]
 	t.Cleanup(func() {
-		if out, err := exec.Command("nft", "delete", "rule", "inet", "sbx_forward", "forward", "handle", handle).CombinedOutput(); err != nil {
+		if out, err := exec.Command("nft", "delete", "rule", "inet", "hutch_forward", "forward", "handle", handle).CombinedOutput(); err != nil {
 			t.Errorf("nft: remove the pod-to-pod rule: %v\n%s", err, out)
 		}
 	})

@@ -1,6 +1,6 @@
 // Command probe runs inside a sandbox and reports, as JSON, which
 // operations it could do: "ok", or the errno name of the failure. The
-// integration tests compare the report with sbx's seccomp policy. It is
+// integration tests compare the report with hutch's seccomp policy. It is
 // static (CGO_ENABLED=0) so that it runs on any image.
 package main
 

@@ -1,6 +1,6 @@
-// Package nodesvc is sbx's node service (`sbx-node serve`), the server
+// Package nodesvc is hutch's node service (`hutch-node serve`), the server
 // side of package kubenode: on a Kubernetes node it checkpoints a pod's
-// gVisor sandbox through the node's containerd (the sbx shim's task
+// gVisor sandbox through the node's containerd (the hutch shim's task
 // Checkpoint) into a directory on the node, and removes such directories.
 //
 // Only a client that holds the node key gets past the handshake; nothing
@@ -30,15 +30,15 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // Defaults of a Server's fields.
 const (
 	DefaultContainerd = "/run/containerd/containerd.sock"
 	DefaultNamespace  = "k8s.io"
-	DefaultDir        = "/var/lib/sbx/checkpoints"
+	DefaultDir        = "/var/lib/hutch/checkpoints"
 )
 
 // RequestTimeout bounds the work of one request.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/kubenode"
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 const name = "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-// Package agent is sbx's init inside a sandbox: PID 1 of every sandbox, a
+// Package agent is hutch's init inside a sandbox: PID 1 of every sandbox, a
 // small static program bind-mounted read-only at MountPath.
 //
 // As init it reaps orphans and exits on SIGTERM, which stops the sandbox.
@@ -30,7 +30,7 @@ import (
 )
 
 // MountPath is where the agent binary appears inside a sandbox.
-const MountPath = "/.sbx/sbx-init"
+const MountPath = "/.hutch/hutch-init"
 
 // Exit statuses of lookpath, the shell's conventions.
 const (
@@ -50,7 +50,7 @@ func Main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "lookpath" {
 		if len(os.Args) != 3 {
-			fmt.Fprintln(os.Stderr, "usage: sbx-init lookpath NAME")
+			fmt.Fprintln(os.Stderr, "usage: hutch-init lookpath NAME")
 			os.Exit(2)
 		}
 		os.Exit(LookPath(os.Args[2]))
@@ -113,7 +113,7 @@ func initLoop() int {
 	// sandbox's processes (they lack CAP_SYS_PTRACE), so that only the
 	// init writes the log, under its cap (see cappedLog).
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
-		fmt.Fprintln(os.Stderr, "sbx-init: prctl(PR_SET_DUMPABLE):", errno)
+		fmt.Fprintln(os.Stderr, "hutch-init: prctl(PR_SET_DUMPABLE):", errno)
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -207,7 +207,7 @@ func (l *cappedLog) cut() error {
 	}
 	l.tail = trimToLine(l.tail, l.keep)
 	note := fmt.Sprintf("%s init log over %d bytes: older lines dropped\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), l.max)
-	// In one write: a reader of the file (sbx logs) finds it empty
+	// In one write: a reader of the file (hutch logs) finds it empty
 	// for as short a time as can be.
 	k, err := l.f.Write(append([]byte(note), l.tail...))
 	l.size = int64(k)

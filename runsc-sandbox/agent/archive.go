@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The copy functions here run on both sides of `sbx cp`: inside the
-// sandbox (as the agent's tar-out and tar-in) and on the host (sbx itself),
+// The copy functions here run on both sides of `hutch cp`: inside the
+// sandbox (as the agent's tar-out and tar-in) and on the host (hutch itself),
 // so that one extractor, written to distrust its archive, handles both.
 
 func init() {
@@ -378,7 +378,7 @@ func (x *extractor) setMeta(name string, hdr *tar.Header) error {
 // tarOutMain is "tar-out SRC": SRC as a tar stream on stdout.
 func tarOutMain(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init tar-out SRC")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init tar-out SRC")
 		return 2
 	}
 	if _, err := os.Lstat(args[0]); err != nil {
@@ -394,7 +394,7 @@ func tarOutMain(args []string) int {
 // CopyTarget resolves it.
 func tarInMain(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init tar-in DST")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init tar-in DST")
 		return 2
 	}
 	dir, rename, err := CopyTarget(args[0])

@@ -25,8 +25,8 @@ func init() {
 const MaxLargeFiles = 32
 
 // largeFilesSkip are the trees large-files does not walk: kernel
-// filesystems and sbx's own mounts, none of which a snapshot captures.
-var largeFilesSkip = map[string]bool{"/proc": true, "/sys": true, "/dev": true, "/run": true, "/.sbx": true}
+// filesystems and hutch's own mounts, none of which a snapshot captures.
+var largeFilesSkip = map[string]bool{"/proc": true, "/sys": true, "/dev": true, "/run": true, "/.hutch": true}
 
 // LargeFile is a regular file found by large-files.
 type LargeFile struct {
@@ -102,7 +102,7 @@ func ParseLargeFiles(b []byte) ([]LargeFile, error) {
 // sandbox larger than LIMIT bytes, as WriteLargeFiles writes them.
 func largeFilesMain(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init large-files LIMIT")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init large-files LIMIT")
 		return 2
 	}
 	limit, err := strconv.ParseInt(args[0], 10, 64)

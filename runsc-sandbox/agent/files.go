@@ -63,7 +63,7 @@ func fail(err error) int {
 }
 
 func usage(u string) int {
-	fmt.Fprintln(os.Stderr, "usage: sbx-init "+u)
+	fmt.Fprintln(os.Stderr, "usage: hutch-init "+u)
 	return StatusUsage
 }
 

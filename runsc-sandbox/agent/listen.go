@@ -15,14 +15,14 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
-// The agent's network endpoint: "sbx-init listen" is the init of a
+// The agent's network endpoint: "hutch-init listen" is the init of a
 // sandbox that a server off its host drives over the network (a pod of
-// sbx serve's Kubernetes placement). It takes the sandbox's key from
+// hutch serve's Kubernetes placement). It takes the sandbox's key from
 // agentnet.EnvKey, removes it from its environment, starts the listener
-// ("sbx-init listen-serve", the key on its stdin) and goes on as the
+// ("hutch-init listen-serve", the key on its stdin) and goes on as the
 // init. The listener takes authenticated connections on agentnet.Port,
 // each running one command as runsc exec would (see package agentnet):
 // its children are its own to wait for, so that the init's reaping never
@@ -35,22 +35,22 @@ func init() {
 	subcommands["listen-serve"] = listenServe
 }
 
-// listenInit is "sbx-init listen": the init, with the endpoint on.
+// listenInit is "hutch-init listen": the init, with the endpoint on.
 func listenInit(args []string) int {
 	key := os.Getenv(agentnet.EnvKey)
 	os.Unsetenv(agentnet.EnvKey)
 	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init listen (the key in $"+agentnet.EnvKey+")")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init listen (the key in $"+agentnet.EnvKey+")")
 		return 2
 	}
 	if _, err := parseKey(key); err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init: no network endpoint:", err)
+		fmt.Fprintln(os.Stderr, "hutch-init: no network endpoint:", err)
 		return initLoop()
 	}
 	netListener.mu.Lock()
 	netListener.key = key
 	if err := netListener.start(); err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init: no network endpoint:", err)
+		fmt.Fprintln(os.Stderr, "hutch-init: no network endpoint:", err)
 	}
 	netListener.mu.Unlock()
 	return initLoop()
@@ -130,35 +130,35 @@ func parseKey(s string) ([]byte, error) {
 	return k, nil
 }
 
-// listenServe is "sbx-init listen-serve": the listener.
+// listenServe is "hutch-init listen-serve": the listener.
 func listenServe(args []string) int {
 	b, err := io.ReadAll(io.LimitReader(os.Stdin, 256))
 	os.Stdin.Close()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init listen-serve: read the key:", err)
+		fmt.Fprintln(os.Stderr, "hutch-init listen-serve: read the key:", err)
 		return 1
 	}
 	key, err := parseKey(string(b))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init listen-serve:", err)
+		fmt.Fprintln(os.Stderr, "hutch-init listen-serve:", err)
 		return 2
 	}
 	// The key is in this process's memory: closed to the sandbox's
 	// processes (ptrace, /proc/PID/mem) as the init's is.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
-		fmt.Fprintln(os.Stderr, "sbx-init listen-serve: prctl(PR_SET_DUMPABLE):", errno)
+		fmt.Fprintln(os.Stderr, "hutch-init listen-serve: prctl(PR_SET_DUMPABLE):", errno)
 		return 1
 	}
 	port := agentnet.Port
 	if len(args) == 1 {
 		if port, err = strconv.Atoi(args[0]); err != nil {
-			fmt.Fprintln(os.Stderr, "usage: sbx-init listen-serve [PORT]")
+			fmt.Fprintln(os.Stderr, "usage: hutch-init listen-serve [PORT]")
 			return 2
 		}
 	}
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init listen-serve:", err)
+		fmt.Fprintln(os.Stderr, "hutch-init listen-serve:", err)
 		return 1
 	}
 	return serveEndpoint(ln, key)
@@ -173,7 +173,7 @@ func serveEndpoint(ln net.Listener, key []byte) int {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			fmt.Fprintln(os.Stderr, "sbx-init listen-serve:", err)
+			fmt.Fprintln(os.Stderr, "hutch-init listen-serve:", err)
 			return 1
 		}
 		go endpointConn(c, key)

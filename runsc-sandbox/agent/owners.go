@@ -26,7 +26,7 @@ import (
 // octal permission bits (a chown clears setuid and setgid, so they are set
 // again) and the absolute path quoted as Go quotes strings.
 const (
-	OwnersPath = "/.sbx/owners"
+	OwnersPath = "/.hutch/owners"
 	// CmdApplyOwners is "apply-owners [--user UID:GID] [-- CMD [ARG...]]":
 	// it sets the owners OwnersPath lists, then runs CMD as UID:GID, if
 	// given, in its place.
@@ -43,18 +43,18 @@ func applyOwnersMain(args []string) int {
 		uid, err1 = strconv.Atoi(u)
 		gid, err2 = strconv.Atoi(g)
 		if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
-			fmt.Fprintln(os.Stderr, "sbx-init: apply-owners: --user UID:GID")
+			fmt.Fprintln(os.Stderr, "hutch-init: apply-owners: --user UID:GID")
 			return 2
 		}
 		args = args[2:]
 	}
 	if len(args) > 0 && (args[0] != "--" || len(args) < 2) || uid >= 0 && len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init apply-owners [--user UID:GID] [-- CMD [ARG...]]")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init apply-owners [--user UID:GID] [-- CMD [ARG...]]")
 		return 2
 	}
 	f, err := os.Open(OwnersPath)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: apply-owners: %v\n", errnoOf(err))
+		fmt.Fprintf(os.Stderr, "hutch-init: apply-owners: %v\n", errnoOf(err))
 		return 1
 	}
 	// Before a command, what is skipped is no concern of its output.
@@ -68,7 +68,7 @@ func applyOwnersMain(args []string) int {
 	}
 	f.Close()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: apply-owners: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch-init: apply-owners: %v\n", err)
 		return 1
 	}
 	if len(args) == 0 {
@@ -97,13 +97,13 @@ func ApplyOwners(root string, r io.Reader, mounts []string, warn io.Writer) erro
 			return fmt.Errorf("%s line %d: %w", OwnersPath, n, err)
 		}
 		if why := ownerPathRefused(p, mounts); why != "" {
-			fmt.Fprintf(warn, "sbx-init: apply-owners: %q skipped: %s\n", p, why)
+			fmt.Fprintf(warn, "hutch-init: apply-owners: %q skipped: %s\n", p, why)
 			continue
 		}
 		switch err := applyOwner(rootFd, p, uid, gid, mode); {
 		case err == nil:
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
-			fmt.Fprintf(warn, "sbx-init: apply-owners: %q skipped: %v\n", p, err)
+			fmt.Fprintf(warn, "hutch-init: apply-owners: %q skipped: %v\n", p, err)
 		default:
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -212,7 +212,7 @@ func unescapeMountinfo(s string) string {
 }
 
 // execAs becomes args[0], run as uid:gid when uid is not -1. A command
-// that cannot run gets the shell's status and sbx's message, as when
+// that cannot run gets the shell's status and hutch's message, as when
 // runsc starts it itself.
 func execAs(uid, gid int, args []string) int {
 	if uid >= 0 {
@@ -222,10 +222,10 @@ func execAs(uid, gid int, args []string) int {
 	}
 	switch LookPath(args[0]) {
 	case StatusNotFound:
-		fmt.Fprintf(os.Stderr, "sbx: %s: command not found\n", args[0])
+		fmt.Fprintf(os.Stderr, "hutch: %s: command not found\n", args[0])
 		return StatusNotFound
 	case StatusNotExecutable:
-		fmt.Fprintf(os.Stderr, "sbx: %s: permission denied\n", args[0])
+		fmt.Fprintf(os.Stderr, "hutch: %s: permission denied\n", args[0])
 		return StatusNotExecutable
 	}
 	p := args[0]
@@ -236,6 +236,6 @@ func execAs(uid, gid int, args []string) int {
 		}
 	}
 	err := syscall.Exec(p, args, os.Environ())
-	fmt.Fprintf(os.Stderr, "sbx-init: exec %s: %v\n", args[0], err)
+	fmt.Fprintf(os.Stderr, "hutch-init: exec %s: %v\n", args[0], err)
 	return StatusNotExecutable
 }

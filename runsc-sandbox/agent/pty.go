@@ -13,11 +13,11 @@ import (
 
 	"github.com/creack/pty"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 )
 
 // The agent's "pty" mode runs a command on a terminal of the sandbox's
-// own devpts, for a caller outside: `sbx-init pty [--size ROWSxCOLS] --
+// own devpts, for a caller outside: `hutch-init pty [--size ROWSxCOLS] --
 // CMD...`, started by the host as a plain exec with the command's user,
 // environment and directory. It opens /dev/ptmx, starts CMD on the pty's
 // replica as the leader of a new session with the replica as its
@@ -71,12 +71,12 @@ func ptyMain(args []string) int {
 	}
 	path, st, err := resolve(argv[0], os.Environ(), dir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch: %v\n", err)
 		return st
 	}
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx: allocate a terminal: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch: allocate a terminal: %v\n", err)
 		return 1
 	}
 	defer ptmx.Close()
@@ -96,7 +96,7 @@ func ptyMain(args []string) int {
 	err = cmd.Start()
 	tty.Close() // the command has it: the output ends with its last holder
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx: %s: %v\n", argv[0], err)
+		fmt.Fprintf(os.Stderr, "hutch: %s: %v\n", argv[0], err)
 		if errors.Is(err, syscall.ENOENT) {
 			return StatusNotFound
 		}
@@ -142,7 +142,7 @@ func ptyInput(ptmx *os.File, pgid int) {
 		f, err := r.Next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				fmt.Fprintf(os.Stderr, "sbx: terminal input: %v\n", err)
+				fmt.Fprintf(os.Stderr, "hutch: terminal input: %v\n", err)
 			}
 			syscall.Kill(-pgid, syscall.SIGHUP)  //nolint:errcheck // it may have ended
 			syscall.Kill(-pgid, syscall.SIGCONT) //nolint:errcheck // as a hangup sends it

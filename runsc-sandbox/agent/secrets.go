@@ -24,11 +24,11 @@ const (
 	// into SecretsDir.
 	CmdWriteSecrets = "write-secrets"
 	// CmdWithSecrets runs a command with the secrets in its environment:
-	// sbx-init with-secrets [--user UID:GID] -- CMD [ARG...]
+	// hutch-init with-secrets [--user UID:GID] -- CMD [ARG...]
 	CmdWithSecrets = "with-secrets"
 )
 
-// SecretFile is one secret as sbx hands it to write-secrets.
+// SecretFile is one secret as hutch hands it to write-secrets.
 type SecretFile struct {
 	Name  string `json:"name"`
 	Value []byte `json:"value"`
@@ -40,21 +40,21 @@ var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 func writeSecrets(stdin io.Reader) int {
 	var secrets []SecretFile
 	if err := json.NewDecoder(stdin).Decode(&secrets); err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-init: write-secrets: bad input")
+		fmt.Fprintln(os.Stderr, "hutch-init: write-secrets: bad input")
 		return 2
 	}
 	for _, s := range secrets {
 		if !secretNameRE.MatchString(s.Name) {
-			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: bad name %q\n", s.Name)
+			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: bad name %q\n", s.Name)
 			return 2
 		}
 		tmp := filepath.Join(SecretsDir, "."+s.Name+".tmp")
 		if err := os.WriteFile(tmp, s.Value, 0o400); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
+			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
 			return 1
 		}
 		if err := os.Rename(tmp, filepath.Join(SecretsDir, s.Name)); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
+			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
 			return 1
 		}
 	}
@@ -102,19 +102,19 @@ func withSecrets(args []string) int {
 		uid, err1 = strconv.Atoi(u)
 		gid, err2 = strconv.Atoi(g)
 		if !ok || err1 != nil || err2 != nil {
-			fmt.Fprintln(os.Stderr, "sbx-init: with-secrets: --user UID:GID")
+			fmt.Fprintln(os.Stderr, "hutch-init: with-secrets: --user UID:GID")
 			return 2
 		}
 		args = args[2:]
 	}
 	if len(args) < 2 || args[0] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init with-secrets [--user UID:GID] -- CMD [ARG...]")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init with-secrets [--user UID:GID] -- CMD [ARG...]")
 		return 2
 	}
 	args = args[1:]
 	secrets, err := SecretsEnv(SecretsDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: reading %s: %v\n", SecretsDir, errnoOf(err))
+		fmt.Fprintf(os.Stderr, "hutch-init: reading %s: %v\n", SecretsDir, errnoOf(err))
 		return 126
 	}
 	env := append(os.Environ(), secrets...)
@@ -133,7 +133,7 @@ func withSecrets(args []string) int {
 		}
 	}
 	err = syscall.Exec(path, args, env)
-	fmt.Fprintf(os.Stderr, "sbx-init: exec %s: %v\n", args[0], err)
+	fmt.Fprintf(os.Stderr, "hutch-init: exec %s: %v\n", args[0], err)
 	return StatusNotExecutable
 }
 
@@ -141,15 +141,15 @@ func withSecrets(args []string) int {
 // it returns 0, or 126 (the shell's "cannot run") having said why.
 func becomeUser(uid, gid int) int {
 	if err := syscall.Setgroups(nil); err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: setgroups: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch-init: setgroups: %v\n", err)
 		return 126
 	}
 	if err := syscall.Setresgid(gid, gid, gid); err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: setgid %d: %v\n", gid, err)
+		fmt.Fprintf(os.Stderr, "hutch-init: setgid %d: %v\n", gid, err)
 		return 126
 	}
 	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: setuid %d: %v\n", uid, err)
+		fmt.Fprintf(os.Stderr, "hutch-init: setuid %d: %v\n", uid, err)
 		return 126
 	}
 	return 0

@@ -22,7 +22,7 @@ func shellMain(args []string) int {
 			return execOrStatus(append([]string{sh, "-l"}, args...))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "sbx: no shell in this image (tried %s)\n", strings.Join(Shells, ", "))
+	fmt.Fprintf(os.Stderr, "hutch: no shell in this image (tried %s)\n", strings.Join(Shells, ", "))
 	return StatusNotFound
 }
 
@@ -44,6 +44,6 @@ func execOrStatus(argv []string) int {
 	if code == StatusNotFound {
 		what = "command not found"
 	}
-	fmt.Fprintf(os.Stderr, "sbx: %s: %s (%v)\n", argv[0], what, err)
+	fmt.Fprintf(os.Stderr, "hutch: %s: %s (%v)\n", argv[0], what, err)
 	return code
 }

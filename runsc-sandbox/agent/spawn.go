@@ -20,11 +20,11 @@ import (
 
 // SocketPath is the unix socket inside the sandbox on which the init takes
 // spawn requests.
-const SocketPath = "/.sbx/agent.sock"
+const SocketPath = "/.hutch/agent.sock"
 
 // Background processes must descend from the init to survive a checkpoint
 // and restore: processes started by `runsc exec` are killed on restore. So
-// `sbx exec -d` runs `sbx-init spawn -- CMD...` through runsc exec; that
+// `hutch exec -d` runs `hutch-init spawn -- CMD...` through runsc exec; that
 // client asks the init over SocketPath to fork and exec CMD, with the
 // client's environment and working directory and with the user the kernel
 // reports for the client's end of the socket (SO_PEERCRED): a request can
@@ -312,7 +312,7 @@ func dialInit(path string, wait time.Duration) (net.Conn, error) {
 	}
 }
 
-// spawnClient is `sbx-init spawn [--] CMD...`: it asks the init to start
+// spawnClient is `hutch-init spawn [--] CMD...`: it asks the init to start
 // CMD and prints its PID. Its exit status is 0, or the shell's 126/127
 // when CMD cannot be started, or 1 when the init cannot be reached.
 func spawnClient(args []string) int {
@@ -320,7 +320,7 @@ func spawnClient(args []string) int {
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-init spawn -- CMD [ARG...]")
+		fmt.Fprintln(os.Stderr, "usage: hutch-init spawn -- CMD [ARG...]")
 		return 2
 	}
 	dir, err := os.Getwd()
@@ -329,17 +329,17 @@ func spawnClient(args []string) int {
 	}
 	c, err := dialInit(SocketPath, initStartWait)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: cannot reach the sandbox's init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch-init: cannot reach the sandbox's init: %v\n", err)
 		return 1
 	}
 	defer c.Close()
 	if err := json.NewEncoder(c).Encode(spawnRequest{Args: args, Env: os.Environ(), Dir: dir}); err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch-init: %v\n", err)
 		return 1
 	}
 	var r spawnReply
 	if err := json.NewDecoder(c).Decode(&r); err != nil {
-		fmt.Fprintf(os.Stderr, "sbx-init: no reply from init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch-init: no reply from init: %v\n", err)
 		return 1
 	}
 	if r.Error != "" {

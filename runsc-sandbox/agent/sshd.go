@@ -23,7 +23,7 @@ import (
 
 // The agent's SSH server. "sshd" serves one SSH connection on its stdin
 // and stdout: the host runs it as root with one `runsc exec` per
-// connection (`sbx ssh-proxy`, an OpenSSH ProxyCommand), so it needs no
+// connection (`hutch ssh-proxy`, an OpenSSH ProxyCommand), so it needs no
 // network and no sshd in the image. Before the SSH stream, the host sends
 // an SSHConfig frame (WriteSSHConfig): the sandbox's host key and the
 // public keys allowed in. Keys never touch the sandbox's filesystem.
@@ -170,7 +170,7 @@ func serverConfig(cfg SSHConfig) (*ssh.ServerConfig, error) {
 			}
 			return &ssh.Permissions{Extensions: u.extensions()}, nil
 		},
-		ServerVersion: "SSH-2.0-sbx",
+		ServerVersion: "SSH-2.0-hutch",
 	}
 	sc.AddHostKey(hk)
 	return sc, nil
@@ -320,7 +320,7 @@ func (s *session) serve(reqs <-chan *ssh.Request) {
 				break
 			}
 			if err := s.start(argv, req.Type == "shell", sftpSub); err != nil {
-				fmt.Fprintf(s.ch.Stderr(), "sbx: %v\r\n", err)
+				fmt.Fprintf(s.ch.Stderr(), "hutch: %v\r\n", err)
 				break
 			}
 			ok = true

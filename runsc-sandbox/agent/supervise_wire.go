@@ -10,7 +10,7 @@ import (
 
 // Supervised processes are commands the host starts, over one long-lived
 // agent session, as children of the init (see supervise.go). The host
-// speaks to the session ("sbx-init supervise", run as root through runsc
+// speaks to the session ("hutch-init supervise", run as root through runsc
 // exec) over a yamux session on its stdin and stdout: every request is a
 // stream of its own, made of frames. A frame is a kind byte, a payload
 // length (4 bytes, big endian) and the payload.

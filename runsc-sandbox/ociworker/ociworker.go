@@ -1,4 +1,4 @@
-// Package ociworker is the runtime binary behind sbx's BuildKit: buildkitd
+// Package ociworker is the runtime binary behind hutch's BuildKit: buildkitd
 // execs it where it would exec runc (--oci-worker-binary), so that every
 // RUN step of a Dockerfile runs under gVisor.
 //
@@ -16,13 +16,13 @@
 //     stay inside the sandbox and the layer comes out empty), and
 //     --network=none: build steps have no network.
 //
-// Its configuration comes from the environment of buildkitd, which sbx
+// Its configuration comes from the environment of buildkitd, which hutch
 // sets: EnvRunsc (the runsc binary), EnvRoot (runsc's state directory) and
 // EnvPlatform (gVisor's platform, optional) and EnvRootless (set to 1 when
 // buildkitd runs as root of an unprivileged user's namespace: runsc then
 // gets --ignore-cgroups, as the host's cgroups are not the user's).
 //
-// It knows nothing of images or of sbx's store; it only rewrites a command
+// It knows nothing of images or of hutch's store; it only rewrites a command
 // line.
 package ociworker
 
@@ -36,15 +36,15 @@ import (
 
 	"github.com/containerd/log"
 
-	runsc "sbx.dev/sbx/runsc-sandbox"
+	runsc "hutch.dev/hutch/runsc-sandbox"
 )
 
 // Environment variables the runtime reads.
 const (
-	EnvRunsc    = "SBX_OCIWORKER_RUNSC"
-	EnvRoot     = "SBX_OCIWORKER_ROOT"
-	EnvPlatform = "SBX_OCIWORKER_PLATFORM"
-	EnvRootless = "SBX_OCIWORKER_ROOTLESS"
+	EnvRunsc    = "HUTCH_OCIWORKER_RUNSC"
+	EnvRoot     = "HUTCH_OCIWORKER_ROOT"
+	EnvPlatform = "HUTCH_OCIWORKER_PLATFORM"
+	EnvRootless = "HUTCH_OCIWORKER_ROOTLESS"
 )
 
 // globalWithValue are runc's global flags that take a separate value.
@@ -69,7 +69,7 @@ type Config struct {
 func ConfigFromEnv() (Config, error) {
 	c := Config{Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform), Rootless: os.Getenv(EnvRootless) == "1"}
 	if c.Runsc == "" || c.Root == "" {
-		return c, fmt.Errorf("%s and %s must be set (this program is run by sbx's buildkitd)", EnvRunsc, EnvRoot)
+		return c, fmt.Errorf("%s and %s must be set (this program is run by hutch's buildkitd)", EnvRunsc, EnvRoot)
 	}
 	return c, nil
 }
@@ -78,7 +78,7 @@ func ConfigFromEnv() (Config, error) {
 func Main() {
 	c, err := ConfigFromEnv()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sbx-buildkit-runtime:", err)
+		fmt.Fprintln(os.Stderr, "hutch-buildkit-runtime:", err)
 		os.Exit(2)
 	}
 	args, sub, id := c.Translate(os.Args[1:])
@@ -88,7 +88,7 @@ func Main() {
 	}
 	argv := append([]string{c.Runsc}, args...)
 	err = syscall.Exec(c.Runsc, argv, os.Environ())
-	fmt.Fprintf(os.Stderr, "sbx-buildkit-runtime: exec %s: %v\n", c.Runsc, err)
+	fmt.Fprintf(os.Stderr, "hutch-buildkit-runtime: exec %s: %v\n", c.Runsc, err)
 	os.Exit(2)
 }
 

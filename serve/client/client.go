@@ -1,4 +1,4 @@
-// Package client is a Go client of `sbx serve` (and of any server that
+// Package client is a Go client of `hutch serve` (and of any server that
 // speaks E2B's API): the control plane over REST, and a sandbox's data
 // plane over envd's Connect services, routed by E2B's sandbox headers.
 // Go programs need no SDK of another language.
@@ -20,8 +20,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/serve/envdpb/filesystem/filesystempbconnect"
-	"sbx.dev/sbx/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
+	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
 )
 
 // EnvdPort is the port the data plane is addressed on.

@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 // ExecRequest is a program to start through the process service: Cmd

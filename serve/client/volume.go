@@ -9,7 +9,7 @@ import (
 // Volume is a tenant's named volume (E2B's Volume): storage that outlives
 // sandboxes and that several sandboxes may mount at once.
 type Volume struct {
-	// ID is what GetVolume and DeleteVolume take; sbx serve makes it the
+	// ID is what GetVolume and DeleteVolume take; hutch serve makes it the
 	// name.
 	ID   string `json:"volumeID"`
 	Name string `json:"name"`

@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // AgentExec runs req through the network endpoint of the agent of a pod

@@ -1,10 +1,10 @@
-// Package kube is the small Kubernetes client `sbx serve` places sandboxes
+// Package kube is the small Kubernetes client `hutch serve` places sandboxes
 // with: pods created, read, listed, annotated and deleted through the API
 // server's REST API, and commands run in them through the pods/exec
 // subresource (the v5.channel.k8s.io WebSocket protocol).
 //
 // It speaks plain JSON over net/http with its own minimal Pod type: it
-// does not use client-go, whose typed clientset costs every sbx command
+// does not use client-go, whose typed clientset costs every hutch command
 // its scheme registration at start. It reads a kubeconfig's current
 // context (server, CA, client certificate or bearer token) and nothing
 // else of it: no exec credential plugins, no auth providers.

@@ -2,7 +2,7 @@ package kube
 
 import "time"
 
-// Pod is the part of a core/v1 Pod that sbx serve writes and reads.
+// Pod is the part of a core/v1 Pod that hutch serve writes and reads.
 type Pod struct {
 	APIVersion string    `json:"apiVersion,omitempty"`
 	Kind       string    `json:"kind,omitempty"`
@@ -157,7 +157,7 @@ func (p *Pod) Waiting(name string) (reason, message string) {
 	return "", ""
 }
 
-// Event is the part of a core/v1 Event that sbx serve reads: what the
+// Event is the part of a core/v1 Event that hutch serve reads: what the
 // kubelet reported of an object.
 type Event struct {
 	Reason         string `json:"reason"`

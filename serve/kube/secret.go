@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// Secret is the part of a core/v1 Secret that sbx serve writes and
+// Secret is the part of a core/v1 Secret that hutch serve writes and
 // reads: Data's values are bytes (base64 in JSON, as the API has them).
 type Secret struct {
 	APIVersion string            `json:"apiVersion,omitempty"`

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"sbx.dev/sbx/policy"
+	"hutch.dev/hutch/policy"
 )
 
 // QuotaError is a request refused by a tenant's quota. It wraps

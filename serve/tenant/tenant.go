@@ -1,9 +1,9 @@
-// Package tenant is the tenants file of `sbx serve`: who may call the API,
+// Package tenant is the tenants file of `hutch serve`: who may call the API,
 // with which key, and how much of the host each tenant may hold at once.
 //
 // The file is JSON, one entry per tenant: a name, the SHA-256 of its API
 // key (never the key itself), its quota and when it was added. Writers
-// (sbx tenant add and rm) take an flock on a lock file beside it, rewrite
+// (hutch tenant add and rm) take an flock on a lock file beside it, rewrite
 // it whole into a temporary file and rename that over it, so readers never
 // see half a file and two concurrent writers never lose an entry. A Store
 // that serves requests notices a rewrite on its own, at most a second

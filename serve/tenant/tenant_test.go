@@ -261,7 +261,7 @@ func TestConcurrentAddLosesNothing(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			// Each writer its own Store, as separate `sbx tenant add`
+			// Each writer its own Store, as separate `hutch tenant add`
 			// processes would be.
 			s, err := Open(path)
 			if err != nil {

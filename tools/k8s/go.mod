@@ -1,4 +1,4 @@
-module sbx.dev/sbx/tools/k8s
+module hutch.dev/hutch/tools/k8s
 
 go 1.26.3
 

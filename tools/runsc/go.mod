@@ -1,4 +1,4 @@
-module sbx.dev/sbx/tools/runsc
+module hutch.dev/hutch/tools/runsc
 
 go 1.26.3
 

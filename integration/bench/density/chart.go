@@ -23,16 +23,16 @@ func drawCharts(res result, prefix string) ([]string, error) {
 		series         []series
 	}{
 		{"-latency.png", "Latency against live idle sandboxes", "ms", []series{
-			{"sbx create → first output", func(s step) float64 { return s.CreateFirst }},
+			{"hutch create → first output", func(s step) float64 { return s.CreateFirst }},
 			{"runsc run → first output", func(s step) float64 { return s.RawRun }},
-			{"sbx exec (median)", func(s step) float64 { return s.ExecID }},
+			{"hutch exec (median)", func(s step) float64 { return s.ExecID }},
 			{"runsc exec (median)", func(s step) float64 { return s.RawExec }},
-			{"sbx exec NAME", func(s step) float64 { return s.ExecName }},
-			{"sbx ls -q", func(s step) float64 { return s.Ls }},
+			{"hutch exec NAME", func(s step) float64 { return s.ExecName }},
+			{"hutch ls -q", func(s step) float64 { return s.Ls }},
 		}},
 		{"-memory.png", "Host memory per idle sandbox", "MiB", []series{
-			{"sbx: PSS (runsc processes)", func(s step) float64 { return mibOf(s.PSS) }},
-			{"sbx: cgroup", func(s step) float64 { return mibOf(s.Cgroup) }},
+			{"hutch: PSS (runsc processes)", func(s step) float64 { return mibOf(s.PSS) }},
+			{"hutch: cgroup", func(s step) float64 { return mibOf(s.Cgroup) }},
 			{"raw runsc: PSS", func(s step) float64 { return mibOf(s.RawPSS) }},
 			{"raw runsc: cgroup", func(s step) float64 { return mibOf(s.RawCgroup) }},
 		}},

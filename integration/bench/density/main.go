@@ -1,5 +1,5 @@
 // Command density measures what idle sandboxes cost on one host: it
-// fills sbx's state with idle busybox sandboxes, step by step, and at each
+// fills hutch's state with idle busybox sandboxes, step by step, and at each
 // step measures host memory and processes per sandbox and the latency of
 // create, exec, ls and rm, beside a raw runsc container of the same spec
 // and flags in the same run. It writes its section of docs/benchmarks.md
@@ -27,32 +27,32 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
-// bin holds the binaries; root is sbx's state root, a directory of top.
+// bin holds the binaries; root is hutch's state root, a directory of top.
 var bin, top, root string
 
-func sbxCmd(args ...string) *exec.Cmd { return sbxCmdIn(bin, args...) }
+func hutchCmd(args ...string) *exec.Cmd { return hutchCmdIn(bin, args...) }
 
-// sbxCmdIn runs the sbx in directory dir.
-func sbxCmdIn(dir string, args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(dir, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+root)
+// hutchCmdIn runs the hutch in directory dir.
+func hutchCmdIn(dir string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(dir, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 	return c
 }
 
-func sbx(args ...string) string { return sbxIn(bin, args...) }
+func hutch(args ...string) string { return hutchIn(bin, args...) }
 
-func sbxIn(dir string, args ...string) string {
-	out, err := sbxCmdIn(dir, args...).Output()
+func hutchIn(dir string, args ...string) string {
+	out, err := hutchCmdIn(dir, args...).Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("hutch %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return string(out)
 }
@@ -97,7 +97,7 @@ type step struct {
 
 	PSS        int64   `json:"pss"`        // runsc sandbox, gofer and stubs
 	RSS        int64   `json:"rss"`        // the same, counting shared pages in full
-	HelperPSS  int64   `json:"helperPss"`  // sbx's own host helpers
+	HelperPSS  int64   `json:"helperPss"`  // hutch's own host helpers
 	Cgroup     int64   `json:"cgroup"`     // charged to the sandbox's cgroup
 	HostUsed   int64   `json:"hostUsed"`   // fall of the host's MemAvailable since the start
 	Procs      float64 `json:"procs"`      // host processes
@@ -107,33 +107,33 @@ type step struct {
 	RawProcs   int     `json:"rawProcs"`   // its host processes
 	RawThreads int     `json:"rawThreads"` // its host threads
 
-	Create       float64 `json:"create"`       // sbx create, median
-	CreateFirst  float64 `json:"createFirst"`  // create → first output of exec echo hi, median
-	CreateNamed  float64 `json:"createNamed"`  // sbx create --name, median
-	Rm           float64 `json:"rm"`           // sbx rm -f, median
-	ExecID       float64 `json:"execId"`       // sbx exec ID true, median
-	ExecIDP99    float64 `json:"execIdP99"`    // its p99
-	ExecName     float64 `json:"execName"`     // sbx exec NAME true, median
-	Ls           float64 `json:"ls"`           // sbx ls -q, median
-	RawRun       float64 `json:"rawRun"`       // runsc run → first output, median
-	RawExec      float64 `json:"rawExec"`      // runsc exec true, median
-	RawExecP99   float64 `json:"rawExecP99"`   // its p99
-	ExecSamples  int     `json:"execSamples"`  // samples behind the exec p99s
-	FillPerSbxMs float64 `json:"fillPerSbxMs"` // mean sbx create while filling up to N
+	Create         float64 `json:"create"`         // hutch create, median
+	CreateFirst    float64 `json:"createFirst"`    // create → first output of exec echo hi, median
+	CreateNamed    float64 `json:"createNamed"`    // hutch create --name, median
+	Rm             float64 `json:"rm"`             // hutch rm -f, median
+	ExecID         float64 `json:"execId"`         // hutch exec ID true, median
+	ExecIDP99      float64 `json:"execIdP99"`      // its p99
+	ExecName       float64 `json:"execName"`       // hutch exec NAME true, median
+	Ls             float64 `json:"ls"`             // hutch ls -q, median
+	RawRun         float64 `json:"rawRun"`         // runsc run → first output, median
+	RawExec        float64 `json:"rawExec"`        // runsc exec true, median
+	RawExecP99     float64 `json:"rawExecP99"`     // its p99
+	ExecSamples    int     `json:"execSamples"`    // samples behind the exec p99s
+	FillPerHutchMs float64 `json:"fillPerHutchMs"` // mean hutch create while filling up to N
 }
 
-// helpers is what sbx's own host helpers cost per sandbox that needs
+// helpers is what hutch's own host helpers cost per sandbox that needs
 // them, by kind.
 type helpers struct {
 	N     int                  `json:"n"`
 	Flags string               `json:"flags"`
 	Kinds map[string]helperUse `json:"kinds"`
 	Total helperUse            `json:"total"`
-	// Binary is the program the helpers ran as: sbx-helper, or sbx
-	// itself when there is no sbx-helper beside it.
+	// Binary is the program the helpers ran as: hutch-helper, or hutch
+	// itself when there is no hutch-helper beside it.
 	Binary string `json:"binary,omitempty"`
 	// UsedForwarder is the port forwarder after one connection to each
-	// published port (sbx-helper then has become sbx's forwarder).
+	// published port (hutch-helper then has become hutch's forwarder).
 	UsedForwarder *helperUse `json:"usedForwarder,omitempty"`
 }
 
@@ -149,11 +149,11 @@ type result struct {
 	Samples int     `json:"samples"`
 	Steps   []step  `json:"steps"`
 	Helpers helpers `json:"helpers"`
-	// SbxHelpers are the same helpers run by sbx itself (a copy of sbx
-	// with no sbx-helper beside it), as before sbx-helper.
-	SbxHelpers helpers `json:"sbxHelpers"`
-	Stopped    string  `json:"stopped,omitempty"` // why filling stopped short
-	Removed    struct {
+	// HutchHelpers are the same helpers run by hutch itself (a copy of hutch
+	// with no hutch-helper beside it), as before hutch-helper.
+	HutchHelpers helpers `json:"hutchHelpers"`
+	Stopped      string  `json:"stopped,omitempty"` // why filling stopped short
+	Removed      struct {
 		N        int     `json:"n"`
 		MedianMs float64 `json:"medianMs"`
 		TotalS   float64 `json:"totalS"`
@@ -177,7 +177,7 @@ func quantile(v []time.Duration, q float64) float64 {
 }
 
 func main() {
-	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
+	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	chart := flag.String("chart", "", "PNG chart path prefix (default: density beside -out)")
 	stepsFlag := flag.String("steps", "1,100,250,500", "numbers of live idle sandboxes to measure at, ascending")
@@ -249,14 +249,14 @@ func main() {
 	fmt.Print(doc)
 }
 
-// measureAll fills sbx's state step by step, measures at each step and
+// measureAll fills hutch's state step by step, measures at each step and
 // removes everything; it returns what it measured.
 func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, minAvail int64) result {
 	var err error
 	if bin, err = filepath.Abs(bin); err != nil {
 		benchexit.Fatal(err)
 	}
-	if top, err = os.MkdirTemp("", "sbx-bench-density-"); err != nil {
+	if top, err = os.MkdirTemp("", "hutch-bench-density-"); err != nil {
 		benchexit.Fatal(err)
 	}
 	root = filepath.Join(top, "state")
@@ -277,14 +277,14 @@ func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, mi
 		var rms []time.Duration
 		start := time.Now()
 		for _, id := range live {
-			rms = append(rms, timed(func() { sbxCmd("rm", "-f", id).Run() })) //nolint:errcheck // checked below
+			rms = append(rms, timed(func() { hutchCmd("rm", "-f", id).Run() })) //nolint:errcheck // checked below
 		}
 		res.Removed.TotalS = time.Since(start).Seconds()
 		res.Removed.MedianMs = median(rms)
 		// Whatever a failed create left.
-		ids, _ := sbxCmd("ls", "-q").Output()
+		ids, _ := hutchCmd("ls", "-q").Output()
 		for _, id := range strings.Fields(string(ids)) {
-			sbxCmd("rm", "-f", id).Run() //nolint:errcheck // best effort
+			hutchCmd("rm", "-f", id).Run() //nolint:errcheck // best effort
 		}
 		h, _ := scanHost(root, rawRoot)
 		ents, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
@@ -300,7 +300,7 @@ func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, mi
 	avail0 := memAvailable()
 	// The anchor: a named idle sandbox, exec's target, and the source of
 	// raw runsc's spec and flags.
-	anchor := strings.TrimSpace(sbx("create", "--image", "busybox", "--name", "density-anchor"))
+	anchor := strings.TrimSpace(hutch("create", "--image", "busybox", "--name", "density-anchor"))
 	live = append(live, anchor)
 	rawIdle = newRaw(anchor, rawRoot, "idle", "sleep", "1000000")
 	rawEcho = newRaw(anchor, rawRoot, "echo", "echo", "hi")
@@ -324,12 +324,12 @@ func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, mi
 			case memAvailable() < minAvail<<30:
 				res.Stopped = fmt.Sprintf("filling stopped at %d sandboxes: host MemAvailable below %d GiB (-min-avail-gib)", len(live), minAvail)
 			default:
-				live = append(live, strings.TrimSpace(sbx("create", "--image", "busybox")))
+				live = append(live, strings.TrimSpace(hutch("create", "--image", "busybox")))
 			}
 		}
 		st := step{N: len(live)}
 		if len(live) > from {
-			st.FillPerSbxMs = ms(time.Since(start)) / float64(len(live)-from)
+			st.FillPerHutchMs = ms(time.Since(start)) / float64(len(live)-from)
 		}
 		measure(&st, live, rawRoot, avail0, rawIdle, rawEcho, samples, execSamples)
 		res.Steps = append(res.Steps, st)
@@ -339,8 +339,8 @@ func measureAll(steps []int, samples, execSamples int, maxFill time.Duration, mi
 		}
 	}
 	res.Helpers = measureHelpers(&live, rawRoot, 10, bin)
-	if _, err := os.Stat(filepath.Join(bin, "sbx-helper")); err == nil {
-		res.SbxHelpers = measureHelpers(&live, rawRoot, 10, sbxOnly(bin, filepath.Join(top, "sbx-only")))
+	if _, err := os.Stat(filepath.Join(bin, "hutch-helper")); err == nil {
+		res.HutchHelpers = measureHelpers(&live, rawRoot, 10, hutchOnly(bin, filepath.Join(top, "hutch-only")))
 	}
 	res.Date = time.Now().UTC().Format("2006-01-02")
 	res.Samples = samples
@@ -358,7 +358,7 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 	}
 	var cg int64
 	for _, id := range live {
-		m, err := cgroupMemory("/sbx/" + id)
+		m, err := cgroupMemory("/hutch/" + id)
 		if err != nil {
 			benchexit.Fatal(err)
 		}
@@ -382,20 +382,20 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 	}
 	for i := warm; i < samples; i++ {
 		var id string
-		c := timed(func() { id = strings.TrimSpace(sbx("create", "--image", "busybox")) })
-		f := c + firstOutput(sbxCmd("exec", id, "--", "echo", "hi"), "hi")
-		r := timed(func() { sbx("rm", "-f", id) })
-		nc := timed(func() { id = strings.TrimSpace(sbx("create", "--image", "busybox", "--name", "density-probe")) })
-		r2 := timed(func() { sbx("rm", "-f", id) })
+		c := timed(func() { id = strings.TrimSpace(hutch("create", "--image", "busybox")) })
+		f := c + firstOutput(hutchCmd("exec", id, "--", "echo", "hi"), "hi")
+		r := timed(func() { hutch("rm", "-f", id) })
+		nc := timed(func() { id = strings.TrimSpace(hutch("create", "--image", "busybox", "--name", "density-probe")) })
+		r2 := timed(func() { hutch("rm", "-f", id) })
 		rr := firstOutput(rawEcho.runsc("run", "--bundle", rawEcho.bundle, rawEcho.id), "hi")
 		rawEcho.remove()
 		var xs, rxs []time.Duration
 		for j := 0; j < 3; j++ {
-			xs = append(xs, timed(func() { sbx("exec", anchor, "--", "true") }))
+			xs = append(xs, timed(func() { hutch("exec", anchor, "--", "true") }))
 			rxs = append(rxs, timed(func() { run(rawIdle.runsc("exec", rawIdle.id, "true")) }))
 		}
-		xn := timed(func() { sbx("exec", "density-anchor", "--", "true") })
-		l := timed(func() { sbx("ls", "-q") })
+		xn := timed(func() { hutch("exec", "density-anchor", "--", "true") })
+		l := timed(func() { hutch("ls", "-q") })
 		if i < 0 {
 			continue // warm-up
 		}
@@ -405,9 +405,9 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 		execName, ls, rawRun = append(execName, xn), append(ls, l), append(rawRun, rr)
 	}
 	// The p99s need more samples than the passes give: a batch of execs
-	// alone, sbx and raw runsc in turns.
+	// alone, hutch and raw runsc in turns.
 	for len(execID) < execSamples {
-		execID = append(execID, timed(func() { sbx("exec", anchor, "--", "true") }))
+		execID = append(execID, timed(func() { hutch("exec", anchor, "--", "true") }))
 		rawExec = append(rawExec, timed(func() { run(rawIdle.runsc("exec", rawIdle.id, "true")) }))
 	}
 	st.Create, st.CreateFirst, st.CreateNamed, st.Rm = median(create), median(first), median(named), median(rm)
@@ -416,10 +416,10 @@ func measure(st *step, live []string, rawRoot string, avail0 int64, rawIdle, raw
 	st.ExecSamples = len(execID)
 }
 
-// sbxOnly makes dir a copy of the bin directory without sbx-helper: a
-// copy of sbx (which looks for sbx-helper beside its own file) and links
-// to the rest. sbx there runs its helpers itself.
-func sbxOnly(bin, dir string) string {
+// hutchOnly makes dir a copy of the bin directory without hutch-helper: a
+// copy of hutch (which looks for hutch-helper beside its own file) and links
+// to the rest. hutch there runs its helpers itself.
+func hutchOnly(bin, dir string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		benchexit.Fatal(err)
 	}
@@ -430,8 +430,8 @@ func sbxOnly(bin, dir string) string {
 	for _, e := range ents {
 		src, dst := filepath.Join(bin, e.Name()), filepath.Join(dir, e.Name())
 		switch e.Name() {
-		case "sbx-helper":
-		case "sbx":
+		case "hutch-helper":
+		case "hutch":
 			b, err := os.ReadFile(src)
 			if err == nil {
 				err = os.WriteFile(dst, b, 0o755)
@@ -448,9 +448,9 @@ func sbxOnly(bin, dir string) string {
 	return dir
 }
 
-// measureHelpers creates k sandboxes that need each of sbx's helpers (a
+// measureHelpers creates k sandboxes that need each of hutch's helpers (a
 // DNS resolver for network open, a lifetime watchdog, a port forwarder)
-// with the sbx in dir and returns what those helpers hold per sandbox,
+// with the hutch in dir and returns what those helpers hold per sandbox,
 // and what a forwarder holds once it has served a connection.
 func measureHelpers(live *[]string, rawRoot string, k int, dir string) helpers {
 	flags := []string{"--net", "open", "--timeout", "1h", "-p", "127.0.0.1:0:80"}
@@ -460,7 +460,7 @@ func measureHelpers(live *[]string, rawRoot string, k int, dir string) helpers {
 	}
 	var ids []string
 	for range k {
-		ids = append(ids, strings.TrimSpace(sbxIn(dir, append([]string{"create", "--image", "busybox"}, flags...)...)))
+		ids = append(ids, strings.TrimSpace(hutchIn(dir, append([]string{"create", "--image", "busybox"}, flags...)...)))
 		*live = append(*live, ids[len(ids)-1])
 	}
 	time.Sleep(time.Second) // the helpers settle
@@ -471,14 +471,14 @@ func measureHelpers(live *[]string, rawRoot string, k int, dir string) helpers {
 	per := func(a, b usage) helperUse {
 		return helperUse{PSS: (a.pss - b.pss) / int64(k), Procs: float64(a.procs-b.procs) / float64(k), Threads: float64(a.threads-b.threads) / float64(k)}
 	}
-	h := helpers{N: k, Flags: strings.Join(flags, " "), Kinds: map[string]helperUse{}, Total: per(after.helpers, before.helpers), Binary: "sbx"}
-	if _, err := os.Stat(filepath.Join(dir, "sbx-helper")); err == nil {
-		h.Binary = "sbx-helper"
+	h := helpers{N: k, Flags: strings.Join(flags, " "), Kinds: map[string]helperUse{}, Total: per(after.helpers, before.helpers), Binary: "hutch"}
+	if _, err := os.Stat(filepath.Join(dir, "hutch-helper")); err == nil {
+		h.Binary = "hutch-helper"
 	}
 	for name, u := range after.kinds {
 		h.Kinds[name] = per(u, before.kinds[name])
 	}
-	if h.Binary == "sbx" {
+	if h.Binary == "hutch" {
 		return h
 	}
 	// One connection to each published port: nothing listens on port
@@ -489,8 +489,8 @@ func measureHelpers(live *[]string, rawRoot string, k int, dir string) helpers {
 				HostPort int `json:"hostPort"`
 			} `json:"ports"`
 		}
-		if err := json.Unmarshal([]byte(sbxIn(dir, "inspect", id)), &insp); err != nil || len(insp.Ports) == 0 {
-			benchexit.Fatalf("sbx inspect %s: no published port (%v)", id, err)
+		if err := json.Unmarshal([]byte(hutchIn(dir, "inspect", id)), &insp); err != nil || len(insp.Ports) == 0 {
+			benchexit.Fatalf("hutch inspect %s: no published port (%v)", id, err)
 		}
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", insp.Ports[0].HostPort), 5*time.Second)
 		if err != nil {
@@ -523,44 +523,44 @@ func report(res result, prev *result, change string, charts []string) string {
 	var w strings.Builder
 	fmt.Fprintf(&w, "### Density: idle sandboxes on one host\n\n")
 	fmt.Fprintf(&w, "`go run ./integration/bench/density -bin bin -out docs/benchmarks.md` (as `make bench` runs it), %s, %d CPUs, %.0f GiB, %s, %s. "+
-		"The program fills sbx's state with idle `sbx create --image busybox` sandboxes (default limits and network `none`: no sbx helper process) and, at each number *N* of live ones, measures "+
-		"host memory per sandbox (one scan of `/proc/*/smaps_rollup`: PSS and RSS of runsc's sandbox, gofer and stub processes; sbx's own helpers; the memory charged to each sandbox's cgroup; the host's MemAvailable fallen since the start, divided by N, which other load on the shared machine also moves), "+
-		"host processes and threads per sandbox, and then %d interleaved passes of: `sbx create` (to its ID; then `sbx exec ID -- echo hi` to its first output: create → first output), `sbx rm -f`, `sbx create --name`, "+
-		"`sbx exec ID -- true` (3 per pass), `sbx exec NAME -- true`, `sbx ls -q`; beside raw runsc with sbx's spec and runsc flags (no network, a cgroup of the same limits): `runsc run` of `echo hi` to its first output, and `runsc exec` of `true` (3 per pass) into one idle raw container (`sleep`) alive throughout, whose memory is measured the same way. Medians unless marked; the machine is shared: compare columns, not runs.\n\n",
+		"The program fills hutch's state with idle `hutch create --image busybox` sandboxes (default limits and network `none`: no hutch helper process) and, at each number *N* of live ones, measures "+
+		"host memory per sandbox (one scan of `/proc/*/smaps_rollup`: PSS and RSS of runsc's sandbox, gofer and stub processes; hutch's own helpers; the memory charged to each sandbox's cgroup; the host's MemAvailable fallen since the start, divided by N, which other load on the shared machine also moves), "+
+		"host processes and threads per sandbox, and then %d interleaved passes of: `hutch create` (to its ID; then `hutch exec ID -- echo hi` to its first output: create → first output), `hutch rm -f`, `hutch create --name`, "+
+		"`hutch exec ID -- true` (3 per pass), `hutch exec NAME -- true`, `hutch ls -q`; beside raw runsc with hutch's spec and runsc flags (no network, a cgroup of the same limits): `runsc run` of `echo hi` to its first output, and `runsc exec` of `true` (3 per pass) into one idle raw container (`sleep`) alive throughout, whose memory is measured the same way. Medians unless marked; the machine is shared: compare columns, not runs.\n\n",
 		res.Date, runtime.NumCPU(), float64(totalMem())/(1<<30), runtime.GOOS+"/"+runtime.GOARCH, runscVersion, res.Samples)
-	fmt.Fprintf(&w, "| live N | PSS / sandbox | RSS / sandbox | cgroup / sandbox | host used / sandbox | sbx helpers PSS / sandbox | host procs / threads per sandbox | raw runsc idle: PSS, cgroup, procs / threads |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&w, "| live N | PSS / sandbox | RSS / sandbox | cgroup / sandbox | host used / sandbox | hutch helpers PSS / sandbox | host procs / threads per sandbox | raw runsc idle: PSS, cgroup, procs / threads |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range res.Steps {
 		fmt.Fprintf(&w, "| %d | %s | %s | %s | %s | %s | %.1f / %.1f | %s, %s, %d / %d |\n", s.N, mib(s.PSS), mib(s.RSS), mib(s.Cgroup), mib(s.HostUsed), mib(s.HelperPSS), s.Procs, s.Threads, mib(s.RawPSS), mib(s.RawCgroup), s.RawProcs, s.RawThreads)
 	}
-	fmt.Fprintf(&w, "\n| live N | sbx create | create → first output | runsc run → first output | create --name | rm -f | exec ID | exec ID p99 | runsc exec | runsc exec p99 | exec NAME | ls -q |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&w, "\n| live N | hutch create | create → first output | runsc run → first output | create --name | rm -f | exec ID | exec ID p99 | runsc exec | runsc exec p99 | exec NAME | ls -q |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range res.Steps {
 		fmt.Fprintf(&w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.N, msf(s.Create), msf(s.CreateFirst), msf(s.RawRun), msf(s.CreateNamed), msf(s.Rm), msf(s.ExecID), msf(s.ExecIDP99), msf(s.RawExec), msf(s.RawExecP99), msf(s.ExecName), msf(s.Ls))
 	}
 	if len(res.Steps) > 0 {
 		a, b := res.Steps[0], res.Steps[len(res.Steps)-1]
-		fmt.Fprintf(&w, "\nFrom %d to %d live sandboxes: create → first output %.2fx (raw runsc run %.2fx), exec median %.2fx and p99 %.2fx (raw runsc exec %.2fx and %.2fx), `sbx ls -q` %.2fx; p99s are of %d samples. "+
-			"The machine's other load moves every column, so sbx against raw runsc in the same step is the steadier measure: create → first output ÷ runsc run → first output is %.2f at %d and %.2f at %d live, exec ÷ runsc exec (medians) %.2f and %.2f. Filling ran at %s per create on average.",
+		fmt.Fprintf(&w, "\nFrom %d to %d live sandboxes: create → first output %.2fx (raw runsc run %.2fx), exec median %.2fx and p99 %.2fx (raw runsc exec %.2fx and %.2fx), `hutch ls -q` %.2fx; p99s are of %d samples. "+
+			"The machine's other load moves every column, so hutch against raw runsc in the same step is the steadier measure: create → first output ÷ runsc run → first output is %.2f at %d and %.2f at %d live, exec ÷ runsc exec (medians) %.2f and %.2f. Filling ran at %s per create on average.",
 			a.N, b.N, b.CreateFirst/a.CreateFirst, b.RawRun/a.RawRun, b.ExecID/a.ExecID, b.ExecIDP99/a.ExecIDP99, b.RawExec/a.RawExec, b.RawExecP99/a.RawExecP99, b.Ls/a.Ls, b.ExecSamples,
-			a.CreateFirst/a.RawRun, a.N, b.CreateFirst/b.RawRun, b.N, a.ExecID/a.RawExec, b.ExecID/b.RawExec, msf(b.FillPerSbxMs))
+			a.CreateFirst/a.RawRun, a.N, b.CreateFirst/b.RawRun, b.N, a.ExecID/a.RawExec, b.ExecID/b.RawExec, msf(b.FillPerHutchMs))
 		if res.Stopped != "" {
 			fmt.Fprintf(&w, " The %s.", res.Stopped)
 		}
-		fmt.Fprintf(&w, " Removing all %d: %s median `sbx rm -f`, %.1f s in all; left after: %s.\n", res.Removed.N, msf(res.Removed.MedianMs), res.Removed.TotalS, res.Removed.Left)
+		fmt.Fprintf(&w, " Removing all %d: %s median `hutch rm -f`, %.1f s in all; left after: %s.\n", res.Removed.N, msf(res.Removed.MedianMs), res.Removed.TotalS, res.Removed.Left)
 	}
 	if len(res.Steps) > 0 {
 		b, a := res.Steps[len(res.Steps)-1], res.Steps[0]
-		fmt.Fprintf(&w, "\nWhere the memory goes: with %d live, an idle sbx sandbox holds %s PSS (%s charged to its cgroup) against an idle raw runsc container's %s (%s): "+
-			"the memory is gVisor's own (its sentry, gofer and systrap stub processes); sbx runs its in-sandbox agent where the raw container runs `sleep`, and no host process of its own. "+
+		fmt.Fprintf(&w, "\nWhere the memory goes: with %d live, an idle hutch sandbox holds %s PSS (%s charged to its cgroup) against an idle raw runsc container's %s (%s): "+
+			"the memory is gVisor's own (its sentry, gofer and systrap stub processes); hutch runs its in-sandbox agent where the raw container runs `sleep`, and no host process of its own. "+
 			"PSS per sandbox falls from %s at %d live as the runsc binary's pages are shared among more processes. At the cgroup figure, 500 idle sandboxes hold about %.1f GiB of this host's %.0f GiB. "+
-			"Where the time goes as N grows: `sbx create`, `sbx exec ID` and `sbx rm` read only their own sandbox's record, `sbx exec NAME` and `create --name` one link of the name index besides; `sbx ls` reads every record. Only when runsc cannot account for a sandbox's processes (a failed `runsc delete`, an unfinished create) does a removal read the command line of every host process (about %.0f per sandbox) to find them.\n",
+			"Where the time goes as N grows: `hutch create`, `hutch exec ID` and `hutch rm` read only their own sandbox's record, `hutch exec NAME` and `create --name` one link of the name index besides; `hutch ls` reads every record. Only when runsc cannot account for a sandbox's processes (a failed `runsc delete`, an unfinished create) does a removal read the command line of every host process (about %.0f per sandbox) to find them.\n",
 			b.N, mib(b.PSS), mib(b.Cgroup), mib(b.RawPSS), mib(b.RawCgroup), mib(a.PSS), a.N, float64(b.Cgroup)*500/(1<<30), float64(totalMem())/(1<<30), b.Procs)
 	}
 	if h := res.Helpers; h.N > 0 {
-		fmt.Fprintf(&w, "\nsbx's own host helpers run only for sandboxes that need them: a DNS resolver for network `open` or `allow`, a lifetime watchdog for `--timeout`, a port forwarder for `-p`; the default sandbox above has none. "+
+		fmt.Fprintf(&w, "\nhutch's own host helpers run only for sandboxes that need them: a DNS resolver for network `open` or `allow`, a lifetime watchdog for `--timeout`, a port forwarder for `-p`; the default sandbox above has none. "+
 			"Per sandbox created with `%s` (%d of them), what each helper holds", h.Flags, h.N)
-		o := res.SbxHelpers
+		o := res.HutchHelpers
 		if o.N > 0 {
-			fmt.Fprintf(&w, " when %s runs it and, in the same run, when sbx itself does (a copy of sbx with no sbx-helper beside it, as sbx ran them before sbx-helper)", h.Binary)
+			fmt.Fprintf(&w, " when %s runs it and, in the same run, when hutch itself does (a copy of hutch with no hutch-helper beside it, as hutch ran them before hutch-helper)", h.Binary)
 		}
 		fmt.Fprintf(&w, ":\n\n| helper | %s: PSS | processes / threads |", h.Binary)
 		if o.N > 0 {
@@ -591,8 +591,8 @@ func report(res result, prev *result, change string, charts []string) string {
 			fmt.Fprintf(&w, "\nHost processes per sandbox: %.0f (runsc's) with none of these, as above; one more for each helper it needs: %.0f with network `open` or `allow`, %.0f with all three.\n", p, p+1, p+3)
 		}
 		if u := h.UsedForwarder; u != nil {
-			fmt.Fprintf(&w, "\nsbx-helper's watchdog and forwarder wait and then exec sbx (the same process): the watchdog at the deadline, the forwarder at the first connection to a published port. "+
-				"After one connection to each sandbox's published port, a forwarder holds %s PSS (%.1f processes / %.1f threads): a published port that is used costs what it did before; one that is not, and every watchdog until its deadline, costs only sbx-helper.\n",
+			fmt.Fprintf(&w, "\nhutch-helper's watchdog and forwarder wait and then exec hutch (the same process): the watchdog at the deadline, the forwarder at the first connection to a published port. "+
+				"After one connection to each sandbox's published port, a forwarder holds %s PSS (%.1f processes / %.1f threads): a published port that is used costs what it did before; one that is not, and every watchdog until its deadline, costs only hutch-helper.\n",
 				mib(u.PSS), u.Procs, u.Threads)
 		}
 	}
@@ -600,7 +600,7 @@ func report(res result, prev *result, change string, charts []string) string {
 		if change != "" {
 			change = ": " + change
 		}
-		fmt.Fprintf(&w, "\nBefore → after%s (the same program, the earlier run of %s with the previous sbx):\n\n", change, prev.Date)
+		fmt.Fprintf(&w, "\nBefore → after%s (the same program, the earlier run of %s with the previous hutch):\n\n", change, prev.Date)
 		fmt.Fprintf(&w, "| live N | create --name | exec NAME | exec NAME ÷ runsc exec | ls -q | create → first output | exec ID | runsc exec (load yardstick) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, s := range res.Steps {
 			for _, p := range prev.Steps {

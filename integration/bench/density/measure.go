@@ -24,14 +24,14 @@ func (u *usage) add(o usage) {
 
 // hostUsage is one scan of /proc, split by whose the processes are.
 type hostUsage struct {
-	runsc   usage // sbx's sandboxes: runsc sandbox, gofer and stub processes
-	helpers usage // sbx's own per-sandbox helpers (resolver, forwarder, watchdog): sbx-helper, or sbx itself
+	runsc   usage // hutch's sandboxes: runsc sandbox, gofer and stub processes
+	helpers usage // hutch's own per-sandbox helpers (resolver, forwarder, watchdog): hutch-helper, or hutch itself
 	raw     usage // the raw runsc sandboxes
-	// kinds splits helpers by their sbx subcommand.
+	// kinds splits helpers by their hutch subcommand.
 	kinds map[string]usage
 }
 
-// helperKinds are the subcommands sbx and sbx-helper run the per-sandbox
+// helperKinds are the subcommands hutch and hutch-helper run the per-sandbox
 // helpers as.
 var helperKinds = []string{"__dns-resolver", "port-forward", "lifetime-watchdog"}
 
@@ -47,8 +47,8 @@ func helperKind(args [][]byte) string {
 	return "other"
 }
 
-// scanHost reads every process once. A process is sbx's if its command
-// line names sbx's state root (runsc's --root, a helper's arguments), raw
+// scanHost reads every process once. A process is hutch's if its command
+// line names hutch's state root (runsc's --root, a helper's arguments), raw
 // runsc's if it names rawRoot; descendants (systrap's stubs, which have no
 // command line of their own) count with their ancestor.
 func scanHost(root, rawRoot string) (hostUsage, error) {
@@ -58,8 +58,8 @@ func scanHost(root, rawRoot string) (hostUsage, error) {
 	}
 	const (
 		none = iota
-		sbxRunsc
-		sbxHelper
+		hutchRunsc
+		hutchHelper
 		rawRunsc
 	)
 	parent := map[int]int{}
@@ -86,9 +86,9 @@ func scanHost(root, rawRoot string) (hostUsage, error) {
 			class[pid] = rawRunsc
 		case !bytes.Contains(cl, []byte(root+"/")) && !bytes.Contains(cl, append([]byte(root), 0)):
 		case strings.HasPrefix(exe, "runsc"):
-			class[pid] = sbxRunsc
-		case exe == "sbx" || exe == "sbx-helper":
-			class[pid] = sbxHelper
+			class[pid] = hutchRunsc
+		case exe == "hutch" || exe == "hutch-helper":
+			class[pid] = hutchHelper
 			kind[pid] = helperKind(args)
 		}
 	}
@@ -115,9 +115,9 @@ func scanHost(root, rawRoot string) (hostUsage, error) {
 			continue // exited meanwhile
 		}
 		switch c {
-		case sbxRunsc:
+		case hutchRunsc:
 			h.runsc.add(u)
-		case sbxHelper:
+		case hutchHelper:
 			h.helpers.add(u)
 			k := h.kinds[kind[pid]]
 			k.add(u)
@@ -193,7 +193,7 @@ func ppid(pid int) (int, error) {
 }
 
 // cgroupMemory is the memory charged to the cgroup at path (an OCI
-// cgroupsPath such as /sbx/ID): cgroup v2's memory.current or v1's
+// cgroupsPath such as /hutch/ID): cgroup v2's memory.current or v1's
 // memory.usage_in_bytes.
 func cgroupMemory(path string) (int64, error) {
 	for _, f := range []string{

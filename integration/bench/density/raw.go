@@ -11,11 +11,11 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
-// rawSandbox is one raw runsc container run with sbx's spec and runsc
-// flags, without sbx's network namespace and init, in a cgroup of its own.
+// rawSandbox is one raw runsc container run with hutch's spec and runsc
+// flags, without hutch's network namespace and init, in a cgroup of its own.
 type rawSandbox struct {
 	id, cgroup, bundle string
 	args               []string // runsc's global flags
@@ -36,7 +36,7 @@ func (r rawSandbox) remove() {
 	}
 }
 
-// newRaw derives a raw runsc container named name that runs argv from sbx
+// newRaw derives a raw runsc container named name that runs argv from hutch
 // sandbox id: its runsc global flags (with the root, overlay directory and
 // network replaced) and its bundle's spec.
 func newRaw(id, rawRoot, name string, argv ...string) rawSandbox {
@@ -91,13 +91,13 @@ func newRaw(id, rawRoot, name string, argv ...string) rawSandbox {
 	}
 	var mounts []specs.Mount
 	for _, m := range spec.Mounts {
-		if m.Destination != "/.sbx/sbx-init" {
+		if m.Destination != "/.hutch/hutch-init" {
 			mounts = append(mounts, m)
 		}
 	}
 	spec.Mounts = mounts
 	spec.Annotations = nil
-	r := rawSandbox{id: "sbx-bench-density-" + name, cgroup: "/sbx-bench-density-" + name, bundle: filepath.Join(dir, "bundle"), args: raw}
+	r := rawSandbox{id: "hutch-bench-density-" + name, cgroup: "/hutch-bench-density-" + name, bundle: filepath.Join(dir, "bundle"), args: raw}
 	spec.Linux.CgroupsPath = r.cgroup
 	rootfs := *spec.Root
 	rootfs.Readonly = false

@@ -1,4 +1,4 @@
-// Command images measures sbx's image builds and writes them into the
+// Command images measures hutch's image builds and writes them into the
 // images section of docs/benchmarks.md:
 //
 //	go run ./integration/bench/images -bin bin -out docs/benchmarks.md
@@ -20,11 +20,11 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchdoc"
 )
 
 func main() {
-	bin := flag.String("bin", "bin", "directory of the built sbx binaries")
+	bin := flag.String("bin", "bin", "directory of the built hutch binaries")
 	out := flag.String("out", "docs/benchmarks.md", "benchmarks file to update")
 	flag.Parse()
 	if err := run(*bin, *out); err != nil {
@@ -33,26 +33,26 @@ func main() {
 	}
 }
 
-type sbx struct {
+type hutch struct {
 	bin, root string
 }
 
-func (s sbx) run(args ...string) (time.Duration, string, error) {
-	c := exec.Command(filepath.Join(s.bin, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+s.root)
+func (s hutch) run(args ...string) (time.Duration, string, error) {
+	c := exec.Command(filepath.Join(s.bin, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+s.root)
 	var o, e bytes.Buffer
 	c.Stdout, c.Stderr = &o, &e
 	start := time.Now()
 	err := c.Run()
 	d := time.Since(start)
 	if err != nil {
-		return d, "", fmt.Errorf("sbx %s: %v: %s", strings.Join(args, " "), err, lastLines(e.String(), 5))
+		return d, "", fmt.Errorf("hutch %s: %v: %s", strings.Join(args, " "), err, lastLines(e.String(), 5))
 	}
 	return d, o.String(), nil
 }
 
 // stop stops the root's buildkitd and removes the root.
-func (s sbx) cleanup() {
+func (s hutch) cleanup() {
 	if b, err := os.ReadFile(filepath.Join(s.root, "buildkit", "supervisor.pid")); err == nil {
 		var pid int
 		fmt.Sscan(string(b), &pid)
@@ -71,22 +71,22 @@ func run(binDir, out string) error {
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "sbx-bench-images-")
+	work, err := os.MkdirTemp("", "hutch-bench-images-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
 
-	// sbx without the prebuilt Debian rootfs beside it: the first run
+	// hutch without the prebuilt Debian rootfs beside it: the first run
 	// installs Debian with mmdebstrap, as on a fresh machine.
 	bare := filepath.Join(work, "bin")
 	os.MkdirAll(filepath.Join(bare, "images"), 0o755)
-	for _, f := range []string{"sbx", "sbx-init", "runsc", "buildkitd", "sbx-buildkitd", "sbx-buildkit-runtime", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "hutch-init", "runsc", "buildkitd", "hutch-buildkitd", "hutch-buildkit-runtime", "images/busybox.tar"} {
 		if err := copyFile(filepath.Join(binDir, f), filepath.Join(bare, f)); err != nil {
 			return err
 		}
 	}
-	cold := sbx{bin: bare, root: filepath.Join(work, "cold")}
+	cold := hutch{bin: bare, root: filepath.Join(work, "cold")}
 	defer cold.cleanup()
 	fmt.Fprintln(os.Stderr, "cold build of base (mmdebstrap + BuildKit)...")
 	tCold, _, err := cold.run("run", "--rm", "--", "true")
@@ -95,7 +95,7 @@ func run(binDir, out string) error {
 	}
 	cold.cleanup()
 
-	warm := sbx{bin: binDir, root: filepath.Join(work, "warm")}
+	warm := hutch{bin: binDir, root: filepath.Join(work, "warm")}
 	defer warm.cleanup()
 	fmt.Fprintln(os.Stderr, "build of base from the prebuilt rootfs archive...")
 	tArchive, _, err := warm.run("run", "--rm", "--", "true")
@@ -156,8 +156,8 @@ func run(binDir, out string) error {
 	fmt.Fprintf(&b, "### Images\n\n")
 	fmt.Fprintf(&b, "`go run ./integration/bench/images` (part of `make bench`), %s, 2 cores. Base is Debian bookworm with python3, nodejs, npm, git, curl and build-essential.\n\n", time.Now().UTC().Format("2006-01-02"))
 	fmt.Fprintf(&b, "| what | time |\n| --- | --- |\n")
-	fmt.Fprintf(&b, "| cold base build: first `sbx run` on a fresh host (mmdebstrap from Debian's mirror, then BuildKit, RUN under gVisor) | %s |\n", tCold.Round(100*time.Millisecond))
-	fmt.Fprintf(&b, "| first `sbx run` with the Debian rootfs prebuilt by `make base-rootfs` (import + BuildKit) | %s |\n", tArchive.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "| cold base build: first `hutch run` on a fresh host (mmdebstrap from Debian's mirror, then BuildKit, RUN under gVisor) | %s |\n", tCold.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "| first `hutch run` with the Debian rootfs prebuilt by `make base-rootfs` (import + BuildKit) | %s |\n", tArchive.Round(100*time.Millisecond))
 	fmt.Fprintf(&b, "| cached rebuild of buildimg/base, buildkitd running (median of %d) | %s |\n", n, median(cached).Round(time.Millisecond))
 	fmt.Fprintf(&b, "| cached rebuild of buildimg/base, buildkitd stopped first (includes its start) | %s |\n", tDaemonCold.Round(time.Millisecond))
 	fmt.Fprintf(&b, "\n| base image size | |\n| --- | --- |\n")
@@ -166,7 +166,7 @@ func run(binDir, out string) error {
 	return benchdoc.WriteSection(out, "images", b.String())
 }
 
-func (s sbx) stopDaemon() {
+func (s hutch) stopDaemon() {
 	if b, err := os.ReadFile(filepath.Join(s.root, "buildkit", "supervisor.pid")); err == nil {
 		var pid int
 		fmt.Sscan(string(b), &pid)

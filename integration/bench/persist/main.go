@@ -1,4 +1,4 @@
-// Command persist measures sbx's snapshots, setup cache, pause/resume and
+// Command persist measures hutch's snapshots, setup cache, pause/resume and
 // fork, side by side with raw runsc where there is a raw equivalent, and
 // writes the results into its section of docs/benchmarks.md.
 //
@@ -6,7 +6,7 @@
 //
 // It needs root and the built binaries in -bin. Everything it creates lives
 // in a temporary state root, removed at the end. -only runs some of the
-// measurements (snapshot, setup, pause, fork); -base DIR also times the sbx
+// measurements (snapshot, setup, pause, fork); -base DIR also times the hutch
 // in DIR on the same sandboxes, alternating with -bin's, in a column of
 // its own: two builds compared in one run.
 package main
@@ -26,13 +26,13 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 type bench struct {
 	bin, root string
-	// base is the sbx binary compared against, or "".
+	// base is the hutch binary compared against, or "".
 	base string
 	// load0 is the load average at the start; runs the repetitions.
 	load0 string
@@ -45,28 +45,28 @@ type bench struct {
 }
 
 func main() {
-	bin := flag.String("bin", "bin", "directory with sbx, sbx-init, runsc and images/")
+	bin := flag.String("bin", "bin", "directory with hutch, hutch-init, runsc and images/")
 	out := flag.String("out", "docs/benchmarks.md", "markdown file to update")
 	runs := flag.Int("runs", 3, "repetitions of each measurement (median reported)")
 	only := flag.String("only", "snapshot,setup,pause,fork", "comma-separated measurements to run")
-	base := flag.String("base", "", "directory with another sbx to time alongside (before/after)")
+	base := flag.String("base", "", "directory with another hutch to time alongside (before/after)")
 	flag.Parse()
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
 		benchexit.Fatal(err)
 	}
-	root, err := os.MkdirTemp("", "sbx-bench-persist-")
+	root, err := os.MkdirTemp("", "hutch-bench-persist-")
 	if err != nil {
 		benchexit.Fatal(err)
 	}
 	b := &bench{bin: abs, root: root, load0: loadavg(), runs: *runs,
 		snap: curves{file: "persist-snapshot.png", title: "Snapshot against the size of the changes", x: "MiB of changes",
-			names: []string{"sbx snapshot", "runsc tar rootfs-upper"}},
+			names: []string{"hutch snapshot", "runsc tar rootfs-upper"}},
 		pause: curves{file: "persist-pause.png", title: "Pause and resume against resident memory", x: "MiB resident",
-			names: []string{"sbx pause", "runsc checkpoint", "sbx pause, until its detached end", "sbx resume", "runsc restore"}},
+			names: []string{"hutch pause", "runsc checkpoint", "hutch pause, until its detached end", "hutch resume", "runsc restore"}},
 	}
 	if *base != "" {
-		if b.base, err = filepath.Abs(filepath.Join(*base, "sbx")); err != nil {
+		if b.base, err = filepath.Abs(filepath.Join(*base, "hutch")); err != nil {
 			benchexit.Fatal(err)
 		}
 	}
@@ -98,67 +98,67 @@ func main() {
 }
 
 func (b *bench) cleanup() {
-	out, _ := b.sbx("ls", "-q")
+	out, _ := b.hutch("ls", "-q")
 	for _, id := range strings.Fields(out) {
-		b.sbx("rm", "-f", id) //nolint:errcheck
+		b.hutch("rm", "-f", id) //nolint:errcheck
 	}
 	os.RemoveAll(b.root)
 }
 
-func (b *bench) sbx(args ...string) (string, error) {
-	return b.sbxWith(filepath.Join(b.bin, "sbx"), args...)
+func (b *bench) hutch(args ...string) (string, error) {
+	return b.hutchWith(filepath.Join(b.bin, "hutch"), args...)
 }
 
-func (b *bench) sbxWith(bin string, args ...string) (string, error) {
+func (b *bench) hutchWith(bin string, args ...string) (string, error) {
 	if len(args) > 0 && args[0] == "create" {
-		// The tiny test image: what is measured is sbx's work on a
+		// The tiny test image: what is measured is hutch's work on a
 		// sandbox's changes, not the image.
 		args = append([]string{"create", "--image", "busybox"}, args[1:]...)
 	}
 	c := exec.Command(bin, args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+b.root)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+b.root)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {
-		return out.String(), fmt.Errorf("sbx %s: %v: %s", strings.Join(args, " "), err, errb.String())
+		return out.String(), fmt.Errorf("hutch %s: %v: %s", strings.Join(args, " "), err, errb.String())
 	}
 	return out.String(), nil
 }
 
 func (b *bench) must(args ...string) string {
-	out, err := b.sbx(args...)
+	out, err := b.hutch(args...)
 	if err != nil {
 		benchexit.Fatal(err)
 	}
 	return strings.TrimSpace(out)
 }
 
-// timed runs sbx args and returns how long it took.
+// timed runs hutch args and returns how long it took.
 func (b *bench) timed(args ...string) time.Duration {
 	start := time.Now()
 	b.must(args...)
 	return time.Since(start)
 }
 
-// timedBase runs the base sbx (-base) and returns how long it took.
+// timedBase runs the base hutch (-base) and returns how long it took.
 func (b *bench) timedBase(args ...string) time.Duration {
 	start := time.Now()
-	if _, err := b.sbxWith(b.base, args...); err != nil {
+	if _, err := b.hutchWith(b.base, args...); err != nil {
 		benchexit.Fatal(err)
 	}
 	return time.Since(start)
 }
 
-// settle waits until no detached sbx of this benchmark's root runs (the
+// settle waits until no detached hutch of this benchmark's root runs (the
 // end of a pause, the removal of a used checkpoint) and the kernel has
-// written dirty pages back (sync), so that each timed command, of sbx or
+// written dirty pages back (sync), so that each timed command, of hutch or
 // of raw runsc, starts without the previous one's work in the background.
 func (b *bench) settle() {
 	b.waitDetached()
 	syscall.Sync()
 }
 
-// waitDetached waits, at most 30 s, until no sbx process started with
+// waitDetached waits, at most 30 s, until no hutch process started with
 // this benchmark's root runs a hidden command (named "__...").
 func (b *bench) waitDetached() {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
@@ -166,7 +166,7 @@ func (b *bench) waitDetached() {
 			return
 		}
 	}
-	benchexit.Fatal(fmt.Errorf("detached sbx processes still run after 30s"))
+	benchexit.Fatal(fmt.Errorf("detached hutch processes still run after 30s"))
 }
 
 func (b *bench) detachedRunning() bool {
@@ -197,7 +197,7 @@ func (b *bench) alternate(round int, measure, measureBase func()) {
 	}
 }
 
-// baseCell is the base sbx's median, or nothing without -base.
+// baseCell is the base hutch's median, or nothing without -base.
 func (b *bench) baseCell(ds []time.Duration) []string {
 	if b.base == "" {
 		return nil
@@ -205,7 +205,7 @@ func (b *bench) baseCell(ds []time.Duration) []string {
 	return []string{ms(median(ds))}
 }
 
-// runsc runs the pinned runsc with the global flags sbx uses for sandbox id.
+// runsc runs the pinned runsc with the global flags hutch uses for sandbox id.
 func (b *bench) runsc(id string, args ...string) time.Duration {
 	var disk struct {
 		Disk int64 `json:"disk"`
@@ -250,26 +250,26 @@ func faster(slow, fast time.Duration) string {
 	return fmt.Sprintf("%.1fx faster", float64(slow)/float64(fast))
 }
 
-// ratio is sbx's time as a multiple of raw runsc's.
-func ratio(sbx, raw time.Duration) string {
-	return fmt.Sprintf("%.1fx raw", float64(sbx)/float64(raw))
+// ratio is hutch's time as a multiple of raw runsc's.
+func ratio(hutch, raw time.Duration) string {
+	return fmt.Sprintf("%.1fx raw", float64(hutch)/float64(raw))
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", msf(d)) }
 
 func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// row adds a table row: operation, sbx, raw runsc, note, then the base
-// sbx's time with -base.
-func (b *bench) row(op, sbx, raw, note string, base ...string) {
-	r := []string{op, sbx, raw, note}
+// row adds a table row: operation, hutch, raw runsc, note, then the base
+// hutch's time with -base.
+func (b *bench) row(op, hutch, raw, note string, base ...string) {
+	r := []string{op, hutch, raw, note}
 	if b.base != "" {
 		r = append(r, append(base, "")[0])
 	}
 	b.rows = append(b.rows, r)
 }
 
-// snapshots: sbx snapshot of 10, 50 and 100 MiB of random changes, and of
+// snapshots: hutch snapshot of 10, 50 and 100 MiB of random changes, and of
 // 100 MiB that compress, vs raw runsc tar.
 func (b *bench) snapshots(runs int) {
 	for _, c := range []struct {
@@ -278,14 +278,14 @@ func (b *bench) snapshots(runs int) {
 	}{{10, false}, {50, false}, {100, false}, {100, true}} {
 		mib := c.mib
 		id := b.must("create")
-		what, note := fmt.Sprintf("snapshot, %d MiB of changes", mib), "sbx adds a SHA-256 of the layer (random data does not compress: stored as a plain tar, its digest is its diff_id) and storing it (fsynced)"
+		what, note := fmt.Sprintf("snapshot, %d MiB of changes", mib), "hutch adds a SHA-256 of the layer (random data does not compress: stored as a plain tar, its digest is its diff_id) and storing it (fsynced)"
 		fill := fmt.Sprintf("head -c %d /dev/urandom > /root/changes", mib<<20)
 		if c.text {
-			what, note = fmt.Sprintf("snapshot, %d MiB of changes that compress (base64 text)", mib), "sbx adds zstd, two SHA-256 (the blob's and the diff_id) and storing the layer (fsynced)"
+			what, note = fmt.Sprintf("snapshot, %d MiB of changes that compress (base64 text)", mib), "hutch adds zstd, two SHA-256 (the blob's and the diff_id) and storing the layer (fsynced)"
 			fill = fmt.Sprintf("head -c %d /dev/urandom | base64 > /root/changes", mib<<20*3/4)
 		}
 		b.must("exec", id, "--", "sh", "-c", fill)
-		var sbxT, rawT, baseT []time.Duration
+		var hutchT, rawT, baseT []time.Duration
 		raw := func() {
 			tmp := filepath.Join(b.root, "upper.tar")
 			b.settle()
@@ -299,7 +299,7 @@ func (b *bench) snapshots(runs int) {
 			}
 			b.alternate(i, func() {
 				b.settle()
-				sbxT = append(sbxT, b.timed("snapshot", "-t", fmt.Sprintf("bench-snap-%d%s-%d", mib, map[bool]string{true: "-text"}[c.text], i), id))
+				hutchT = append(hutchT, b.timed("snapshot", "-t", fmt.Sprintf("bench-snap-%d%s-%d", mib, map[bool]string{true: "-text"}[c.text], i), id))
 			}, func() {
 				b.settle()
 				baseT = append(baseT, b.timedBase("snapshot", "-t", fmt.Sprintf("bench-base-%d%s-%d", mib, map[bool]string{true: "-text"}[c.text], i), id))
@@ -309,15 +309,15 @@ func (b *bench) snapshots(runs int) {
 			}
 		}
 		if !c.text {
-			b.snap.add(mib, map[string]float64{"sbx snapshot": msf(median(sbxT)), "runsc tar rootfs-upper": msf(median(rawT))})
+			b.snap.add(mib, map[string]float64{"hutch snapshot": msf(median(hutchT)), "runsc tar rootfs-upper": msf(median(rawT))})
 		}
 		if mib == 100 && !c.text {
 			b.snapshotFloor(median(rawT), runs)
 		}
 		// Raw runsc tar's time swings several-fold from run to run on
 		// this host: the fastest runs of each side are compared too.
-		b.row(what, ms(median(sbxT))+" (min "+ms(sbxT[0])+")", ms(median(rawT))+" (min "+ms(rawT[0])+", `runsc tar rootfs-upper`)",
-			ratio(median(sbxT), median(rawT))+", "+ratio(sbxT[0], rawT[0])+" of the fastest; "+note,
+		b.row(what, ms(median(hutchT))+" (min "+ms(hutchT[0])+")", ms(median(rawT))+" (min "+ms(rawT[0])+", `runsc tar rootfs-upper`)",
+			ratio(median(hutchT), median(rawT))+", "+ratio(hutchT[0], rawT[0])+" of the fastest; "+note,
 			b.baseCell(baseT)...)
 		b.must("rm", "-f", id)
 	}
@@ -340,14 +340,14 @@ func (b *bench) setupCache(runs int) {
 	b.row("create with --setup, cached, first use", ms(h), "", faster(m, h)+" than running the setup; unpacks the cached layer")
 	b.row("create with --setup, cached, later uses", ms(w), "", faster(m, w)+" than running the setup; layer already unpacked")
 	b.row("create, no setup", ms(median(plain)), "", "")
-	out, _ := b.sbx("ls", "-q")
+	out, _ := b.hutch("ls", "-q")
 	for _, id := range strings.Fields(out) {
 		b.must("rm", "-f", id)
 	}
 	b.must("image", "prune")
 }
 
-// pauseResume: sbx pause/resume of a sandbox with mib MiB resident vs raw
+// pauseResume: hutch pause/resume of a sandbox with mib MiB resident vs raw
 // runsc checkpoint and restore of the same sandbox.
 func (b *bench) pauseResume(mib, runs int) {
 	id := b.must("create", "--memory", fmt.Sprintf("%dm", mib+512))
@@ -389,17 +389,17 @@ func (b *bench) pauseResume(mib, runs int) {
 		os.RemoveAll(rawDir)
 	}
 	b.pause.add(mib, map[string]float64{
-		"sbx pause": msf(median(pause)), "runsc checkpoint": msf(median(rawCk)),
-		"sbx pause, until its detached end": msf(median(ended)),
-		"sbx resume":                        msf(median(resume)), "runsc restore": msf(median(rawRestore)),
+		"hutch pause": msf(median(pause)), "runsc checkpoint": msf(median(rawCk)),
+		"hutch pause, until its detached end": msf(median(ended)),
+		"hutch resume":                        msf(median(resume)), "runsc restore": msf(median(rawRestore)),
 	})
 	b.row(fmt.Sprintf("pause, %d MiB resident", mib), ms(median(pause)), ms(median(rawCk))+" (`runsc checkpoint`)",
-		ratio(median(pause), median(rawCk))+"; sbx adds recording the checkpoint and killing the sandbox; its checksums (XXH64) and the teardown of its runtime follow in a detached process (docs/decisions/0029)",
+		ratio(median(pause), median(rawCk))+"; hutch adds recording the checkpoint and killing the sandbox; its checksums (XXH64) and the teardown of its runtime follow in a detached process (docs/decisions/0029)",
 		b.baseCell(basePause)...)
 	b.row(fmt.Sprintf("pause, %d MiB resident, until its detached end has finished", mib), ms(median(ended)), "",
 		"the checkpoint checksummed and the sandbox's runtime gone: what a pause waited for before it returned until docs/decisions/0029", b.baseCell(basePause)...)
 	b.row(fmt.Sprintf("resume, %d MiB resident", mib), ms(median(resume)), ms(median(rawRestore))+" (`runsc restore`)",
-		ratio(median(resume), median(rawRestore))+"; sbx adds verifying every checkpoint file (XXH64 per 16 MiB chunk, on every CPU) and restoring in a cgroup of its own",
+		ratio(median(resume), median(rawRestore))+"; hutch adds verifying every checkpoint file (XXH64 per 16 MiB chunk, on every CPU) and restoring in a cgroup of its own",
 		b.baseCell(baseResume)...)
 	b.must("rm", "-f", id)
 }
@@ -415,7 +415,7 @@ func copyBundle(src, dst, id string) string {
 	json.Unmarshal(raw, &spec) //nolint:errcheck
 	if linux, ok := spec["linux"].(map[string]any); ok {
 		if _, ok := linux["cgroupsPath"]; ok {
-			linux["cgroupsPath"] = "/sbx-bench/" + id
+			linux["cgroupsPath"] = "/hutch-bench/" + id
 		}
 	}
 	out, _ := json.Marshal(spec)
@@ -450,7 +450,7 @@ func (b *bench) snapshotFloor(rawT time.Duration, runs int) {
 	// hashed on its own), the hash and the export (its wall time stands
 	// for its CPU time) share two CPUs.
 	if both := (h + rawT) / 2; both > aim {
-		note += fmt.Sprintf(" Spread perfectly over both CPUs (a layer cut in two, each part hashed at once), the hash and runsc's export alone would still take %s. What would close it is a layer not named by the SHA-256 of its bytes when the snapshot returns; OCI names layers so: sbx and containerd check the digest when they unpack a layer, and registries when they receive one.", ms(both))
+		note += fmt.Sprintf(" Spread perfectly over both CPUs (a layer cut in two, each part hashed at once), the hash and runsc's export alone would still take %s. What would close it is a layer not named by the SHA-256 of its bytes when the snapshot returns; OCI names layers so: hutch and containerd check the digest when they unpack a layer, and registries when they receive one.", ms(both))
 	}
 	b.notes = append(b.notes, note)
 }
@@ -471,13 +471,13 @@ func (b *bench) fork(n int) {
 func (b *bench) write(path string) error {
 	var s strings.Builder
 	s.WriteString("## Persistence: snapshots, setup cache, pause/resume, fork\n\n")
-	fmt.Fprintf(&s, "Produced by `make bench` (`go run ./integration/bench/persist -bin bin -out docs/benchmarks.md`) on %s (%d CPUs; load average (1 min) at start %s, at end %s: the machine is shared, compare rows of one run, not runs); wall time of each command, median of %d runs, on the busybox image. Raw runsc is the runsc `make` builds (the pinned gVisor with the patches in tools/runsc), with the same flags, bundle and checkpoint as sbx. Each snapshot, pause, resume and raw runsc command starts on a settled host (sbx and raw runsc first in turn): no detached sbx process of the previous step running, dirty pages written back (sync).\n\n",
+	fmt.Fprintf(&s, "Produced by `make bench` (`go run ./integration/bench/persist -bin bin -out docs/benchmarks.md`) on %s (%d CPUs; load average (1 min) at start %s, at end %s: the machine is shared, compare rows of one run, not runs); wall time of each command, median of %d runs, on the busybox image. Raw runsc is the runsc `make` builds (the pinned gVisor with the patches in tools/runsc), with the same flags, bundle and checkpoint as hutch. Each snapshot, pause, resume and raw runsc command starts on a settled host (hutch and raw runsc first in turn): no detached hutch process of the previous step running, dirty pages written back (sync).\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpus(), b.load0, loadavg(), b.runs)
 	if b.base != "" {
-		fmt.Fprintf(&s, "The last column is %s, timed alternately with the sbx measured, on the same sandboxes.\n\n", b.base)
-		s.WriteString("| operation | sbx | raw runsc | note | base sbx |\n| --- | --- | --- | --- | --- |\n")
+		fmt.Fprintf(&s, "The last column is %s, timed alternately with the hutch measured, on the same sandboxes.\n\n", b.base)
+		s.WriteString("| operation | hutch | raw runsc | note | base hutch |\n| --- | --- | --- | --- | --- |\n")
 	} else {
-		s.WriteString("| operation | sbx | raw runsc | note |\n| --- | --- | --- | --- |\n")
+		s.WriteString("| operation | hutch | raw runsc | note |\n| --- | --- | --- | --- |\n")
 	}
 	for _, r := range b.rows {
 		s.WriteString("| " + strings.Join(r, " | ") + " |\n")

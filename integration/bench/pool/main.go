@@ -22,27 +22,27 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
-// bin holds the binaries; root is sbx's state root, a directory of top.
+// bin holds the binaries; root is hutch's state root, a directory of top.
 var bin, top, root string
 
-func sbxCmd(args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(bin, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+root)
+func hutchCmd(args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(bin, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 	return c
 }
 
-func sbx(args ...string) string {
-	out, err := sbxCmd(args...).Output()
+func hutch(args ...string) string {
+	out, err := hutchCmd(args...).Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("hutch %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return string(out)
 }
@@ -68,13 +68,13 @@ func firstOutput(c *exec.Cmd, want string) time.Duration {
 	return d
 }
 
-// createThenEcho times `sbx create ARGS` to its ID, then `sbx exec ID --
+// createThenEcho times `hutch create ARGS` to its ID, then `hutch exec ID --
 // echo hi` to its first output; it returns the ID.
 func createThenEcho(args ...string) (string, time.Duration, time.Duration) {
 	start := time.Now()
-	id := strings.TrimSpace(sbx(append([]string{"create", "--image", "busybox"}, args...)...))
+	id := strings.TrimSpace(hutch(append([]string{"create", "--image", "busybox"}, args...)...))
 	create := time.Since(start)
-	exec := firstOutput(sbxCmd("exec", id, "--", "echo", "hi"), "hi")
+	exec := firstOutput(hutchCmd("exec", id, "--", "echo", "hi"), "hi")
 	return id, create, exec
 }
 
@@ -88,7 +88,7 @@ func waitFull() time.Duration {
 	start := time.Now()
 	for time.Since(start) < time.Minute {
 		var ps []pool
-		if err := json.Unmarshal([]byte(sbx("pool", "ls", "--format", "json")), &ps); err != nil || len(ps) != 1 {
+		if err := json.Unmarshal([]byte(hutch("pool", "ls", "--format", "json")), &ps); err != nil || len(ps) != 1 {
 			benchexit.Fatalf("pool ls: %v %v", ps, err)
 		}
 		if ps[0].Ready == ps[0].Size {
@@ -109,7 +109,7 @@ func median(v []time.Duration) time.Duration {
 func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
 func main() {
-	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
+	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	n := flag.Int("n", 20, "measured runs per side")
 	flag.Parse()
@@ -120,17 +120,17 @@ func main() {
 	if bin, err = filepath.Abs(bin); err != nil {
 		benchexit.Fatal(err)
 	}
-	if top, err = os.MkdirTemp("", "sbx-bench-pool-"); err != nil {
+	if top, err = os.MkdirTemp("", "hutch-bench-pool-"); err != nil {
 		benchexit.Fatal(err)
 	}
 	root = filepath.Join(top, "state")
 	rawRoot := filepath.Join(top, "raw-runsc")
 	const rawID = "bench-pool-raw"
 	cleanup := func() {
-		sbxCmd("pool", "rm", "bench").Run() //nolint:errcheck // best effort on the way out
-		ids, _ := sbxCmd("ls", "-q").Output()
+		hutchCmd("pool", "rm", "bench").Run() //nolint:errcheck // best effort on the way out
+		ids, _ := hutchCmd("ls", "-q").Output()
 		for _, id := range strings.Fields(string(ids)) {
-			sbxCmd("rm", "-f", id).Run() //nolint:errcheck
+			hutchCmd("rm", "-f", id).Run() //nolint:errcheck
 		}
 		exec.Command(filepath.Join(bin, "runsc"), "--root="+rawRoot, "delete", "--force", rawID).Run() //nolint:errcheck
 		removeCgroup()
@@ -143,10 +143,10 @@ func main() {
 
 	// A running sandbox for exec, whose spec and runsc flags raw runsc
 	// reuses.
-	running := strings.TrimSpace(sbx("create", "--image", "busybox"))
+	running := strings.TrimSpace(hutch("create", "--image", "busybox"))
 	rawArgs, bundle := rawRunsc(running, rawRoot, rawID)
 
-	sbx("pool", "create", "bench", "--image", "busybox", "--size", "2", "--wait")
+	hutch("pool", "create", "bench", "--image", "busybox", "--size", "2", "--wait")
 	var claimC, claimE, claimT, runT, freshC, freshE, freshT, raw, execT, refill, proc []time.Duration
 	for i := -2; i < *n; i++ {
 		// Interleaved: claim, fresh, raw, exec; the pool full before each
@@ -154,18 +154,18 @@ func main() {
 		waitFull()
 		id, c, e := createThenEcho()
 		refillD := waitFull()
-		sbx("rm", "-f", id)
+		hutch("rm", "-f", id)
 		// The same claim by one process, which runs the command too.
-		run := firstOutput(sbxCmd("run", "--rm", "--image", "busybox", "--", "echo", "hi"), "hi")
+		run := firstOutput(hutchCmd("run", "--rm", "--image", "busybox", "--", "echo", "hi"), "hi")
 		waitFull()
 		id2, fc, fe := createThenEcho("--memory", "1g") // no pool of this class: a fresh boot
-		sbx("rm", "-f", id2)
+		hutch("rm", "-f", id2)
 		r := firstOutput(exec.Command(filepath.Join(bin, "runsc"), append(rawArgs, "run", "--bundle", bundle, rawID)...), "hi")
 		exec.Command(filepath.Join(bin, "runsc"), "--root="+rawRoot, "delete", "--force", rawID).Run() //nolint:errcheck
 		removeCgroup()
-		x := firstOutput(sbxCmd("exec", running, "--", "echo", "hi"), "hi")
+		x := firstOutput(hutchCmd("exec", running, "--", "echo", "hi"), "hi")
 		start := time.Now()
-		sbx("ls", "-q")
+		hutch("ls", "-q")
 		l := time.Since(start)
 		if i < 0 {
 			continue // warm-up
@@ -184,24 +184,24 @@ func main() {
 	var w strings.Builder
 	fmt.Fprintf(&w, "### Warm pool: create → first output\n\n")
 	fmt.Fprintf(&w, "`go run ./integration/bench/pool -bin bin -out docs/benchmarks.md` (as root; `make bench` runs it), %s, %d CPUs, %s, %s. Busybox image; medians of %d interleaved passes, each: "+
-		"*pool run*: `sbx run --rm --image busybox -- echo hi` with a full pool of 2 (`sbx pool create bench --size 2`) of its class, to the first byte of output: one process claims and runs the command; "+
-		"*pool claim*: the same claim as `sbx create --image busybox`, then `sbx exec ID -- echo hi` to the first byte of output, two processes; "+
+		"*pool run*: `hutch run --rm --image busybox -- echo hi` with a full pool of 2 (`hutch pool create bench --size 2`) of its class, to the first byte of output: one process claims and runs the command; "+
+		"*pool claim*: the same claim as `hutch create --image busybox`, then `hutch exec ID -- echo hi` to the first byte of output, two processes; "+
 		"*fresh create*: the same with `--memory 1g`, a class no pool holds, so the sandbox boots; "+
-		"*raw runsc*: `runsc run` of `echo hi` with sbx's spec and runsc flags (no network; a cgroup of the same limits), to its first output; "+
-		"*exec*: `sbx exec ID -- echo hi` into a sandbox running since the start. "+
-		"*refill* is from the claim's end until `sbx pool ls` shows the pool full again (polled every 10 ms). The machine is shared: compare columns, not runs.\n\n",
+		"*raw runsc*: `runsc run` of `echo hi` with hutch's spec and runsc flags (no network; a cgroup of the same limits), to its first output; "+
+		"*exec*: `hutch exec ID -- echo hi` into a sandbox running since the start. "+
+		"*refill* is from the claim's end until `hutch pool ls` shows the pool full again (polled every 10 ms). The machine is shared: compare columns, not runs.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runscVersion, *n)
 	fmt.Fprintf(&w, "| path | create | first exec → first output | create → first output |\n| --- | --- | --- | --- |\n")
-	fmt.Fprintf(&w, "| sbx, pool run (one process) | | | **%s** |\n", msf(mrun))
-	fmt.Fprintf(&w, "| sbx, pool claim (create, then exec) | %s | %s | %s |\n", msf(median(claimC)), msf(median(claimE)), msf(mc))
-	fmt.Fprintf(&w, "| sbx, fresh create | %s | %s | %s |\n", msf(median(freshC)), msf(median(freshE)), msf(median(freshT)))
+	fmt.Fprintf(&w, "| hutch, pool run (one process) | | | **%s** |\n", msf(mrun))
+	fmt.Fprintf(&w, "| hutch, pool claim (create, then exec) | %s | %s | %s |\n", msf(median(claimC)), msf(median(claimE)), msf(mc))
+	fmt.Fprintf(&w, "| hutch, fresh create | %s | %s | %s |\n", msf(median(freshC)), msf(median(freshE)), msf(median(freshT)))
 	fmt.Fprintf(&w, "| raw runsc (`runsc run`) | | | %s |\n", msf(mr))
-	fmt.Fprintf(&w, "| sbx exec into a running sandbox | | | %s |\n\n", msf(mx))
-	fmt.Fprintf(&w, "Pool run → first output is %.2fx raw runsc's create → first output, %.2fx a fresh sbx create's, and %.2fx `sbx exec` into a running sandbox (aims: ≤ 30 ms, ≤ 1.3x exec); as create, then exec: %.2fx exec. Refill of one claimed sandbox: %s (median).\n\n",
+	fmt.Fprintf(&w, "| hutch exec into a running sandbox | | | %s |\n\n", msf(mx))
+	fmt.Fprintf(&w, "Pool run → first output is %.2fx raw runsc's create → first output, %.2fx a fresh hutch create's, and %.2fx `hutch exec` into a running sandbox (aims: ≤ 30 ms, ≤ 1.3x exec); as create, then exec: %.2fx exec. Refill of one claimed sandbox: %s (median).\n\n",
 		float64(mrun)/float64(mr), float64(mrun)/float64(median(freshT)), float64(mrun)/float64(mx), float64(mc)/float64(mx), msf(median(refill)))
-	fmt.Fprintf(&w, "Where the time goes: starting an sbx process that opens the state root costs %s (`sbx ls -q`, median), most of it the package initialization of the libraries linked in; "+
+	fmt.Fprintf(&w, "Where the time goes: starting a hutch process that opens the state root costs %s (`hutch ls -q`, median), most of it the package initialization of the libraries linked in; "+
 		"an exec into a running sandbox is that plus the command's start in the sandbox; the pool run adds the claim (image lookup, one rename, the record written once) to an exec, %s here (pool run minus exec, medians). "+
-		"The refill does not compete with the claimer's command: its filler is started as the claimer's process ends, and waits out its delay in a shell's `sleep` rather than in a starting sbx. "+
+		"The refill does not compete with the claimer's command: its filler is started as the claimer's process ends, and waits out its delay in a shell's `sleep` rather than in a starting hutch. "+
 		"`create` then `exec` pays the process start twice.\n",
 		msf(median(proc)), msf(mrun-mx))
 	if err := benchdoc.WriteSection(*out, "pool", w.String()); err != nil {
@@ -211,7 +211,7 @@ func main() {
 }
 
 // rawCgroup is raw runsc's cgroup (an OCI cgroupsPath).
-const rawCgroup = "/sbx-bench-pool-raw"
+const rawCgroup = "/hutch-bench-pool-raw"
 
 // removeCgroup removes rawCgroup from every hierarchy, v1 or v2.
 func removeCgroup() {
@@ -223,7 +223,7 @@ func removeCgroup() {
 }
 
 // rawRunsc derives raw runsc's global flags and a bundle running `echo
-// hi` from sbx sandbox id's: the same spec and flags, without sbx's
+// hi` from hutch sandbox id's: the same spec and flags, without hutch's
 // network namespace and init, in a cgroup of its own.
 func rawRunsc(id, rawRoot, rawID string) ([]string, string) {
 	pb, err := os.ReadFile(filepath.Join(root, "sandboxes", id, "sandbox.pid"))
@@ -274,13 +274,13 @@ func rawRunsc(id, rawRoot, rawID string) ([]string, string) {
 	}
 	var mounts []specs.Mount
 	for _, m := range spec.Mounts {
-		if m.Destination != "/.sbx/sbx-init" {
+		if m.Destination != "/.hutch/hutch-init" {
 			mounts = append(mounts, m)
 		}
 	}
 	spec.Mounts = mounts
 	spec.Annotations = nil
-	// A cgroup of its own, as sbx's sandboxes have: runsc sizes the
+	// A cgroup of its own, as hutch's sandboxes have: runsc sizes the
 	// sandbox by its limits.
 	spec.Linux.CgroupsPath = rawCgroup
 	root := *spec.Root

@@ -1,4 +1,4 @@
-// Command portforward measures sbx's port forwarding against connections
+// Command portforward measures hutch's port forwarding against connections
 // that bypass it (to a server on the host's loopback, and to the sandbox's
 // own address), and writes the result into its own section of
 // docs/benchmarks.md. Run it through `make bench` (as root).
@@ -26,8 +26,8 @@ import (
 	"testing/fstest"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 const (
@@ -39,16 +39,16 @@ const (
 
 var bin string
 
-func sbx(root string, args ...string) string {
-	c := exec.Command(filepath.Join(bin, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+root)
+func hutch(root string, args ...string) string {
+	c := exec.Command(filepath.Join(bin, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 	out, err := c.Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("hutch %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return string(out)
 }
@@ -116,7 +116,7 @@ func mibps(ds []time.Duration) string {
 }
 
 func main() {
-	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
+	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	serve := flag.String("serve", "", "serve the directory given as argument on this address, and nothing else")
 	self := flag.Bool("self", false, "serve on 127.0.0.1 and fetch from it in this process, print the medians as JSON, and nothing else")
@@ -128,18 +128,18 @@ func main() {
 		selfFetch()
 		return
 	}
-	root, err := os.MkdirTemp("", "sbx-bench-pf-")
+	root, err := os.MkdirTemp("", "hutch-bench-pf-")
 	if err != nil {
 		benchexit.Fatal(err)
 	}
 	// Whatever sandbox the run made goes at its end, and on a fatal
 	// error.
 	cleanup := func() {
-		c := exec.Command(filepath.Join(bin, "sbx"), "ls", "-q")
-		c.Env = append(os.Environ(), "SBX_ROOT="+root)
+		c := exec.Command(filepath.Join(bin, "hutch"), "ls", "-q")
+		c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 		out, _ := c.Output()
 		for _, id := range strings.Fields(string(out)) {
-			rm := exec.Command(filepath.Join(bin, "sbx"), "rm", "-f", id)
+			rm := exec.Command(filepath.Join(bin, "hutch"), "rm", "-f", id)
 			rm.Env = c.Env
 			rm.Run() //nolint:errcheck // best effort on the way out
 		}
@@ -150,7 +150,7 @@ func main() {
 
 	// This program, static, is the sandboxes' file server.
 	server := filepath.Join(root, "fileserver")
-	gb := exec.Command("go", "build", "-o", server, "sbx.dev/sbx/integration/bench/portforward")
+	gb := exec.Command("go", "build", "-o", server, "hutch.dev/hutch/integration/bench/portforward")
 	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := gb.CombinedOutput(); err != nil {
 		benchexit.Fatalf("build the file server: %v: %s", err, out)
@@ -165,25 +165,25 @@ func main() {
 		ports map[int]int // sandbox port → host port
 	}
 	start := func(net string, global ...string) sandbox {
-		sbx := func(root string, args ...string) string { return sbx(root, append(global, args...)...) }
-		id := strings.TrimSpace(sbx(root, "create", "--image", "busybox", "--net", net,
+		hutch := func(root string, args ...string) string { return hutch(root, append(global, args...)...) }
+		id := strings.TrimSpace(hutch(root, "create", "--image", "busybox", "--net", net,
 			"-p", fmt.Sprintf("127.0.0.1:0:%d", httpdPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", goPort), "-p", fmt.Sprintf("127.0.0.1:0:%d", loopPort)))
 		var rec struct {
 			IP    string                         `json:"ip"`
 			Ports []struct{ HostPort, Port int } `json:"ports"`
 		}
-		if err := json.Unmarshal([]byte(sbx(root, "inspect", id)), &rec); err != nil {
+		if err := json.Unmarshal([]byte(hutch(root, "inspect", id)), &rec); err != nil {
 			benchexit.Fatal(err)
 		}
 		sb := sandbox{id: id, ip: rec.IP, ports: map[int]int{}}
 		for _, p := range rec.Ports {
 			sb.ports[p.Port] = p.HostPort
 		}
-		sbx(root, "cp", server, id+":/tmp/fileserver")
-		sbx(root, "exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /tmp/www && echo hello > /tmp/www/index.html && head -c %d /dev/zero > /tmp/www/big", bigSize))
-		sbx(root, "exec", "-d", id, "--", "httpd", "-f", "-p", strconv.Itoa(httpdPort), "-h", "/tmp/www")
-		sbx(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("0.0.0.0:%d", goPort), "/tmp/www")
-		sbx(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("127.0.0.1:%d", loopPort), "/tmp/www")
+		hutch(root, "cp", server, id+":/tmp/fileserver")
+		hutch(root, "exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /tmp/www && echo hello > /tmp/www/index.html && head -c %d /dev/zero > /tmp/www/big", bigSize))
+		hutch(root, "exec", "-d", id, "--", "httpd", "-f", "-p", strconv.Itoa(httpdPort), "-h", "/tmp/www")
+		hutch(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("0.0.0.0:%d", goPort), "/tmp/www")
+		hutch(root, "exec", "-d", id, "--", "/tmp/fileserver", "-serve", fmt.Sprintf("127.0.0.1:%d", loopPort), "/tmp/www")
 		return sb
 	}
 	open, none := start("open"), start("none")
@@ -206,11 +206,11 @@ func main() {
 	}
 	go http.Serve(l, http.FileServer(http.Dir(dir)))
 
-	// Columns: the host's loopback; the open sandbox's address, no sbx
+	// Columns: the host's loopback; the open sandbox's address, no hutch
 	// in between; -p of the open sandbox (direct), of its server on
 	// 127.0.0.1 (the agent, after a refused direct dial), of the none
 	// sandbox (the agent).
-	cols := []string{"host loopback", "sandbox address, no sbx", "`-p`, open", "`-p`, open, server on 127.0.0.1", "`-p`, none", "`-p`, none, through the agent"}
+	cols := []string{"host loopback", "sandbox address, no hutch", "`-p`, open", "`-p`, open, server on 127.0.0.1", "`-p`, none", "`-p`, none, through the agent"}
 	goURLs := []string{
 		"http://" + l.Addr().String(),
 		fmt.Sprintf("http://%s:%d", open.ip, goPort),
@@ -253,7 +253,7 @@ func main() {
 	keptLat := timeEachWith(latencyRuns, paths(goURLs, "/"), func(i int) *http.Client { return kept[i] })
 	big := timeEach(throughputRuns, paths(goURLs, "/big"))
 	httpd := timeEach(latencyRuns/4, paths(httpdURLs, "/"))
-	execs := timeIt(execRuns, func() { sbx(root, "exec", none.id, "--", "true") })
+	execs := timeIt(execRuns, func() { hutch(root, "exec", none.id, "--", "true") })
 	// The sandbox's address on a kept connection, requests back to
 	// back: the sandbox does not idle between them.
 	bc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
@@ -269,22 +269,22 @@ func main() {
 	if err := json.Unmarshal(selfOut, &onHost); err != nil {
 		benchexit.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(sbx(root, "exec", open.id, "--", "/tmp/fileserver", "-self")), &inSandbox); err != nil {
+	if err := json.Unmarshal([]byte(hutch(root, "exec", open.id, "--", "/tmp/fileserver", "-self")), &inSandbox); err != nil {
 		benchexit.Fatal(err)
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "### Port forwarding (`-p`, `sbx port-forward`)\n\n")
+	fmt.Fprintf(&b, "### Port forwarding (`-p`, `hutch port-forward`)\n\n")
 	fmt.Fprintf(&b, "`go run ./integration/bench/portforward -bin bin`, %s, %d CPUs, %s. ", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
 	fmt.Fprintf(&b, "HTTP GETs from the host, a new TCP connection each; every round takes the columns in turn, so the machine's load falls on all alike. "+
 		"The server is a Go file server (this program, with `-serve`), on the host for *host loopback* and in busybox sandboxes for the others; the last row is busybox `httpd`, which forks a process per connection. "+
-		"*Sandbox address, no sbx*: the open sandbox's own address dialled from the host, what the direct path adds to is this. "+
+		"*Sandbox address, no hutch*: the open sandbox's own address dialled from the host, what the direct path adds to is this. "+
 		"*`-p`, open*: `--net open`, the forwarder dials the sandbox's address. "+
 		"*`-p`, open, server on 127.0.0.1*: a server the sandbox's address does not reach: the dial is refused, and the sandbox's kernel makes the connection, as for *none*. "+
 		"*`-p`, none*: `--net none`, through the sandbox's kernel: for each connection one call on the sandbox's control socket (a connection kept while calls follow each other) hands the sentry the client's connection itself, and the sentry connects to the port on its 127.0.0.1 and copies between the two: the host copies nothing (runsc's port forward, docs/decisions/0033 and 0034). "+
-		"*`-p`, none, through the agent*: the same with the pinned runsc built without sbx's patches (`bin/runsc-unpatched`), which cannot forward with `--net none`: the agent relays (one yamux session over one exec of the agent, shared by every connection), as every `none` sandbox did before 0033. "+
+		"*`-p`, none, through the agent*: the same with the pinned runsc built without hutch's patches (`bin/runsc-unpatched`), which cannot forward with `--net none`: the agent relays (one yamux session over one exec of the agent, shared by every connection), as every `none` sandbox did before 0033. "+
 		"The figures inside a sandbox include gVisor's netstack. "+
-		"A request into a sandbox right after one into another sandbox pays for waking it: in each round, *sandbox address, no sbx* and *`-p`, none* come first into their sandboxes, and *`-p`, open* and its server on 127.0.0.1 follow one into the same sandbox, so compare *none* with the sandbox's address. "+
+		"A request into a sandbox right after one into another sandbox pays for waking it: in each round, *sandbox address, no hutch* and *`-p`, none* come first into their sandboxes, and *`-p`, open* and its server on 127.0.0.1 follow one into the same sandbox, so compare *none* with the sandbox's address. "+
 		"The machine is shared: compare columns, not runs.\n\n")
 	fmt.Fprintf(&b, "| measure | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	row := func(name string, ds [][]time.Duration, have []string, f func([]time.Duration) string) {
@@ -308,16 +308,16 @@ func main() {
 	us := func(v int64) string { return ms(time.Duration(v) * time.Microsecond) }
 	addrNew, addrKept, addrBack := pct(lat[1], 0.5), pct(keptLat[1], 0.5), pct(backToBack, 0.5)
 	inKept := time.Duration(inSandbox.Kept) * time.Microsecond
-	fmt.Fprintf(&b, "\nWhere a small GET's time goes. With no host in the path (`-self`: one process serves the small file on its own 127.0.0.1 and GETs it, median of %d), it takes %s on a new connection and %s on a kept one on the host, and %s and %s inside the open sandbox (`sbx exec`), where gVisor's netstack carries both ends and every system call of the client and the server goes through the sentry. "+
-		"From the host, with no sbx in the path, the sandbox's own address takes %s on a new connection and %s on a kept one when the sandbox idles between requests (the rounds above, which visit the other columns in between), and %s on a kept connection with requests back to back (median of %d). "+
+	fmt.Fprintf(&b, "\nWhere a small GET's time goes. With no host in the path (`-self`: one process serves the small file on its own 127.0.0.1 and GETs it, median of %d), it takes %s on a new connection and %s on a kept one on the host, and %s and %s inside the open sandbox (`hutch exec`), where gVisor's netstack carries both ends and every system call of the client and the server goes through the sentry. "+
+		"From the host, with no hutch in the path, the sandbox's own address takes %s on a new connection and %s on a kept one when the sandbox idles between requests (the rounds above, which visit the other columns in between), and %s on a kept connection with requests back to back (median of %d). "+
 		"So a request that crosses from the host into the sandbox and back pays %s for the crossing (gVisor's packet path between the host's link and its netstack, and the wake-ups of the sentry's and the server's threads), and %s more when the sandbox was idle. ",
 		latencyRuns, us(onHost.New), us(onHost.Kept), us(inSandbox.New), us(inSandbox.Kept),
 		ms(addrNew), ms(addrKept), ms(addrBack), latencyRuns, ms(addrBack-inKept), ms(addrKept-addrBack))
 	if addrKept >= time.Millisecond {
-		fmt.Fprintf(&b, "That is more than the aim for `-p`, open (1 ms, on a new connection) before any connection is set up, and with nothing of sbx's in the path: what would close it is in gVisor, not in the forwarder (compare `-p`, open with the sandbox's address above). ")
+		fmt.Fprintf(&b, "That is more than the aim for `-p`, open (1 ms, on a new connection) before any connection is set up, and with nothing of hutch's in the path: what would close it is in gVisor, not in the forwarder (compare `-p`, open with the sandbox's address above). ")
 	}
 	fmt.Fprintf(&b, "A client that keeps its connection open skips the set-up (the kept-connection row).\n")
-	fmt.Fprintf(&b, "\nOne exec per connection was the other design for `--net none`: an `sbx exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
+	fmt.Fprintf(&b, "\nOne exec per connection was the other design for `--net none`: a `hutch exec -- true` takes %s (median of %d), which each new connection would have paid before its first byte.\n", ms(pct(execs, 0.5)), execRuns)
 	if err := benchdoc.WriteSection(*out, "portforward", b.String()); err != nil {
 		benchexit.Fatal(err)
 	}

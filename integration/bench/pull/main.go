@@ -1,4 +1,4 @@
-// Command pull measures `sbx image pull` of a ~200 MiB image from a
+// Command pull measures `hutch image pull` of a ~200 MiB image from a
 // registry on loopback beside containerd's ctr fetching and pulling the
 // same image from the same registry, and writes the result into its own
 // section of docs/benchmarks.md. Run it through `make bench` (as root).
@@ -33,8 +33,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sirupsen/logrus"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 const (
@@ -59,8 +59,8 @@ func run(env []string, name string, args ...string) string {
 	return string(out)
 }
 
-func sbx(root string, args ...string) string {
-	return run([]string{"SBX_ROOT=" + root}, filepath.Join(bin, "sbx"), args...)
+func hutch(root string, args ...string) string {
+	return run([]string{"HUTCH_ROOT=" + root}, filepath.Join(bin, "hutch"), args...)
 }
 
 // startRegistry serves a distribution registry on 127.0.0.1, storing
@@ -71,7 +71,7 @@ func startRegistry(dir string) string {
 	cfg := &configuration.Configuration{
 		Storage: configuration.Storage{"filesystem": configuration.Parameters{"rootdirectory": dir}},
 	}
-	cfg.HTTP.Secret = "sbx-bench-secret"
+	cfg.HTTP.Secret = "hutch-bench-secret"
 	cfg.Log.AccessLog.Disabled = true
 	cfg.Log.Level = "error"
 	app := handlers.NewApp(context.Background(), cfg)
@@ -97,7 +97,7 @@ func randomLayer(path string, n int64) {
 		benchexit.Fatal(err)
 	}
 	var seed [32]byte
-	copy(seed[:], "sbx pull benchmark: random layer")
+	copy(seed[:], "hutch pull benchmark: random layer")
 	if _, err := io.CopyN(tw, rand.NewChaCha8(seed), n); err != nil {
 		benchexit.Fatal(err)
 	}
@@ -108,12 +108,12 @@ func randomLayer(path string, n int64) {
 	}
 }
 
-// buildImage pushes busybox (with sbx) and busybox plus a random layer
+// buildImage pushes busybox (with hutch) and busybox plus a random layer
 // (go-containerregistry) to the registry at host, and returns the big
 // image's reference and its compressed size.
 func buildImage(root, host, dir string) (string, int64) {
 	small := host + "/bench/busybox:1"
-	sbx(root, "image", "push", "--insecure-registry", host, "busybox", small)
+	hutch(root, "image", "push", "--insecure-registry", host, "busybox", small)
 	base, err := remote.Image(mustRef(small))
 	if err != nil {
 		benchexit.Fatal(err)
@@ -233,18 +233,18 @@ type side struct {
 }
 
 func main() {
-	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc, containerd, ctr and images")
+	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc, containerd, ctr and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
 	flag.Parse()
 	if os.Geteuid() != 0 {
-		benchexit.Fatal("run as root (containerd and sbx's store)")
+		benchexit.Fatal("run as root (containerd and hutch's store)")
 	}
-	for _, f := range []string{"sbx", "containerd", "ctr", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "containerd", "ctr", "images/busybox.tar"} {
 		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
 			benchexit.Fatalf("%s not built (make build containerd-tools): %v", f, err)
 		}
 	}
-	work, err := os.MkdirTemp("", "sbx-bench-pull-")
+	work, err := os.MkdirTemp("", "hutch-bench-pull-")
 	if err != nil {
 		benchexit.Fatal(err)
 	}
@@ -257,19 +257,19 @@ func main() {
 	fmt.Fprintf(os.Stderr, "pushed %s (%.1f MiB) in %s\n", ref, float64(size)/(1<<20), time.Since(start).Round(time.Second))
 
 	sides := []*side{
-		{label: "`sbx image pull` (fetch, verify, name)", command: "sbx image pull --insecure-registry HOST REF"},
+		{label: "`hutch image pull` (fetch, verify, name)", command: "hutch image pull --insecure-registry HOST REF"},
 		{label: "`ctr content fetch` (fetch, verify)", command: "ctr content fetch --plain-http REF"},
 		{label: "`ctr images pull` (fetch, verify, unpack)", command: "ctr images pull --plain-http REF"},
 	}
 	do := func(s int, i int) {
 		switch s {
 		case 0:
-			root := filepath.Join(work, fmt.Sprintf("sbx-%d", i))
+			root := filepath.Join(work, fmt.Sprintf("hutch-%d", i))
 			t := time.Now()
-			sbx(root, "image", "pull", "--insecure-registry", host, ref)
+			hutch(root, "image", "pull", "--insecure-registry", host, ref)
 			sides[0].times = append(sides[0].times, time.Since(t))
 			if got := storedBytes(root); got < size {
-				benchexit.Fatalf("sbx stored %d bytes of a %d-byte image", got, size)
+				benchexit.Fatalf("hutch stored %d bytes of a %d-byte image", got, size)
 			}
 			os.RemoveAll(root)
 		default:
@@ -302,8 +302,8 @@ func main() {
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, time.Since(start).Round(time.Second))
 	fmt.Fprintf(&b, "The image is busybox plus one layer of %d MiB of random (incompressible) data, %.1f MiB in all as stored, "+
 		"pushed to a distribution registry (filesystem storage) on 127.0.0.1 over plain HTTP, made by the program. "+
-		"Each timed run starts empty: `sbx` with a fresh state root, `ctr` against a freshly started containerd v2.4.2 with its own root "+
-		"(not timed). `sbx image pull` fetches and verifies every blob and names the image; it unpacks layers at the first create that needs them, "+
+		"Each timed run starts empty: `hutch` with a fresh state root, `ctr` against a freshly started containerd v2.4.2 with its own root "+
+		"(not timed). `hutch image pull` fetches and verifies every blob and names the image; it unpacks layers at the first create that needs them, "+
 		"so `ctr content fetch` is its like; `ctr images pull` also unpacks into overlayfs. One untimed warm-up each, then %d runs each, "+
 		"interleaved. The machine is shared: compare rows, not runs.\n\n", randomSize>>20, float64(size)/(1<<20), runs)
 	fmt.Fprintf(&b, "| command | median | min | max | MiB/s (median) |\n|---|---:|---:|---:|---:|\n")

@@ -1,11 +1,11 @@
-// Command rootless measures sbx run by an unprivileged user against sbx
+// Command rootless measures hutch run by an unprivileged user against hutch
 // run by root and raw runsc, in one run, and writes the result as its own
 // section of docs/benchmarks.md: create → first output, `run --rm`, exec
 // latency and removal, with `--net none` and `--net open`, on the busybox
 // image. Every pass takes the sides in turn, in an order that rotates
 // from pass to pass, so that the machine's load falls on all alike.
 //
-// It runs as root: it creates the unprivileged user (sbxbench, with
+// It runs as root: it creates the unprivileged user (hutchbench, with
 // subordinate IDs) if missing, copies the binaries where that user can
 // read them, and makes /dev/net/tun usable by every user for the run
 // (slirp4netns needs it), putting its mode back at the end.
@@ -29,12 +29,12 @@ import (
 	"strings"
 	"syscall"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 // benchUser is the unprivileged user the rootless side runs as.
-const benchUser = "sbxbench"
+const benchUser = "hutchbench"
 
 type config struct {
 	bin, out       string
@@ -46,12 +46,12 @@ type config struct {
 func main() {
 	asShim()
 	var c config
-	flag.StringVar(&c.bin, "bin", "bin", "directory holding sbx, sbx-init, runsc and images/busybox.tar")
+	flag.StringVar(&c.bin, "bin", "bin", "directory holding hutch, hutch-init, runsc and images/busybox.tar")
 	flag.StringVar(&c.out, "out", "", "markdown file whose rootless section is (re)written; empty: stdout only")
 	flag.IntVar(&c.n, "n", 20, "measured passes (each side once per pass)")
 	flag.IntVar(&c.execs, "execs", 5, "`exec true` runs per side per pass")
 	flag.IntVar(&c.warm, "warmup", 1, "untimed passes first")
-	flag.IntVar(&c.phaseN, "phase-n", 8, "passes of `sbx create` through the shims, per side and network mode")
+	flag.IntVar(&c.phaseN, "phase-n", 8, "passes of `hutch create` through the shims, per side and network mode")
 	flag.Parse()
 	if flag.NArg() != 0 || c.n < 1 || c.execs < 1 || c.warm < 0 || c.phaseN < 1 {
 		flag.Usage()
@@ -59,7 +59,7 @@ func main() {
 	}
 	c.command = invocation()
 	if os.Geteuid() != 0 {
-		benchexit.Fatal("rootless bench: run as root: it creates the unprivileged user and compares with root's sbx")
+		benchexit.Fatal("rootless bench: run as root: it creates the unprivileged user and compares with root's hutch")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -90,20 +90,20 @@ func progress(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "rootless bench: "+format+"\n", a...)
 }
 
-// sbxSide is sbx run by one user.
-type sbxSide struct {
+// hutchSide is hutch run by one user.
+type hutchSide struct {
 	name string
 	runner
-	sbx  string
-	root string // SBX_ROOT
+	hutch string
+	root  string // HUTCH_ROOT
 	// shims: the directory, the log, and the environment that puts
 	// the shims first in PATH.
 	shimDir, shimLog string
 	shimEnv          []string
 }
 
-func (s *sbxSide) cmd(ctx context.Context, args ...string) (string, error) {
-	r, err := s.timed(ctx, s.sbx, args...)
+func (s *hutchSide) cmd(ctx context.Context, args ...string) (string, error) {
+	r, err := s.timed(ctx, s.hutch, args...)
 	return strings.TrimSpace(r.out), err
 }
 
@@ -111,7 +111,7 @@ func (s *sbxSide) cmd(ctx context.Context, args ...string) (string, error) {
 type bench struct {
 	cfg            config
 	tmp, bin       string
-	root, rootless *sbxSide
+	root, rootless *hutchSide
 	raw            *rawSide
 	uid, gid       int
 	subIDs         string
@@ -133,7 +133,7 @@ func setup(ctx context.Context, c config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "sbx-rbench-")
+	tmp, err := os.MkdirTemp("", "hutch-rbench-")
 	if err != nil {
 		return nil, err
 	}
@@ -144,9 +144,9 @@ func setup(ctx context.Context, c config) (*bench, error) {
 		return b, err
 	}
 	// The same binaries for every side, where the user can read them.
-	for _, f := range []string{"sbx", "sbx-helper", "sbx-init", "runsc", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "hutch-helper", "hutch-init", "runsc", "images/busybox.tar"} {
 		if err := copyFile(filepath.Join(src, f), filepath.Join(b.bin, f), 0o755); err != nil {
-			if f == "sbx-helper" && os.IsNotExist(err) {
+			if f == "hutch-helper" && os.IsNotExist(err) {
 				continue
 			}
 			return b, fmt.Errorf("%w (run `make build`)", err)
@@ -158,15 +158,15 @@ func setup(ctx context.Context, c config) (*bench, error) {
 
 	var clean []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SBX_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "HOME=") &&
+		if !strings.HasPrefix(kv, "HUTCH_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "HOME=") &&
 			!strings.HasPrefix(kv, "USER=") && !strings.HasPrefix(kv, "TMPDIR=") {
 			clean = append(clean, kv)
 		}
 	}
-	sbx := filepath.Join(b.bin, "sbx")
+	hutch := filepath.Join(b.bin, "hutch")
 	runsc := filepath.Join(b.bin, "runsc")
-	b.root = &sbxSide{name: "root", sbx: sbx, root: filepath.Join(tmp, "root")}
-	b.root.env = append(append([]string{}, clean...), "HOME=/root", "USER=root", "SBX_ROOT="+b.root.root)
+	b.root = &hutchSide{name: "root", hutch: hutch, root: filepath.Join(tmp, "root")}
+	b.root.env = append(append([]string{}, clean...), "HOME=/root", "USER=root", "HUTCH_ROOT="+b.root.root)
 	b.root.dir = tmp
 	data := filepath.Join(tmp, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
@@ -175,12 +175,12 @@ func setup(ctx context.Context, c config) (*bench, error) {
 	if err := os.Chown(data, b.uid, b.gid); err != nil {
 		return b, err
 	}
-	b.rootless = &sbxSide{name: "rootless", sbx: sbx, root: filepath.Join(data, "sbx")}
+	b.rootless = &hutchSide{name: "rootless", hutch: hutch, root: filepath.Join(data, "hutch")}
 	b.rootless.env = append(append([]string{}, clean...), "HOME="+u.HomeDir, "USER="+u.Username,
-		"XDG_DATA_HOME="+data, "TMPDIR="+data, "SBX_ROOT="+b.rootless.root)
+		"XDG_DATA_HOME="+data, "TMPDIR="+data, "HUTCH_ROOT="+b.rootless.root)
 	b.rootless.dir = tmp
 	b.rootless.cred = &syscall.Credential{Uid: uint32(b.uid), Gid: uint32(b.gid), Groups: []uint32{}}
-	for _, s := range []*sbxSide{b.root, b.rootless} {
+	for _, s := range []*hutchSide{b.root, b.rootless} {
 		uid, gid := 0, 0
 		if s.cred != nil {
 			uid, gid = b.uid, b.gid
@@ -305,14 +305,14 @@ func (b *bench) cleanup() {
 	}
 	b.done = true
 	ctx := context.Background()
-	for _, s := range []*sbxSide{b.root, b.rootless} {
+	for _, s := range []*hutchSide{b.root, b.rootless} {
 		if s == nil {
 			continue
 		}
 		ids, _ := s.cmd(ctx, "ls", "-q")
 		for _, id := range strings.Fields(ids) {
 			if _, err := s.cmd(ctx, "rm", "-f", id); err != nil {
-				progress("cleanup: %s sbx rm %s: %v", s.name, id, err)
+				progress("cleanup: %s hutch rm %s: %v", s.name, id, err)
 			}
 		}
 	}
@@ -350,20 +350,20 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return out.Close()
 }
 
-// sandboxRecord is what the bench reads from `sbx inspect`.
+// sandboxRecord is what the bench reads from `hutch inspect`.
 type sandboxRecord struct {
 	Rootfs string `json:"rootfs"`
 	Pid    int    `json:"pid"`
 }
 
-func inspect(ctx context.Context, s *sbxSide, id string) (sandboxRecord, error) {
+func inspect(ctx context.Context, s *hutchSide, id string) (sandboxRecord, error) {
 	var rec sandboxRecord
 	out, err := s.cmd(ctx, "inspect", "--format", "debug", id)
 	if err != nil {
 		return rec, err
 	}
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		return rec, fmt.Errorf("sbx inspect %s: %w", id, err)
+		return rec, fmt.Errorf("hutch inspect %s: %w", id, err)
 	}
 	return rec, nil
 }

@@ -14,11 +14,11 @@ var modes = []string{"none", "open"}
 
 // series is one side's samples in one network mode, in seconds.
 type series struct {
-	// run: `sbx run --rm -- echo hi` (runsc: `runsc run`) to first
-	// output. create: `sbx create` (runsc: `runsc run --detach`) to
+	// run: `hutch run --rm -- echo hi` (runsc: `runsc run`) to first
+	// output. create: `hutch create` (runsc: `runsc run --detach`) to
 	// exit. firstOut: from the start of create to the first byte of the
 	// `echo hi` exec that follows it. exec: `exec true` to exit. rm:
-	// `sbx rm -f` (runsc: `runsc delete --force`).
+	// `hutch rm -f` (runsc: `runsc delete --force`).
 	run, create, firstOut, exec, rm []float64
 }
 
@@ -34,7 +34,7 @@ type report struct {
 	tunChanged         bool
 	// series by side ("root", "rootless", "runsc") and mode.
 	series map[string]*series
-	// phases of `sbx create` by side and mode.
+	// phases of `hutch create` by side and mode.
 	phases map[string]*phases
 }
 
@@ -56,8 +56,8 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		passStart := time.Now()
 		for _, mode := range modes {
 			steps := []step{
-				{"root", func(ctx context.Context, s *series, i int) error { return b.sbxPass(ctx, b.root, mode, s) }},
-				{"rootless", func(ctx context.Context, s *series, i int) error { return b.sbxPass(ctx, b.rootless, mode, s) }},
+				{"root", func(ctx context.Context, s *series, i int) error { return b.hutchPass(ctx, b.root, mode, s) }},
+				{"rootless", func(ctx context.Context, s *series, i int) error { return b.hutchPass(ctx, b.rootless, mode, s) }},
 			}
 			if mode == "none" {
 				steps = append(steps, step{"runsc", b.rawPass})
@@ -92,30 +92,30 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	return rep, nil
 }
 
-// sbxPass is one pass of one sbx side: `sbx run --rm -- echo hi`, then
-// `sbx create`, `sbx exec ID -- echo hi`, `sbx exec ID -- true` (several
-// times) and `sbx rm -f ID`.
-func (b *bench) sbxPass(ctx context.Context, s *sbxSide, mode string, ser *series) error {
+// hutchPass is one pass of one hutch side: `hutch run --rm -- echo hi`, then
+// `hutch create`, `hutch exec ID -- echo hi`, `hutch exec ID -- true` (several
+// times) and `hutch rm -f ID`.
+func (b *bench) hutchPass(ctx context.Context, s *hutchSide, mode string, ser *series) error {
 	img := []string{"--image", "busybox", "--net", mode}
-	r, err := s.timed(ctx, s.sbx, append(append([]string{"run", "--rm"}, img...), "--", "echo", "hi")...)
+	r, err := s.timed(ctx, s.hutch, append(append([]string{"run", "--rm"}, img...), "--", "echo", "hi")...)
 	if r, err = expect(r, err, "hi\n"); err != nil {
 		return err
 	}
 	ser.run = append(ser.run, r.firstByte.Seconds())
-	c, err := s.timed(ctx, s.sbx, append([]string{"create"}, img...)...)
+	c, err := s.timed(ctx, s.hutch, append([]string{"create"}, img...)...)
 	if err != nil {
 		return err
 	}
 	id := strings.TrimSpace(c.out)
 	err = func() error {
-		e, err := s.timed(ctx, s.sbx, "exec", id, "--", "echo", "hi")
+		e, err := s.timed(ctx, s.hutch, "exec", id, "--", "echo", "hi")
 		e, err = expect(e, err, "hi\n")
 		if err != nil {
 			return err
 		}
 		var execs []float64
 		for range b.cfg.execs {
-			t, err := s.timed(ctx, s.sbx, "exec", id, "--", "true")
+			t, err := s.timed(ctx, s.hutch, "exec", id, "--", "true")
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func (b *bench) sbxPass(ctx context.Context, s *sbxSide, mode string, ser *serie
 		ser.exec = append(ser.exec, execs...)
 		return nil
 	}()
-	rm, rmErr := s.timed(ctx, s.sbx, "rm", "-f", id)
+	rm, rmErr := s.timed(ctx, s.hutch, "rm", "-f", id)
 	if err == nil {
 		err = rmErr
 	}
@@ -137,7 +137,7 @@ func (b *bench) sbxPass(ctx context.Context, s *sbxSide, mode string, ser *serie
 }
 
 // rawPass is the runsc side of a pass: `runsc run` of echo hi, then
-// `runsc run --detach` of root sbx's spec (sbx-init as init), `runsc exec
+// `runsc run --detach` of root hutch's spec (hutch-init as init), `runsc exec
 // ID echo hi`, `runsc exec ID true` (several times) and `runsc delete
 // --force ID`.
 func (b *bench) rawPass(ctx context.Context, ser *series, i int) error {
@@ -186,19 +186,19 @@ func (b *bench) rawPass(ctx context.Context, ser *series, i int) error {
 	return err
 }
 
-// allPhases runs `sbx create` through the shims on both sbx sides, in
+// allPhases runs `hutch create` through the shims on both hutch sides, in
 // both modes, taking the sides in turn.
 func (b *bench) allPhases(ctx context.Context, rep *report) error {
 	start := time.Now()
 	for i := 0; i < b.cfg.phaseN; i++ {
 		for _, mode := range modes {
-			sides := []*sbxSide{b.root, b.rootless}
+			sides := []*hutchSide{b.root, b.rootless}
 			if i%2 == 1 {
 				sides[0], sides[1] = sides[1], sides[0]
 			}
 			for _, s := range sides {
 				if err := b.phased(ctx, s, mode, rep); err != nil {
-					return fmt.Errorf("phases of %s sbx create --net %s: %w", s.name, mode, err)
+					return fmt.Errorf("phases of %s hutch create --net %s: %w", s.name, mode, err)
 				}
 			}
 		}
@@ -207,12 +207,12 @@ func (b *bench) allPhases(ctx context.Context, rep *report) error {
 	return nil
 }
 
-func (b *bench) phased(ctx context.Context, s *sbxSide, mode string, rep *report) error {
+func (b *bench) phased(ctx context.Context, s *hutchSide, mode string, rep *report) error {
 	if err := os.Truncate(s.shimLog, 0); err != nil {
 		return err
 	}
 	shimmed := runner{env: s.shimEnv, cred: s.cred, dir: s.dir}
-	r, err := shimmed.timed(ctx, s.sbx, "--runsc", filepath.Join(s.shimDir, "runsc"),
+	r, err := shimmed.timed(ctx, s.hutch, "--runsc", filepath.Join(s.shimDir, "runsc"),
 		"create", "--image", "busybox", "--net", mode)
 	id := strings.TrimSpace(r.out)
 	if id != "" {

@@ -43,7 +43,7 @@ func (r runner) timed(ctx context.Context, path string, args ...string) (result,
 func (r runner) timedOut(ctx context.Context, pipe bool, path string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
 	defer cancel()
-	errf, err := os.CreateTemp("", "sbx-rbench-stderr-")
+	errf, err := os.CreateTemp("", "hutch-rbench-stderr-")
 	if err != nil {
 		return result{}, err
 	}

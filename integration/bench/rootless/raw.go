@@ -17,7 +17,7 @@ import (
 )
 
 // rawSide drives runsc directly, as root, as a user of runsc would: a
-// bundle with the spec root's sbx wrote for a `--net none` sandbox, the
+// bundle with the spec root's hutch wrote for a `--net none` sandbox, the
 // runsc flags that sandbox runs with, its own state root.
 type rawSide struct {
 	runner
@@ -34,9 +34,9 @@ type rawSide struct {
 	live   map[string]bool
 }
 
-func newRawSide(ctx context.Context, s *sbxSide, id, runsc, dir string) (*rawSide, error) {
+func newRawSide(ctx context.Context, s *hutchSide, id, runsc, dir string) (*rawSide, error) {
 	r := &rawSide{runsc: runsc, root: filepath.Join(dir, "state"), work: dir, live: map[string]bool{},
-		cgroup: "/sbx-rbench-" + strconv.Itoa(os.Getpid())}
+		cgroup: "/hutch-rbench-" + strconv.Itoa(os.Getpid())}
 	r.runner = runner{env: []string{}, dir: "/"}
 	if err := os.MkdirAll(r.root, 0o700); err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (r *rawSide) run(ctx context.Context, id string, args ...string) (result, e
 }
 
 // runDetached times `runsc run --detach` of a container with the spec's
-// own init (sbx-init), left running.
+// own init (hutch-init), left running.
 func (r *rawSide) runDetached(ctx context.Context, id string) (result, error) {
 	bundle, err := r.prepare(id, r.spec.Process.Args)
 	if err != nil {

@@ -18,13 +18,13 @@ func render(r *report) string {
 		return summarize(f(s)).median
 	}
 
-	p("## Rootless: sbx as an unprivileged user, beside root and raw runsc\n\n")
+	p("## Rootless: hutch as an unprivileged user, beside root and raw runsc\n\n")
 	p("Produced by %s on %s, in %s; %s. Load average (1 min) at start %s, at end %s.\n\n",
 		r.cfg.command, r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second), r.machine, r.loadStart, r.loadEnd)
 	p("Three sides, the same binaries (copied to a directory every user can read), the busybox image: "+
-		"**root** is sbx run by root; **rootless** is sbx run by the unprivileged user %s, created by the benchmark if missing, "+
-		"with its state under its own `XDG_DATA_HOME`; **runsc** is raw runsc run by root, from a bundle holding the spec root's sbx wrote "+
-		"for a `--net none` sandbox (sbx-init as init, its mounts and cgroup limits) and that sandbox's runsc flags "+
+		"**root** is hutch run by root; **rootless** is hutch run by the unprivileged user %s, created by the benchmark if missing, "+
+		"with its state under its own `XDG_DATA_HOME`; **runsc** is raw runsc run by root, from a bundle holding the spec root's hutch wrote "+
+		"for a `--net none` sandbox (hutch-init as init, its mounts and cgroup limits) and that sandbox's runsc flags "+
 		"(`--net none` only: runsc alone has no network policy to compare). "+
 		"Each of %d passes (after %d untimed) runs every side once per network mode, in an order that rotates from pass to pass, "+
 		"so that the machine's load falls on all alike. In a pass each side runs `run --rm -- echo hi`, then `create`, "+
@@ -71,10 +71,10 @@ func render(r *report) string {
 	}
 	p("\n")
 
-	p("### Inside `sbx create`, root and rootless\n\n")
-	p("`sbx create --image busybox --net MODE` again, %d times per side and mode (sides in turn), with `--runsc SHIM` and a PATH whose first directory "+
+	p("### Inside `hutch create`, root and rootless\n\n")
+	p("`hutch create --image busybox --net MODE` again, %d times per side and mode (sides in turn), with `--runsc SHIM` and a PATH whose first directory "+
 		"holds shims for %s: each shim (this benchmark program) notes the time and what it runs, then execs the real command. "+
-		"Each phase runs from one command's start to the next's (the last to sbx's exit), the commands in the order sbx started them "+
+		"Each phase runs from one command's start to the next's (the last to hutch's exit), the commands in the order hutch started them "+
 		"(by process ID; the calls of one process, such as nsenter that execs runsc, are one command, and a command whose shim noted its time "+
 		"after a later command's counts from that time); the shims' own start-up is inside the phases. Medians:\n\n",
 		r.cfg.phaseN, "`"+strings.Join(shimmed, "`, `")+"`")
@@ -89,7 +89,7 @@ func render(r *report) string {
 				p("| %s | %s |\n", n, ms(ph.median(i)))
 			}
 			p("| *before the first runsc call (or the nsenter that runs it)* | *%s* |\n", ms(ph.sum(0, ph.firstRunsc)))
-			p("| *from the first runsc call to sbx's exit* | *%s* |\n", ms(ph.sum(ph.firstRunsc, len(ph.names))))
+			p("| *from the first runsc call to hutch's exit* | *%s* |\n", ms(ph.sum(ph.firstRunsc, len(ph.names))))
 			if ph.odd > 0 {
 				p("| (%d of %d runs made other calls and are left out) | |\n", ph.odd, r.cfg.phaseN)
 			}
@@ -107,28 +107,28 @@ func render(r *report) string {
 		signedMs(med("rootless", "none", firstOut)-med("root", "none", firstOut)))
 	rn, ln := r.phases[key("root", "none")], r.phases[key("rootless", "none")]
 	if rn != nil && ln != nil {
-		p("inside `sbx create`, sbx's work before its first runsc call is %s rootless against %s as root, "+
-			"and the runsc calls to sbx's exit %s against %s. ",
+		p("inside `hutch create`, hutch's work before its first runsc call is %s rootless against %s as root, "+
+			"and the runsc calls to hutch's exit %s against %s. ",
 			ms(ln.sum(0, ln.firstRunsc)), ms(rn.sum(0, rn.firstRunsc)),
 			ms(ln.sum(ln.firstRunsc, len(ln.names))), ms(rn.sum(rn.firstRunsc, len(rn.names))))
 	}
-	p("`sbx create` with `--net open` against `--net none`: rootless %s (%s against %s), root %s (%s against %s). ",
+	p("`hutch create` with `--net open` against `--net none`: rootless %s (%s against %s), root %s (%s against %s). ",
 		signedMs(med("rootless", "open", create)-med("rootless", "none", create)),
 		ms(med("rootless", "open", create)), ms(med("rootless", "none", create)),
 		signedMs(med("root", "open", create)-med("root", "none", create)),
 		ms(med("root", "open", create)), ms(med("root", "none", create)))
 	if lo := r.phases[key("rootless", "open")]; lo != nil {
-		p("Rootless with `--net open`, sbx makes the network before its first runsc call (%s in all before it; root's, %s)",
+		p("Rootless with `--net open`, hutch makes the network before its first runsc call (%s in all before it; root's, %s)",
 			ms(lo.sum(0, lo.firstRunsc)), ms(phaseSum(r.phases[key("root", "open")], true)))
 		var parts []string
 		if i := lo.find("sleep infinity"); i >= 0 {
-			parts = append(parts, fmt.Sprintf("sbx's own work until it starts the process holding the new user, network and mount namespaces, %s", ms(lo.sum(0, i))))
+			parts = append(parts, fmt.Sprintf("hutch's own work until it starts the process holding the new user, network and mount namespaces, %s", ms(lo.sum(0, i))))
 		}
 		if i, j := lo.find("sleep infinity"), lo.find("slirp4netns"); i >= 0 && j > i {
 			parts = append(parts, fmt.Sprintf("from there to slirp4netns's start (the sandbox's network namespace, its firewall and link), %s", ms(lo.sum(i, j))))
 		}
 		if j := lo.find("slirp4netns"); j >= 0 {
-			parts = append(parts, fmt.Sprintf("slirp4netns, from its start to the next command (sbx waits for its ready signal), %s", ms(lo.median(j))))
+			parts = append(parts, fmt.Sprintf("slirp4netns, from its start to the next command (hutch waits for its ready signal), %s", ms(lo.median(j))))
 			if k := lo.firstRunsc; k > j+1 {
 				parts = append(parts, fmt.Sprintf("then the DNS resolver and the rest up to runsc, %s", ms(lo.sum(j+1, k))))
 			}

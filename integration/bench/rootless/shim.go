@@ -15,9 +15,9 @@ import (
 	"time"
 )
 
-// The phases of `sbx create` are found with shims: hard links to a copy of
-// this program, named after the commands sbx starts (runsc through
-// `sbx --runsc`, the others through a PATH that has the shims first).
+// The phases of `hutch create` are found with shims: hard links to a copy of
+// this program, named after the commands hutch starts (runsc through
+// `hutch --runsc`, the others through a PATH that has the shims first).
 // Each notes the time and what it is about to run, then execs the real
 // command. A hard link, unlike a symbolic one, is what /proc/self/exe
 // names, so the shim knows its own name and finds its configuration
@@ -27,7 +27,7 @@ const (
 	shimSelf = "rbench"
 )
 
-// shimmed are the commands sbx starts on the way to a sandbox that the
+// shimmed are the commands hutch starts on the way to a sandbox that the
 // shims time, besides runsc.
 var shimmed = []string{"nsenter", "unshare", "sleep", "slirp4netns"}
 
@@ -78,7 +78,7 @@ func shimLabel(name string, args []string) string {
 	case "nsenter":
 		if i := slices.Index(args, "--"); i >= 0 && i+1 < len(args) {
 			t := filepath.Base(args[i+1])
-			if t == "runsc" || t == "sbx" || strings.HasPrefix(t, "sbx-") {
+			if t == "runsc" || t == "hutch" || strings.HasPrefix(t, "hutch-") {
 				return "nsenter → " + t
 			}
 			return "nsenter → " + strings.Join(args[i+1:min(len(args), i+3)], " ")
@@ -137,9 +137,9 @@ type shimCall struct {
 	label string
 }
 
-// readCalls reads a shim log as the commands sbx started, in the order it
+// readCalls reads a shim log as the commands hutch started, in the order it
 // started them. The calls of one process (nsenter that execs unshare that
-// execs sleep) are one command, named by the first and the last. sbx
+// execs sleep) are one command, named by the first and the last. hutch
 // starts commands one after the other, so their process IDs are in that
 // order, but a command it does not wait for (a process that holds
 // namespaces) may note its time after the next one has: a command's time
@@ -187,9 +187,9 @@ func readCalls(path string) ([]shimCall, error) {
 	return calls, nil
 }
 
-// phases are the parts of one kind of `sbx create`, over several runs:
-// from sbx's start to its first shimmed call, from each call to the next,
-// and from the last to sbx's exit.
+// phases are the parts of one kind of `hutch create`, over several runs:
+// from hutch's start to its first shimmed call, from each call to the next,
+// and from the last to hutch's exit.
 type phases struct {
 	names   []string
 	samples [][]float64
@@ -203,7 +203,7 @@ type phases struct {
 // add splits one run into phases, and reports whether its calls were
 // those of the first run.
 func (p *phases) add(r result, calls []shimCall) bool {
-	names := []string{"sbx starts and works until its first command below"}
+	names := []string{"hutch starts and works until its first command below"}
 	times := []float64{}
 	prev := r.start
 	first := -1

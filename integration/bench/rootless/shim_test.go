@@ -18,7 +18,7 @@ func TestShimLabel(t *testing.T) {
 		{"runsc", []string{"--root=/r", "--network=none", "run", "--detach", "--bundle", "b", "id"}, "runsc run"},
 		{"nsenter", []string{"--target=1", "--user", "--mount", "--", "/tmp/x/runsc", "--root=/r", "create"}, "nsenter → runsc"},
 		{"nsenter", []string{"--target=1", "--user", "--", "unshare", "--net", "sleep", "infinity"}, "nsenter → unshare --net"},
-		{"nsenter", []string{"--target=1", "--", "/tmp/x/sbx-helper", "resolver"}, "nsenter → sbx-helper"},
+		{"nsenter", []string{"--target=1", "--", "/tmp/x/hutch-helper", "resolver"}, "nsenter → hutch-helper"},
 		{"sleep", []string{"infinity"}, "sleep infinity"},
 		{"slirp4netns", []string{"--configure", "--mtu=65520"}, "slirp4netns --configure"},
 	} {
@@ -38,7 +38,7 @@ func TestPhases(t *testing.T) {
 	// Other calls: left out, counted.
 	p.add(run, []shimCall{{at: at(20), label: "runsc run"}})
 
-	if want := []string{"sbx starts and works until its first command below", "`sleep infinity`", "`nsenter → runsc`", "`runsc run`"}; !slices.Equal(p.names, want) {
+	if want := []string{"hutch starts and works until its first command below", "`sleep infinity`", "`nsenter → runsc`", "`runsc run`"}; !slices.Equal(p.names, want) {
 		t.Fatalf("names %q, want %q", p.names, want)
 	}
 	if p.odd != 1 || p.firstRunsc != 2 {
@@ -72,7 +72,7 @@ func TestSummarize(t *testing.T) {
 }
 
 // The calls of one process are one command, and commands keep the order
-// sbx started them in, so that a process sbx does not wait for cannot
+// hutch started them in, so that a process hutch does not wait for cannot
 // change the order of the phases.
 func TestReadCalls(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "calls.log")

@@ -1,7 +1,7 @@
-// Command serve measures the round trip of a command through `sbx serve`
+// Command serve measures the round trip of a command through `hutch serve`
 // (its E2B-compatible API, with the Go client and with the E2B JavaScript
-// SDK) against `sbx exec` and raw `runsc exec` into the same sandbox, and
-// create → first output through the API against `sbx run --rm`. It writes
+// SDK) against `hutch exec` and raw `runsc exec` into the same sandbox, and
+// create → first output through the API against `hutch run --rm`. It writes
 // its own section of docs/benchmarks.md. Run it through `make bench` (as
 // root).
 package main
@@ -31,10 +31,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
-	"sbx.dev/sbx/serve/client"
-	processpb "sbx.dev/sbx/serve/envdpb/process"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
+	"hutch.dev/hutch/serve/client"
+	processpb "hutch.dev/hutch/serve/envdpb/process"
 )
 
 //go:embed sdk.cjs
@@ -53,7 +53,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.bin, "bin", "bin", "directory holding sbx, sbx-init, runsc and images/busybox.tar")
+	flag.StringVar(&c.bin, "bin", "bin", "directory holding hutch, hutch-init, runsc and images/busybox.tar")
 	flag.StringVar(&c.out, "out", "", "markdown file whose serve section is (re)written; empty: stdout only")
 	flag.StringVar(&c.e2b, "e2b", "integration/e2b", "directory whose node_modules hold the E2B JavaScript SDK (`make e2b-sdk`)")
 	flag.IntVar(&c.n, "n", 200, "measured runs per side for the command round trips")
@@ -103,7 +103,7 @@ type bench struct {
 	cfg     config
 	tmp     string
 	root    string
-	env     []string // of every sbx command: SBX_ROOT, no other SBX_*
+	env     []string // of every hutch command: HUTCH_ROOT, no other HUTCH_*
 	srv     *exec.Cmd
 	exited  chan struct{}
 	addr    string
@@ -120,24 +120,24 @@ func progress(format string, a ...any) {
 }
 
 func start(c config) (*bench, error) {
-	for _, f := range []string{"sbx", "sbx-init", "runsc", "images/busybox.tar"} {
+	for _, f := range []string{"hutch", "hutch-init", "runsc", "images/busybox.tar"} {
 		if _, err := os.Stat(filepath.Join(c.bin, f)); err != nil {
 			return nil, fmt.Errorf("%w (run `make build`)", err)
 		}
 	}
-	tmp, err := os.MkdirTemp("", "sbx-bench-serve-")
+	tmp, err := os.MkdirTemp("", "hutch-bench-serve-")
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: c, tmp: tmp, root: filepath.Join(tmp, "sbx")}
+	b := &bench{cfg: c, tmp: tmp, root: filepath.Join(tmp, "hutch")}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SBX_") {
+		if !strings.HasPrefix(kv, "HUTCH_") {
 			b.env = append(b.env, kv)
 		}
 	}
-	b.env = append(b.env, "SBX_ROOT="+b.root)
+	b.env = append(b.env, "HUTCH_ROOT="+b.root)
 	tenants := filepath.Join(tmp, "tenants")
-	key, err := b.sbx("tenant", "add", "--tenants", tenants, "bench")
+	key, err := b.hutch("tenant", "add", "--tenants", tenants, "bench")
 	if err != nil {
 		return b, err
 	}
@@ -152,7 +152,7 @@ func start(c config) (*bench, error) {
 		return b, err
 	}
 	defer logf.Close()
-	b.srv = exec.Command(filepath.Join(c.bin, "sbx"), "serve", "--listen", b.addr, "--tenants", tenants, "--audit-log", "-")
+	b.srv = exec.Command(filepath.Join(c.bin, "hutch"), "serve", "--listen", b.addr, "--tenants", tenants, "--audit-log", "-")
 	b.srv.Env = b.env
 	b.srv.Stdout, b.srv.Stderr = logf, logf
 	if err := b.srv.Start(); err != nil {
@@ -170,32 +170,32 @@ func start(c config) (*bench, error) {
 		}
 		select {
 		case <-b.exited:
-			return b, fmt.Errorf("sbx serve exited: %v (log: %s)", b.srv.ProcessState, logf.Name())
+			return b, fmt.Errorf("hutch serve exited: %v (log: %s)", b.srv.ProcessState, logf.Name())
 		default:
 		}
 		if time.Now().After(deadline) {
-			return b, errors.New("sbx serve did not answer GET /health within 30s")
+			return b, errors.New("hutch serve did not answer GET /health within 30s")
 		}
 	}
 	b.c = &client.Client{APIURL: url, APIKey: strings.TrimSpace(key)}
 	return b, nil
 }
 
-// sbx runs sbx on the run's state root and returns its stdout.
-func (b *bench) sbx(args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(b.cfg.bin, "sbx"), args...)
+// hutch runs hutch on the run's state root and returns its stdout.
+func (b *bench) hutch(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(b.cfg.bin, "hutch"), args...)
 	cmd.Env = b.env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("sbx %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("hutch %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }
 
 // cleanup removes every sandbox of the run, stops the server and any
-// builder sbx started, and removes the state root.
+// builder hutch started, and removes the state root.
 func (b *bench) cleanup() {
 	if b.done {
 		return
@@ -204,9 +204,9 @@ func (b *bench) cleanup() {
 	if b.node != nil {
 		b.node.close()
 	}
-	if out, err := b.sbx("ls", "-q"); err == nil {
+	if out, err := b.hutch("ls", "-q"); err == nil {
 		for _, id := range strings.Fields(out) {
-			b.sbx("rm", "-f", id) //nolint:errcheck // best effort on the way out
+			b.hutch("rm", "-f", id) //nolint:errcheck // best effort on the way out
 		}
 	}
 	if b.srv != nil && b.srv.Process != nil {
@@ -283,7 +283,7 @@ func (b *bench) measure() (*report, error) {
 	if b.busybox, err = b.c.Create(ctx, client.CreateRequest{TemplateID: "busybox", Timeout: 3600}); err != nil {
 		return nil, fmt.Errorf("create the busybox sandbox: %w", err)
 	}
-	out, err := b.sbx("inspect", "--format", "debug", b.busybox.ID)
+	out, err := b.hutch("inspect", "--format", "debug", b.busybox.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +291,7 @@ func (b *bench) measure() (*report, error) {
 		Pid int `json:"pid"`
 	}
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		return nil, fmt.Errorf("sbx inspect %s: %w", b.busybox.ID, err)
+		return nil, fmt.Errorf("hutch inspect %s: %w", b.busybox.ID, err)
 	}
 	if b.globals, err = runscGlobals(rec.Pid); err != nil {
 		return nil, err
@@ -300,8 +300,8 @@ func (b *bench) measure() (*report, error) {
 	id := b.busybox.ID
 	rep.exec = []*side{
 		{name: "API, Go client", run: func() (time.Duration, error) { return b.apiEcho(ctx, b.busybox) }},
-		{name: "`sbx exec ID -- /bin/echo hi`", run: func() (time.Duration, error) {
-			return timeCmd(b.env, filepath.Join(b.cfg.bin, "sbx"), "exec", id, "--", "/bin/echo", "hi")
+		{name: "`hutch exec ID -- /bin/echo hi`", run: func() (time.Duration, error) {
+			return timeCmd(b.env, filepath.Join(b.cfg.bin, "hutch"), "exec", id, "--", "/bin/echo", "hi")
 		}},
 		{name: "`runsc exec ID /bin/echo hi`", run: func() (time.Duration, error) {
 			args := append(append(append([]string{}, b.globals...), "exec", id), "/bin/echo", "hi")
@@ -342,8 +342,8 @@ func (b *bench) measure() (*report, error) {
 
 	rep.create = []*side{
 		{name: "API: create (busybox), then start `/bin/echo hi`", run: func() (time.Duration, error) { return b.apiCreateEcho(ctx) }},
-		{name: "`sbx run --rm --image busybox -- /bin/echo hi`", run: func() (time.Duration, error) {
-			return firstByte(b.env, filepath.Join(b.cfg.bin, "sbx"), "run", "--rm", "--image", "busybox", "--", "/bin/echo", "hi")
+		{name: "`hutch run --rm --image busybox -- /bin/echo hi`", run: func() (time.Duration, error) {
+			return firstByte(b.env, filepath.Join(b.cfg.bin, "hutch"), "run", "--rm", "--image", "busybox", "--", "/bin/echo", "hi")
 		}},
 	}
 	warm := min(b.cfg.warmup, 2)
@@ -402,7 +402,7 @@ func (b *bench) apiCreateEcho(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer b.c.Kill(context.Background(), sb.ID) //nolint:errcheck // checked by the clean-up's sbx ls
+	defer b.c.Kill(context.Background(), sb.ID) //nolint:errcheck // checked by the clean-up's hutch ls
 	stream, err := startEcho(ctx, sb)
 	if err != nil {
 		return 0, err
@@ -605,25 +605,25 @@ func median(s *side) float64 {
 func render(r *report) string {
 	var w strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
-	p("## `sbx serve`: a command through the API\n\n")
+	p("## `hutch serve`: a command through the API\n\n")
 	p("Produced by %s on %s, as root, in %s. Machine: %d CPUs, %s; %s. Load average (1 min) at start %s, at end %s. "+
 		"The machine is shared: compare rows of one run, not runs.\n\n",
 		r.cfg.command, r.cfg.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second),
 		r.cfg.nproc, runtime.GOOS+"/"+runtime.GOARCH, r.runscVersion, r.cfg.loadAvgAtStart, r.loadAvgEnd)
-	p("The server (`sbx serve`, one tenant, on 127.0.0.1) and every client run on the same machine. "+
+	p("The server (`hutch serve`, one tenant, on 127.0.0.1) and every client run on the same machine. "+
 		"Each table's rows run interleaved (the order rotating each round) after %d untimed warm-up runs each; "+
 		"p99 is by nearest rank.\n\n", r.cfg.warmup)
 
 	p("### `echo hi` → exit, into one running sandbox\n\n")
 	p("All three run `/bin/echo hi` directly (no shell) as a new process in the same busybox sandbox, " +
 		"which the API created, and check its output. " +
-		"*API*: the Go client (`sbx.dev/sbx/serve/client`) calls the envd process service's `Start` over the kept-alive " +
+		"*API*: the Go client (`hutch.dev/hutch/serve/client`) calls the envd process service's `Start` over the kept-alive " +
 		"HTTP connection and reads the stream to the end event. " +
-		"*`sbx exec`*: the CLI, from fork to exit (it makes runsc's exec calls on the sandbox's control socket itself). " +
+		"*`hutch exec`*: the CLI, from fork to exit (it makes runsc's exec calls on the sandbox's control socket itself). " +
 		"*`runsc exec`*: runsc with the sandbox's own global flags, from fork to exit.\n\n")
 	table(&w, r.exec)
 	api, cli, raw := median(r.exec[0]), median(r.exec[1]), median(r.exec[2])
-	p("Difference of medians: API − `sbx exec` %s, API − `runsc exec` %s.\n\n",
+	p("Difference of medians: API − `hutch exec` %s, API − `runsc exec` %s.\n\n",
 		signed(api-cli), signed(api-raw))
 
 	p("### A command as the E2B SDKs run it, `bash -l -c 'echo hi'`\n\n")
@@ -639,7 +639,7 @@ func render(r *report) string {
 	p("### Create → first output\n\n")
 	p("*API*: `POST /sandboxes` (template busybox) through the Go client, then the process service's `Start` of `/bin/echo hi`, "+
 		"to the first byte of its output; the sandbox is killed after the clock stops. "+
-		"*`sbx run --rm`*: from fork to the first byte on its stdout pipe, in the same state root. %d runs per side, %d warm-up.\n\n",
+		"*`hutch run --rm`*: from fork to the first byte on its stdout pipe, in the same state root. %d runs per side, %d warm-up.\n\n",
 		r.cfg.createN, min(r.cfg.warmup, 2))
 	table(&w, r.create)
 	return w.String()

@@ -1,7 +1,7 @@
 // Command ssh measures the round trip of a command over SSH into a
-// sandbox (`sbx ssh`, and OpenSSH's ssh with the Host block of
-// `sbx ssh-config`, on a new connection and on a kept one) against
-// `sbx exec` and raw `runsc exec` into the same sandbox, and writes its
+// sandbox (`hutch ssh`, and OpenSSH's ssh with the Host block of
+// `hutch ssh-config`, on a new connection and on a kept one) against
+// `hutch exec` and raw `runsc exec` into the same sandbox, and writes its
 // own section of docs/benchmarks.md. Run it through `make bench` (as
 // root).
 package main
@@ -21,8 +21,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 type config struct {
@@ -40,7 +40,7 @@ type side struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.bin, "bin", "bin", "directory holding sbx, sbx-init, runsc and images/busybox.tar")
+	flag.StringVar(&c.bin, "bin", "bin", "directory holding hutch, hutch-init, runsc and images/busybox.tar")
 	flag.StringVar(&c.out, "out", "", "markdown file whose ssh section is (re)written; empty: stdout only")
 	flag.IntVar(&c.n, "n", 100, "measured runs per side")
 	flag.IntVar(&c.warmup, "warmup", 5, "untimed runs per side first")
@@ -61,26 +61,26 @@ func main() {
 			benchexit.Fatalf("%s: %v (scripts/install-deps.sh installs openssh-client)", tool, err)
 		}
 	}
-	tmp, err := os.MkdirTemp("", "sbx-bench-ssh-")
+	tmp, err := os.MkdirTemp("", "hutch-bench-ssh-")
 	if err != nil {
 		benchexit.Fatal(err)
 	}
-	root := filepath.Join(tmp, "sbx")
+	root := filepath.Join(tmp, "hutch")
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SBX_") {
+		if !strings.HasPrefix(kv, "HUTCH_") {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "SBX_ROOT="+root)
-	sbx := func(args ...string) string {
-		cmd := exec.Command(filepath.Join(c.bin, "sbx"), args...)
+	env = append(env, "HUTCH_ROOT="+root)
+	hutch := func(args ...string) string {
+		cmd := exec.Command(filepath.Join(c.bin, "hutch"), args...)
 		cmd.Env = env
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+			benchexit.Fatalf("hutch %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 		}
 		return string(out)
 	}
@@ -90,11 +90,11 @@ func main() {
 			master.Process.Kill()
 			master.Wait() //nolint:errcheck // killed
 		}
-		cmd := exec.Command(filepath.Join(c.bin, "sbx"), "ls", "-q")
+		cmd := exec.Command(filepath.Join(c.bin, "hutch"), "ls", "-q")
 		cmd.Env = env
 		out, _ := cmd.Output()
 		for _, id := range strings.Fields(string(out)) {
-			rm := exec.Command(filepath.Join(c.bin, "sbx"), "rm", "-f", id)
+			rm := exec.Command(filepath.Join(c.bin, "hutch"), "rm", "-f", id)
 			rm.Env = env
 			rm.Run() //nolint:errcheck // best effort on the way out
 		}
@@ -102,13 +102,13 @@ func main() {
 	}
 	benchexit.AtExit(cleanup)
 
-	id := strings.TrimSpace(sbx("create", "--image", "busybox", "--net", "none"))
+	id := strings.TrimSpace(hutch("create", "--image", "busybox", "--net", "none"))
 	var rec struct {
 		Pid int `json:"pid"`
 	}
 	// The host PID is in the engine's record only.
-	if err := json.Unmarshal([]byte(sbx("inspect", "--format", "debug", id)), &rec); err != nil {
-		benchexit.Fatalf("sbx inspect %s: %v", id, err)
+	if err := json.Unmarshal([]byte(hutch("inspect", "--format", "debug", id)), &rec); err != nil {
+		benchexit.Fatalf("hutch inspect %s: %v", id, err)
 	}
 	globals, err := runscGlobals(rec.Pid)
 	if err != nil {
@@ -119,10 +119,10 @@ func main() {
 		benchexit.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
 	conf := filepath.Join(tmp, "ssh_config")
-	if err := os.WriteFile(conf, []byte(sbx("ssh-config", "--authorized-key", key+".pub", id)), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(hutch("ssh-config", "--authorized-key", key+".pub", id)), 0o600); err != nil {
 		benchexit.Fatal(err)
 	}
-	host := "sbx-" + id
+	host := "hutch-" + id
 	ctl := filepath.Join(tmp, "ctl")
 	master = exec.Command("ssh", "-F", conf, "-o", "BatchMode=yes", "-o", "ControlMaster=yes", "-o", "ControlPath="+ctl, "-N", host)
 	master.Env = env
@@ -143,16 +143,16 @@ func main() {
 			args := append(append(append([]string{}, globals...), "exec", id), "/bin/echo", "hi")
 			return timeCmd(env, filepath.Join(c.bin, "runsc"), args...)
 		}},
-		{name: "`sbx exec ID -- /bin/echo hi`", run: func() (time.Duration, error) {
-			return timeCmd(env, filepath.Join(c.bin, "sbx"), "exec", id, "--", "/bin/echo", "hi")
+		{name: "`hutch exec ID -- /bin/echo hi`", run: func() (time.Duration, error) {
+			return timeCmd(env, filepath.Join(c.bin, "hutch"), "exec", id, "--", "/bin/echo", "hi")
 		}},
-		{name: "`sbx ssh ID -- /bin/echo hi`", run: func() (time.Duration, error) {
-			return timeCmd(env, filepath.Join(c.bin, "sbx"), "ssh", "--authorized-key", key+".pub", id, "--", "/bin/echo", "hi")
+		{name: "`hutch ssh ID -- /bin/echo hi`", run: func() (time.Duration, error) {
+			return timeCmd(env, filepath.Join(c.bin, "hutch"), "ssh", "--authorized-key", key+".pub", id, "--", "/bin/echo", "hi")
 		}},
-		{name: "`ssh -F CONFIG sbx-ID /bin/echo hi`, a new connection", run: func() (time.Duration, error) {
+		{name: "`ssh -F CONFIG hutch-ID /bin/echo hi`, a new connection", run: func() (time.Duration, error) {
 			return timeCmd(env, "ssh", "-F", conf, "-o", "BatchMode=yes", host, "/bin/echo", "hi")
 		}},
-		{name: "`ssh -F CONFIG sbx-ID /bin/echo hi`, on a kept connection", run: func() (time.Duration, error) {
+		{name: "`ssh -F CONFIG hutch-ID /bin/echo hi`, on a kept connection", run: func() (time.Duration, error) {
 			return timeCmd(env, "ssh", "-F", conf, "-o", "BatchMode=yes", "-o", "ControlPath="+ctl, host, "/bin/echo", "hi")
 		}},
 	}
@@ -172,7 +172,7 @@ func main() {
 
 	var w strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
-	p("## SSH: a command over `sbx ssh` and OpenSSH\n\n")
+	p("## SSH: a command over `hutch ssh` and OpenSSH\n\n")
 	p("Produced by %s on %s, as root, in %s. Machine: %d CPUs, %s; %s; %s. Load average (1 min) at start %s, at end %s. "+
 		"The machine is shared: compare rows of one run, not runs.\n\n",
 		command, started.UTC().Format("2006-01-02 15:04 UTC"), elapsed.Round(time.Second),
@@ -180,9 +180,9 @@ func main() {
 	p("Every row runs `/bin/echo hi` as a new process in the same busybox sandbox (`--net none`) and checks its output, "+
 		"from fork to exit; the rows run interleaved (the order rotating each round) after %d untimed warm-up runs each, p99 by nearest rank. "+
 		"*`runsc exec`*: runsc with the sandbox's own global flags. "+
-		"*`sbx exec`*: the CLI. "+
-		"*`sbx ssh`*: the CLI writes the Host block to a temporary file and runs the system's `ssh` with it. "+
-		"*`ssh -F CONFIG`*, a new connection: OpenSSH's client with the Host block `sbx ssh-config` printed; its ProxyCommand, `sbx ssh-proxy`, "+
+		"*`hutch exec`*: the CLI. "+
+		"*`hutch ssh`*: the CLI writes the Host block to a temporary file and runs the system's `ssh` with it. "+
+		"*`ssh -F CONFIG`*, a new connection: OpenSSH's client with the Host block `hutch ssh-config` printed; its ProxyCommand, `hutch ssh-proxy`, "+
 		"starts the sandbox's agent as its SSH server with one exec, then the client does the key exchange and the user-key authentication "+
 		"and runs the command over the session. "+
 		"*On a kept connection*: the same client through an open `ControlMaster` connection, as an editor's remote session holds one, "+
@@ -192,9 +192,9 @@ func main() {
 		v := sorted(s)
 		p("| %s | %s | %s | %s | %d |\n", s.name, ms(quantile(v, 0.5)), ms(quantile(v, 0.99)), ms(v[0]), len(v))
 	}
-	raw, cli, viaSbx, fresh, kept := median(sides[0]), median(sides[1]), median(sides[2]), median(sides[3]), median(sides[4])
-	p("\nDifference of medians: `sbx ssh` − `sbx exec` %s; a new OpenSSH connection − `runsc exec` %s; a kept connection − `sbx exec` %s.\n",
-		signed(viaSbx-cli), signed(fresh-raw), signed(kept-cli))
+	raw, cli, viaHutch, fresh, kept := median(sides[0]), median(sides[1]), median(sides[2]), median(sides[3]), median(sides[4])
+	p("\nDifference of medians: `hutch ssh` − `hutch exec` %s; a new OpenSSH connection − `runsc exec` %s; a kept connection − `hutch exec` %s.\n",
+		signed(viaHutch-cli), signed(fresh-raw), signed(kept-cli))
 	section := w.String()
 	fmt.Print(section)
 	if c.out == "" {

@@ -21,8 +21,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"sbx.dev/sbx/integration/bench/benchdoc"
-	"sbx.dev/sbx/integration/bench/benchexit"
+	"hutch.dev/hutch/integration/bench/benchdoc"
+	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
 const (
@@ -45,20 +45,20 @@ git status --porcelain --untracked-files=all >/dev/null
 t3=$(date +%s%N)
 echo $((t1-t0)) $((t2-t1)) $((t3-t2)) $n`
 
-// bin holds the binaries; root is sbx's state root, a directory of
+// bin holds the binaries; root is hutch's state root, a directory of
 // top, beside the host directories.
 var bin, top, root string
 
-func sbx(args ...string) string {
-	c := exec.Command(filepath.Join(bin, "sbx"), args...)
-	c.Env = append(os.Environ(), "SBX_ROOT="+root)
+func hutch(args ...string) string {
+	c := exec.Command(filepath.Join(bin, "hutch"), args...)
+	c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 	out, err := c.Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		benchexit.Fatalf("sbx %s: %v: %s", strings.Join(args, " "), err, msg)
+		benchexit.Fatalf("hutch %s: %v: %s", strings.Join(args, " "), err, msg)
 	}
 	return string(out)
 }
@@ -119,22 +119,22 @@ func runscGlobals(pid int) []string {
 }
 
 func main() {
-	flag.StringVar(&bin, "bin", "bin", "directory of the built sbx, sbx-init, runsc and images")
+	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc and images")
 	out := flag.String("out", "docs/benchmarks.md", "benchmark document to update")
-	baseArchive := flag.String("base", "", "import the default image from this archive (`sbx image export base:latest FILE`) instead of building it")
+	baseArchive := flag.String("base", "", "import the default image from this archive (`hutch image export base:latest FILE`) instead of building it")
 	flag.Parse()
 	var err error
-	if top, err = os.MkdirTemp("", "sbx-bench-volume-"); err != nil {
+	if top, err = os.MkdirTemp("", "hutch-bench-volume-"); err != nil {
 		benchexit.Fatal(err)
 	}
 	root = filepath.Join(top, "state")
 	rawRoot := filepath.Join(top, "raw-runsc")
 	cleanup := func() {
-		c := exec.Command(filepath.Join(bin, "sbx"), "ls", "-q")
-		c.Env = append(os.Environ(), "SBX_ROOT="+root)
+		c := exec.Command(filepath.Join(bin, "hutch"), "ls", "-q")
+		c.Env = append(os.Environ(), "HUTCH_ROOT="+root)
 		ids, _ := c.Output()
 		for _, id := range strings.Fields(string(ids)) {
-			rm := exec.Command(filepath.Join(bin, "sbx"), "rm", "-f", id)
+			rm := exec.Command(filepath.Join(bin, "hutch"), "rm", "-f", id)
 			rm.Env = c.Env
 			rm.Run() //nolint:errcheck // best effort on the way out
 		}
@@ -145,14 +145,14 @@ func main() {
 	defer cleanup()
 
 	if *baseArchive != "" {
-		sbx("image", "import", "base", *baseArchive)
+		hutch("image", "import", "base", *baseArchive)
 	}
-	sbx("run", "--rm", "--image", "base", "--", "true") // builds base if needed
+	hutch("run", "--rm", "--image", "base", "--", "true") // builds base if needed
 
 	rw, ov := hostDir("rw"), hostDir("overlay")
-	id := strings.TrimSpace(sbx("create", "--image", "base", "-v", rw+":/bench-rw", "-v", ov+":/bench-overlay:overlay"))
+	id := strings.TrimSpace(hutch("create", "--image", "base", "-v", rw+":/bench-rw", "-v", ov+":/bench-overlay:overlay"))
 	run := func(dir string) sample {
-		return parse(sbx("exec", "-u", "root", id, "--", "bash", "-c", workload, "bench", dir))
+		return parse(hutch("exec", "-u", "root", id, "--", "bash", "-c", workload, "bench", dir))
 	}
 	var rwS, ovS, rootS, rawS []sample
 	for i := 0; i < reps; i++ {
@@ -166,7 +166,7 @@ func main() {
 
 	// Raw runsc: the sandbox's own spec and global flags, its init the
 	// workload, and a plain bind mount of a host directory.
-	// The gVisor sandbox process, whose flags are sbx's runsc flags.
+	// The gVisor sandbox process, whose flags are hutch's runsc flags.
 	pb, err := os.ReadFile(filepath.Join(root, "sandboxes", id, "sandbox.pid"))
 	if err != nil {
 		benchexit.Fatal(err)
@@ -187,7 +187,7 @@ func main() {
 	rawHost := hostDir("raw")
 	var mounts []specs.Mount
 	for _, m := range spec.Mounts {
-		if m.Type == "bind" && (strings.HasPrefix(m.Source, root) || m.Destination == "/.sbx/sbx-init") {
+		if m.Type == "bind" && (strings.HasPrefix(m.Source, root) || m.Destination == "/.hutch/hutch-init") {
 			continue
 		}
 		mounts = append(mounts, m)
@@ -252,7 +252,7 @@ func main() {
 	for _, r := range []struct {
 		name string
 		s    []sample
-	}{{"sbx, rw mount", rwS}, {"sbx, overlay workspace", ovS}, {"sbx, sandbox rootfs", rootS}, {"raw runsc, bind mount", rawS}} {
+	}{{"hutch, rw mount", rwS}, {"hutch, overlay workspace", ovS}, {"hutch, sandbox rootfs", rootS}, {"raw runsc, bind mount", rawS}} {
 		fmt.Fprintf(&w, "| %s | %s | %s | %s |\n", r.name, ms(median(r.s, 0)), ms(median(r.s, 1)), ms(median(r.s, 2)))
 	}
 	if err := benchdoc.WriteSection(*out, "volume", w.String()); err != nil {

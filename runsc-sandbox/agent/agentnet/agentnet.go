@@ -1,6 +1,6 @@
 // Package agentnet is the wire protocol of the agent's network endpoint
-// ("sbx-init listen"): the way a server that is not on the sandbox's host
-// (sbx serve placing sandboxes as Kubernetes pods) runs commands in a
+// ("hutch-init listen"): the way a server that is not on the sandbox's host
+// (hutch serve placing sandboxes as Kubernetes pods) runs commands in a
 // sandbox over the pod network instead of through runsc exec or the
 // Kubernetes API's pods/exec.
 //
@@ -8,8 +8,8 @@
 // and never writes anywhere. A connection starts with a mutual
 // challenge-response over fresh nonces: the agent sends Hello and its
 // nonce Ns; the client answers with its nonce Nc and HMAC-SHA256(key,
-// "sbx-agent client" Ns Nc); the agent, if that matches, answers
-// HMAC-SHA256(key, "sbx-agent server" Ns Nc). Neither the key nor any
+// "hutch-agent client" Ns Nc); the agent, if that matches, answers
+// HMAC-SHA256(key, "hutch-agent server" Ns Nc). Neither the key nor any
 // token crosses the wire, and a recorded connection replays nothing (a
 // new Ns each time). After it, every frame is sealed with AES-256-GCM
 // under a key per direction derived with HKDF from the key and both
@@ -51,13 +51,13 @@ const Port = 49983
 
 // EnvKey is the variable that gives the agent its key (64 hex digits);
 // the agent removes it from its environment before anything runs.
-const EnvKey = "SBX_AGENT_KEY"
+const EnvKey = "HUTCH_AGENT_KEY"
 
 // KeySize is the size of a sandbox's key.
 const KeySize = 32
 
 // Hello starts every connection, from the agent.
-const Hello = "SBXA1\n"
+const Hello = "HUTCHA1\n"
 
 const nonceSize = 32
 
@@ -130,11 +130,11 @@ func aead(key, ns, nc []byte, info string) (cipher.AEAD, error) {
 }
 
 func newConn(c net.Conn, key, ns, nc []byte, client bool) (*Conn, error) {
-	c2s, err := aead(key, ns, nc, "sbx-agent c2s")
+	c2s, err := aead(key, ns, nc, "hutch-agent c2s")
 	if err != nil {
 		return nil, err
 	}
-	s2c, err := aead(key, ns, nc, "sbx-agent s2c")
+	s2c, err := aead(key, ns, nc, "hutch-agent s2c")
 	if err != nil {
 		return nil, err
 	}
@@ -158,10 +158,10 @@ func Server(c net.Conn, key []byte) (*Conn, error) {
 		return nil, err
 	}
 	nc := in[:nonceSize]
-	if !hmac.Equal(in[nonceSize:], mac(key, "sbx-agent client", ns, nc)) {
+	if !hmac.Equal(in[nonceSize:], mac(key, "hutch-agent client", ns, nc)) {
 		return nil, ErrAuth
 	}
-	if _, err := c.Write(mac(key, "sbx-agent server", ns, nc)); err != nil {
+	if _, err := c.Write(mac(key, "hutch-agent server", ns, nc)); err != nil {
 		return nil, err
 	}
 	return newConn(c, key, ns, nc, false)
@@ -176,12 +176,12 @@ func Client(c net.Conn, key []byte) (*Conn, error) {
 		return nil, fmt.Errorf("agent endpoint: hello: %w", err)
 	}
 	if string(hello[:len(Hello)]) != Hello {
-		return nil, fmt.Errorf("agent endpoint: not an sbx agent (hello %q)", hello[:len(Hello)])
+		return nil, fmt.Errorf("agent endpoint: not a hutch agent (hello %q)", hello[:len(Hello)])
 	}
 	ns := hello[len(Hello):]
 	nc := make([]byte, nonceSize)
 	rand.Read(nc) //nolint:errcheck // never fails
-	if _, err := c.Write(append(append([]byte(nil), nc...), mac(key, "sbx-agent client", ns, nc)...)); err != nil {
+	if _, err := c.Write(append(append([]byte(nil), nc...), mac(key, "hutch-agent client", ns, nc)...)); err != nil {
 		return nil, err
 	}
 	proof := make([]byte, sha256.Size)
@@ -189,7 +189,7 @@ func Client(c net.Conn, key []byte) (*Conn, error) {
 		// The agent closes the connection on a wrong key.
 		return nil, fmt.Errorf("%w: the agent refused the key (%v)", ErrAuth, err)
 	}
-	if !hmac.Equal(proof, mac(key, "sbx-agent server", ns, nc)) {
+	if !hmac.Equal(proof, mac(key, "hutch-agent server", ns, nc)) {
 		return nil, fmt.Errorf("%w: the agent does not hold the sandbox's key", ErrAuth)
 	}
 	return newConn(c, key, ns, nc, true)

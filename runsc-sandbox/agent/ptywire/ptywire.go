@@ -1,5 +1,5 @@
 // Package ptywire is the framing of a terminal's input between the host
-// and the sandbox's agent ("sbx-init pty"). The agent runs a command on a
+// and the sandbox's agent ("hutch-init pty"). The agent runs a command on a
 // pty of the sandbox's own devpts and copies the pty's output, as it is,
 // to its stdout; its stdin carries frames from the host: what is typed,
 // the terminal's size when it changes, and signals for the command.

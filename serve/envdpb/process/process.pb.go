@@ -1817,7 +1817,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\n" +
 	"SendSignal\x12\x1a.process.SendSignalRequest\x1a\x1b.process.SendSignalResponse\x12E\n" +
 	"\n" +
-	"CloseStdin\x12\x1a.process.CloseStdinRequest\x1a\x1b.process.CloseStdinResponseB,Z*sbx.dev/sbx/serve/envdpb/process;processpbb\x06proto3"
+	"CloseStdin\x12\x1a.process.CloseStdinRequest\x1a\x1b.process.CloseStdinResponseB0Z.hutch.dev/hutch/serve/envdpb/process;processpbb\x06proto3"
 
 var (
 	file_process_process_proto_rawDescOnce sync.Once

@@ -12,8 +12,8 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
+	filesystem "hutch.dev/hutch/serve/envdpb/filesystem"
 	http "net/http"
-	filesystem "sbx.dev/sbx/serve/envdpb/filesystem"
 	strings "strings"
 )
 

@@ -12,8 +12,8 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
+	process "hutch.dev/hutch/serve/envdpb/process"
 	http "net/http"
-	process "sbx.dev/sbx/serve/envdpb/process"
 	strings "strings"
 )
 

@@ -1,0 +1,7 @@
+// Command hutch-buildkit-runtime is the OCI runtime hutch's buildkitd runs RUN
+// steps with: runc's command line, carried out by runsc.
+package main
+
+import "hutch.dev/hutch/runsc-sandbox/ociworker"
+
+func main() { ociworker.Main() }

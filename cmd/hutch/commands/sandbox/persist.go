@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/urfave/cli/v2"
+
+	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/engine"
+)
+
+// Create flags for the setup cache and the sandbox's lifetime.
+var (
+	setupFlag     = &cli.StringSliceFlag{Name: "setup", Usage: "shell command run once per image and command list; its result is cached (repeatable)"}
+	lifetimeFlag  = &cli.DurationFlag{Name: "timeout", Usage: "the sandbox's lifetime, e.g. 30m; then --on-timeout happens"}
+	onTimeoutFlag = &cli.StringFlag{Name: "on-timeout", Value: engine.OnTimeoutPause, Usage: "what happens when the lifetime ends: pause, stop or rm"}
+)
+
+// persistRequest renders the setup and lifetime flags.
+func persistRequest(c *cli.Context, req *engine.CreateRequest) {
+	req.Setup = c.StringSlice("setup")
+	req.Timeout = c.Duration("timeout")
+	req.OnTimeout = c.String("on-timeout")
+}
+
+var snapshotCommand = &cli.Command{
+	Name:      "snapshot",
+	Usage:     "save a sandbox's filesystem changes as an image (its image plus one layer); prints the image name",
+	ArgsUsage: "ID",
+	Flags:     []cli.Flag{&cli.StringFlag{Name: "tag", Aliases: []string{"t"}, Usage: "image name (default snapshot/<ID>:<time>)"}},
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 1, 1, "[-t NAME] ID")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		img, err := e.Snapshot(c.Context, a[0], engine.SnapshotRequest{Name: c.String("tag")})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer, img.Name)
+		return nil
+	},
+}
+
+var pauseCommand = &cli.Command{
+	Name:      "pause",
+	Usage:     "checkpoint sandboxes' memory and filesystem to disk and stop their processes",
+	ArgsUsage: "ID...",
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		_, err := e.Pause(c.Context, id)
+		return err
+	}),
+}
+
+var resumeCommand = &cli.Command{
+	Name:      "resume",
+	Usage:     "restore paused sandboxes; their processes continue",
+	ArgsUsage: "ID...",
+	Action: forEachID(func(c *cli.Context, e *engine.Engine, id string) error {
+		_, err := e.Resume(c.Context, id)
+		return err
+	}),
+}
+
+var forkCommand = &cli.Command{
+	Name:      "fork",
+	Usage:     "make running copies of a running sandbox (memory, processes, filesystem); prints their IDs",
+	ArgsUsage: "ID",
+	Flags:     []cli.Flag{&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of copies"}},
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 1, 1, "[--count N] ID")
+		if err != nil {
+			return err
+		}
+		if n := c.Int("count"); n < 1 {
+			return clix.UsageError(fmt.Errorf("--count %d: want at least 1", n))
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		sbs, err := e.Fork(c.Context, a[0], engine.ForkRequest{Count: c.Int("count")})
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			fmt.Fprintln(c.App.Writer, sb.ID)
+		}
+		return nil
+	},
+}
+
+var logsCommand = &cli.Command{
+	Name:      "logs",
+	Usage:     "print the output of a sandbox's init and background processes (exec -d), with timestamps",
+	ArgsUsage: "ID",
+	Flags:     []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"}},
+	Action: func(c *cli.Context) error {
+		a, err := clix.Args(c, 1, 1, "[-f] ID")
+		if err != nil {
+			return err
+		}
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return e.Logs(ctx, a[0], engine.LogsRequest{Out: c.App.Writer, Follow: c.Bool("follow")})
+	},
+}
+
+// detachedCommand is a hidden command that hutch starts, detached, for work
+// that outlives the command that needs it: it takes exactly the
+// arguments usage names (n of them), ignores the terminal's signals and
+// runs run with the engine of the global flags.
+func detachedCommand(name, usage string, n int, run func(ctx context.Context, e *engine.Engine, args []string) error) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Hidden:    true,
+		ArgsUsage: usage,
+		Action: func(c *cli.Context) error {
+			a, err := clix.Args(c, n, n, usage)
+			if err != nil {
+				return err
+			}
+			e, err := clix.Engine(c)
+			if err != nil {
+				return err
+			}
+			signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+			return run(context.Background(), e, a)
+		},
+	}
+}
+
+// watchdogCommand enforces a sandbox's lifetime.
+var watchdogCommand = detachedCommand(clix.WatchdogCommandName, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.RunWatchdog(ctx, a[0])
+})
+
+// finishPauseCommand ends a pause: it checksums the checkpoint and removes
+// what is left of the paused sandbox's runtime.
+var finishPauseCommand = detachedCommand(engine.FinishPauseCommand, "ID CHECKPOINT", 2, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.FinishPause(ctx, a[0], digest.Digest(a[1]))
+})
+
+// removeDroppedCommand deletes the files of checkpoints a resume or a fork
+// no longer needs.
+var removeDroppedCommand = detachedCommand(engine.RemoveDroppedCommand, "", 0, func(ctx context.Context, e *engine.Engine, _ []string) error {
+	return e.RemoveDroppedCheckpoints(ctx)
+})

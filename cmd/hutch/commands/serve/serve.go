@@ -1,0 +1,238 @@
+// Package serve is `hutch serve`: the E2B-compatible API server.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/kubenode"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/serve"
+	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/tenant"
+)
+
+// Command is `hutch serve`.
+var Command = &cli.Command{
+	Name:  "serve",
+	Usage: "serve E2B's API (REST control plane and envd data plane) over this host's sandboxes",
+	Description: `Without --tenants the server has one tenant, takes no API keys and listens
+on loopback only. With --tenants FILE (made with 'hutch tenant add') every call
+needs a tenant's key in X-API-Key, and each tenant sees only its own
+sandboxes and snapshots. See docs/api.md.
+
+With --backend kubernetes --kubeconfig FILE the server runs no sandbox on
+this host: each one is a pod with runtimeClassName hutch on the cluster, which
+the cluster's scheduler places; --template NAME=IMAGE maps E2B templateIDs
+to the images the pods run. --kubeconfig alone implies --backend kubernetes.
+See "Placing sandboxes on Kubernetes" in docs/api.md.`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "address to listen on"},
+		&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (hutch tenant add)", EnvVars: []string{"HUTCH_TENANTS"}},
+		&cli.StringFlag{Name: "domain", Value: "localhost", Usage: "domain of sandbox hosts: PORT-SANDBOXID.DOMAIN (E2B_DOMAIN)"},
+		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
+		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
+		&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
+		&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
+		&cli.StringFlag{Name: "runtime-class", Value: "hutch", Usage: "with --backend kubernetes: the pods' runtimeClassName"},
+		&cli.StringSliceFlag{Name: "template", Usage: "with --backend kubernetes: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
+		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
+		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
+		&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
+		&cli.StringFlag{Name: "node-key", Usage: "with --backend kubernetes: FILE holding the key (64 hex digits) of hutch's node service on the nodes, which pause and resume need (without it they answer 501)"},
+		&cli.IntFlag{Name: "node-port", Value: kubenode.Port, Usage: "with --backend kubernetes: the port of hutch's node service on each node"},
+	},
+	Action: run,
+}
+
+// The backends of --backend.
+const (
+	backendLocal      = "local"
+	backendKubernetes = "kubernetes"
+)
+
+// kubeFlags are the flags that only the kubernetes backend takes.
+var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "image-pull-policy", "pod-cpus", "pod-memory", "node-key", "node-port"}
+
+// backend is the backend the flags ask for: --backend, else kubernetes
+// when --kubeconfig is given, else local. A flag of the kubernetes backend
+// given with the local one, or the kubernetes backend without
+// --kubeconfig, is a usage error naming the flag.
+func backend(c *cli.Context) (string, error) {
+	b := c.String("backend")
+	if !c.IsSet("backend") && c.IsSet("kubeconfig") {
+		b = backendKubernetes
+	}
+	switch b {
+	case backendLocal:
+		for _, f := range kubeFlags {
+			if c.IsSet(f) {
+				return "", fmt.Errorf("--%s places sandboxes on Kubernetes: it needs --backend kubernetes, not local", f)
+			}
+		}
+	case backendKubernetes:
+		if c.String("kubeconfig") == "" {
+			return "", errors.New("--backend kubernetes needs --kubeconfig FILE, the cluster to place sandboxes on")
+		}
+	default:
+		return "", fmt.Errorf("--backend %q: want %s or %s", b, backendLocal, backendKubernetes)
+	}
+	return b, nil
+}
+
+func run(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return clix.UsageError(fmt.Errorf("serve takes no arguments, got %q", c.Args().Slice()))
+	}
+	be, err := backend(c)
+	if err != nil {
+		return clix.UsageError(err)
+	}
+	level := slog.LevelInfo
+	if c.String("log-level") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	listen := c.String("listen")
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return clix.UsageError(fmt.Errorf("--listen %q: %w", listen, err))
+	}
+	var tenants *tenant.Store
+	if f := c.String("tenants"); f != "" {
+		if tenants, err = tenant.Open(f); err != nil {
+			return clix.UsageError(err)
+		}
+	} else {
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return clix.UsageError(fmt.Errorf("--listen %q: without --tenants the server takes no API keys, so it listens on loopback only", listen))
+		}
+		log.Warn("no --tenants: one tenant, no API keys, loopback only")
+	}
+	cfg := serve.Config{
+		Tenants: tenants, Domain: c.String("domain"),
+		Logger: log, DefaultNetwork: c.String("default-network"),
+	}
+	var root string
+	if be == backendKubernetes {
+		if cfg.Kube, err = kubeConfig(c, c.String("kubeconfig")); err != nil {
+			return clix.UsageError(err)
+		}
+		if root = c.String("root"); root == "" {
+			root = engine.DefaultRoot()
+		}
+		cfg.StateDir = filepath.Join(root, "serve")
+		root = "kubernetes " + cfg.Kube.Client.Server() + " namespace " + cfg.Kube.Namespace
+	} else {
+		if cfg.Engine, err = clix.Engine(c); err != nil {
+			return err
+		}
+		root = cfg.Engine.Root()
+	}
+	audit := c.String("audit-log")
+	switch audit {
+	case "":
+		dir := cfg.StateDir
+		if dir == "" {
+			dir = filepath.Join(root, "serve")
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		audit = filepath.Join(dir, "audit.log")
+	case "-":
+		audit = ""
+	}
+	cfg.AuditLog = audit
+	srv, err := serve.New(cfg)
+	if err != nil {
+		return clix.UsageError(err)
+	}
+	defer srv.Close()
+	if n, err := srv.Recover(c.Context, 3*time.Second); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("removed sandboxes a previous server left dead or half-created", "count", n)
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	log.Info("serving", "listen", l.Addr().String(), "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: open requests may finish; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// kubeConfig is the Kubernetes placement the flags ask for.
+func kubeConfig(c *cli.Context, path string) (*serve.KubeConfig, error) {
+	client, ns, err := kube.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if c.IsSet("namespace") {
+		ns = c.String("namespace")
+	}
+	kc := &serve.KubeConfig{
+		Client: client, Namespace: ns, RuntimeClass: c.String("runtime-class"),
+		PullPolicy: c.String("image-pull-policy"), Templates: map[string]string{},
+		CPUs: c.Float64("pod-cpus"),
+	}
+	if m := c.String("pod-memory"); m != "" {
+		if kc.Memory, err = policy.ParseSize(m); err != nil {
+			return nil, fmt.Errorf("--pod-memory %q: %w", m, err)
+		}
+	}
+	for _, t := range c.StringSlice("template") {
+		name, image, ok := strings.Cut(t, "=")
+		if !ok || name == "" || image == "" {
+			return nil, fmt.Errorf("--template %q: want NAME=IMAGE", t)
+		}
+		kc.Templates[name] = image
+	}
+	if len(kc.Templates) == 0 {
+		return nil, errors.New("--backend kubernetes: give at least one --template NAME=IMAGE (the image a templateID's pods run)")
+	}
+	if f := c.String("node-key"); f != "" {
+		key, err := kubenode.ReadKeyFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--node-key: %w", err)
+		}
+		if p := c.Int("node-port"); p <= 0 || p > 65535 {
+			return nil, fmt.Errorf("--node-port %d: want a port of 1-65535", p)
+		}
+		kc.Nodes = &kubenode.Client{Key: key, Port: c.Int("node-port")}
+	}
+	return kc, nil
+}

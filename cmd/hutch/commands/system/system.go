@@ -1,0 +1,159 @@
+// Package system holds hutch's commands about itself: version, doctor, and
+// the CAs its state root trusts.
+package system
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/urfave/cli/v2"
+
+	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/policy"
+)
+
+// version is set by the build (-ldflags -X).
+var version = ""
+
+// Version is hutch's version: the build's stamp, else the module version.
+func Version() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// Commands are version, doctor and ca.
+var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, resolverCommand}
+
+var versionCommand = &cli.Command{
+	Name:  "version",
+	Usage: "print the versions of hutch and runsc",
+	Action: func(c *cli.Context) error {
+		fmt.Fprintf(c.App.Writer, "hutch %s\n", Version())
+		e, err := clix.Engine(c)
+		if err != nil {
+			return err
+		}
+		v, err := e.Version(c.Context)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.Writer, "%s (%s)\n", v, e.RunscPath())
+		return nil
+	},
+}
+
+var doctorCommand = &cli.Command{
+	Name:  "doctor",
+	Usage: "check that this host can run sandboxes, by running one",
+	Action: func(c *cli.Context) error {
+		w := c.App.Writer
+		failed := 0
+		check := func(name string, fn func() (string, error)) {
+			detail, err := fn()
+			if err != nil {
+				failed++
+				fmt.Fprintf(w, "FAIL  %-10s %v\n", name, err)
+				return
+			}
+			fmt.Fprintf(w, "ok    %-10s %s\n", name, detail)
+		}
+		var e *engine.Engine
+		check("state", func() (string, error) {
+			var err error
+			e, err = clix.Engine(c)
+			if err != nil {
+				return "", err
+			}
+			mode := "root"
+			if e.Rootless() {
+				mode = "rootless"
+			}
+			return fmt.Sprintf("%s (%s)", e.Root(), mode), nil
+		})
+		if e == nil {
+			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
+		}
+		check("runsc", func() (string, error) {
+			v, err := e.Version(c.Context)
+			return v + " at " + e.RunscPath(), err
+		})
+		if e.Rootless() {
+			for _, it := range rootlessReport(c.Context, e) {
+				switch {
+				case it.ok:
+					fmt.Fprintf(w, "ok    %-10s %s\n", it.name, it.detail)
+				case it.fatal:
+					failed++
+					fmt.Fprintf(w, "FAIL  %-10s %s\n", it.name, it.detail)
+				default:
+					fmt.Fprintf(w, "note  %-10s %s\n", it.name, it.detail)
+				}
+				if !it.ok && it.fix != "" {
+					fmt.Fprintf(w, "      %-10s fix: %s\n", "", it.fix)
+				}
+			}
+		}
+		check("cgroups", func() (string, error) {
+			if e.Rootless() {
+				return "none of root's; see limits above", nil
+			}
+			switch cgroups.Mode() {
+			case cgroups.Unified:
+				return "v2", nil
+			case cgroups.Hybrid:
+				return "v1 + v2 (hybrid)", nil
+			case cgroups.Legacy:
+				return "v1", nil
+			}
+			return "", fmt.Errorf("no cgroup hierarchy found")
+		})
+		check("sandbox", func() (string, error) {
+			ctx, cancel := context.WithTimeout(c.Context, 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			sb, err := e.Create(ctx, engine.CreateRequest{Image: engine.TestImage})
+			if err != nil {
+				return "", err
+			}
+			defer e.Remove(context.Background(), sb.ID, true) //nolint:errcheck // reported below if it matters
+			var out, errb bytes.Buffer
+			code, err := e.Exec(ctx, sb.ID, engine.ExecRequest{Args: []string{"uname", "-sr"}, Stdout: &out, Stderr: &errb})
+			if err != nil || code != 0 {
+				return "", fmt.Errorf("exec uname: status %d: %v %s", code, err, strings.TrimSpace(errb.String()))
+			}
+			return fmt.Sprintf("%s (create+exec %s)", strings.TrimSpace(out.String()), time.Since(start).Round(time.Millisecond)), nil
+		})
+		check("base", func() (string, error) {
+			if img, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
+				return fmt.Sprintf("%s built (%s)", img.Name, policy.FormatSize(img.Size)), nil
+			}
+			if e.Rootless() {
+				return engine.DefaultImage + " not in your store: see images above", nil
+			}
+			return engine.DefaultImage + " not built yet: the first sandbox without --image builds it", nil
+		})
+		if detail, notes := hostCAs(c, e); len(notes) == 0 {
+			fmt.Fprintf(w, "ok    %-10s %s\n", "host CAs", detail)
+		} else {
+			fmt.Fprintf(w, "note  %-10s %s\n", "host CAs", notes[0])
+			for _, n := range notes[1:] {
+				fmt.Fprintf(w, "      %-10s %s\n", "", n)
+			}
+		}
+		if failed > 0 {
+			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
+		}
+		return nil
+	},
+}

@@ -1,0 +1,188 @@
+// Package tenant holds `hutch tenant`: the tenants file of `hutch serve`,
+// their API keys and quotas. It edits the file only; a running server
+// picks the change up on its own.
+package tenant
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/serve/tenant"
+)
+
+// Command is `hutch tenant`.
+var Command = &cli.Command{
+	Name:        "tenant",
+	Usage:       "manage the tenants of hutch serve: API keys and quotas",
+	Subcommands: []*cli.Command{addCommand, lsCommand, rmCommand},
+}
+
+// tenantsFlag names the file; every subcommand carries it so it may
+// follow the arguments.
+var tenantsFlag = &cli.StringFlag{Name: "tenants", Usage: "tenants file, as given to hutch serve --tenants", EnvVars: []string{"HUTCH_TENANTS"}}
+
+// args checks the number of positional arguments, as clix.Args, with
+// the usage line naming the whole command.
+func args(c *cli.Context, min, max int, usage string) ([]string, error) {
+	a := c.Args().Slice()
+	if len(a) < min || (max >= 0 && len(a) > max) {
+		return nil, clix.UsageError(fmt.Errorf("usage: hutch tenant %s %s", c.Command.Name, usage))
+	}
+	return a, nil
+}
+
+func open(c *cli.Context) (*tenant.Store, error) {
+	path := c.String("tenants")
+	if path == "" {
+		return nil, clix.UsageError(errors.New("--tenants FILE is required: the tenants file hutch serve reads"))
+	}
+	return tenant.Open(path)
+}
+
+var addCommand = &cli.Command{
+	Name:      "add",
+	Usage:     "add a tenant; prints its API key, which is shown only this once",
+	ArgsUsage: "NAME",
+	Flags: []cli.Flag{
+		tenantsFlag,
+		&cli.StringFlag{Name: "max-sandboxes", Usage: "sandboxes the tenant may have at once (default unlimited)"},
+		&cli.StringFlag{Name: "max-cpus", Usage: "total CPU cores of its sandboxes (default unlimited)"},
+		&cli.StringFlag{Name: "max-memory", Usage: "total memory of its sandboxes, e.g. 8g (default unlimited)"},
+		&cli.StringFlag{Name: "max-disk", Usage: "total disk of its sandboxes, e.g. 100g (default unlimited)"},
+	},
+	Action: func(c *cli.Context) error {
+		a, err := args(c, 1, 1, "NAME --tenants FILE [--max-sandboxes N] [--max-cpus N] [--max-memory SIZE] [--max-disk SIZE]")
+		if err != nil {
+			return err
+		}
+		if err := tenant.ValidateName(a[0]); err != nil {
+			return clix.UsageError(err)
+		}
+		q, err := quotaFlags(c)
+		if err != nil {
+			return err
+		}
+		s, err := open(c)
+		if err != nil {
+			return err
+		}
+		key, err := s.Add(a[0], q)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer, key)
+		fmt.Fprintf(c.App.ErrWriter, "hutch: added tenant %s; its API key (above) is not stored and will not be shown again\n", a[0])
+		return nil
+	},
+}
+
+// quotaFlags reads the --max-* flags; an absent flag, or 0, is unlimited.
+func quotaFlags(c *cli.Context) (tenant.Quota, error) {
+	var q tenant.Quota
+	if s := c.String("max-sandboxes"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return q, clix.UsageError(fmt.Errorf("--max-sandboxes %q: want a whole number, 0 for unlimited", s))
+		}
+		q.MaxSandboxes = n
+	}
+	if s := c.String("max-cpus"); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return q, clix.UsageError(fmt.Errorf("--max-cpus %q: want a number of cores, 0 for unlimited", s))
+		}
+		q.MaxCPUs = f
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"max-memory", &q.MaxMemory}, {"max-disk", &q.MaxDisk}} {
+		if s := c.String(f.name); s != "" {
+			n, err := policy.ParseSize(s)
+			if err != nil {
+				return q, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
+			}
+			*f.dst = n
+		}
+	}
+	return q, nil
+}
+
+var lsCommand = &cli.Command{
+	Name:    "ls",
+	Aliases: []string{"list"},
+	Usage:   "list tenants and their quotas",
+	Flags:   []cli.Flag{tenantsFlag, clix.FormatFlag},
+	Action: func(c *cli.Context) error {
+		if _, err := args(c, 0, 0, "--tenants FILE [--format table|json]"); err != nil {
+			return err
+		}
+		asJSON, err := clix.CheckFormat(c)
+		if err != nil {
+			return err
+		}
+		s, err := open(c)
+		if err != nil {
+			return err
+		}
+		ts, err := s.List()
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return clix.WriteJSON(c.App.Writer, ts)
+		}
+		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPUS\tMEMORY\tDISK\tCREATED")
+		for _, t := range ts {
+			q := t.Quota
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name,
+				limit(q.MaxSandboxes != 0, strconv.Itoa(q.MaxSandboxes)),
+				limit(q.MaxCPUs != 0, strconv.FormatFloat(q.MaxCPUs, 'f', -1, 64)),
+				limit(q.MaxMemory != 0, policy.FormatSize(q.MaxMemory)),
+				limit(q.MaxDisk != 0, policy.FormatSize(q.MaxDisk)),
+				t.Created.Local().Format("2006-01-02 15:04:05"))
+		}
+		return tw.Flush()
+	},
+}
+
+// limit is s, or "unlimited" for a limit that is not set.
+func limit(set bool, s string) string {
+	if !set {
+		return "unlimited"
+	}
+	return s
+}
+
+var rmCommand = &cli.Command{
+	Name:      "rm",
+	Aliases:   []string{"remove"},
+	Usage:     "remove tenants; their keys stop working",
+	ArgsUsage: "NAME...",
+	Flags:     []cli.Flag{tenantsFlag},
+	Action: func(c *cli.Context) error {
+		names, err := args(c, 1, -1, "NAME... --tenants FILE")
+		if err != nil {
+			return err
+		}
+		s, err := open(c)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := s.Remove(n); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.App.Writer, n)
+		}
+		return nil
+	},
+}
