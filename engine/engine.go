@@ -130,6 +130,9 @@ func Open(o Options) (*Engine, error) {
 		return nil, err
 	}
 	o.Root = root
+	if err := CheckFormerState(root); err != nil {
+		return nil, err
+	}
 	if o.RunscPath == "" {
 		if o.RunscPath, err = FindRunsc(); err != nil {
 			return nil, err

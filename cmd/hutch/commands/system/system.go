@@ -32,8 +32,8 @@ func Version() string {
 	return "dev"
 }
 
-// Commands are version, doctor and ca.
-var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, resolverCommand}
+// Commands are version, doctor, ca and migrate.
+var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, resolverCommand, migrateCommand}
 
 var versionCommand = &cli.Command{
 	Name:  "version",
@@ -155,5 +155,26 @@ var doctorCommand = &cli.Command{
 			return clix.Exit(clix.ExitRuntime, fmt.Errorf("doctor: %d check(s) failed", failed))
 		}
 		return nil
+	},
+}
+
+var migrateCommand = &cli.Command{
+	Name:  "migrate",
+	Usage: "move the state of " + engine.FormerName + " (this project's former name) to hutch's paths",
+	Description: "Moves " + engine.FormerName + "'s default state root (as root, also its shared image store\n" +
+		"and /etc directory) to hutch's default paths, and rewrites the paths its\n" +
+		"records hold. Stop or pause running sandboxes first.",
+	Action: func(c *cli.Context) error {
+		if _, err := clix.Args(c, 0, 0, ""); err != nil {
+			return err
+		}
+		if c.String("root") != "" {
+			return clix.UsageError(fmt.Errorf("migrate moves the default state root: it takes no --root"))
+		}
+		done, err := engine.MigrateFormerState(c.Context, engine.Options{RunscPath: c.String("runsc")})
+		for _, m := range done {
+			fmt.Fprintf(c.App.Writer, "moved %s to %s (%d files rewritten)\n", m.From, m.To, m.Rewritten)
+		}
+		return err
 	},
 }
