@@ -277,4 +277,4 @@ proto: ## regenerate serve/envdpb from its .proto files (needs protoc: apt-get i
 	cd serve/envdpb && PATH=$(PROTO_PLUGINS):$$PATH protoc -I. -I/usr/include \
 		--go_out=. --go_opt=paths=source_relative \
 		--connect-go_out=. --connect-go_opt=paths=source_relative \
-		process/process.proto filesystem/filesystem.proto
+		processpb/process.proto filesystempb/filesystem.proto

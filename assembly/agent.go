@@ -9,8 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/policy"
-	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // AgentMount gives a container the sandbox's agent: the hutch-init binary

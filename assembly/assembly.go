@@ -13,7 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // RunscConfig is what differs between sandboxes in runsc's global flags.

@@ -65,8 +65,8 @@ func under(path, dir string) bool {
 // DESIGN.md's import rules, checked on the module as it is.
 func TestImportRules(t *testing.T) {
 	wire := map[string]bool{
-		module + "/runsc-sandbox/agent/agentnet": true,
-		module + "/runsc-sandbox/agent/ptywire":  true,
+		module + "/agent/agentnet": true,
+		module + "/agent/ptywire":  true,
 	}
 	pkgs := listPackages(t)
 	if len(pkgs) < 10 {
@@ -80,8 +80,8 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 	for path, p := range pkgs {
-		// runsc-sandbox runs what it is given.
-		if under(path, "runsc-sandbox") {
+		// runsc runs what it is given.
+		if under(path, "runsc") {
 			for _, d := range p.Deps {
 				for _, bad := range []string{"policy", "overlay", "buildimg", "assembly"} {
 					if under(d, bad) {
@@ -107,7 +107,7 @@ func TestImportRules(t *testing.T) {
 				if wire[d] {
 					continue
 				}
-				if under(d, "runsc-sandbox") || under(d, "assembly") {
+				if under(d, "runsc") || under(d, "assembly") {
 					t.Errorf("%s imports %s", path, d)
 				}
 			}

@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/runsc-sandbox/ociworker"
+	"hutch.dev/hutch/buildimg/ociworker"
 )
 
 // DefaultIdle is how long the daemon stays up after its last build.

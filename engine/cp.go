@@ -9,7 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
 )
 
 // A copy between the host and a sandbox is a tar stream between hutch and

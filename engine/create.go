@@ -14,10 +14,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // CreateRequest is what a new sandbox should be. Zero values take the

@@ -3,7 +3,7 @@
 //
 // It orchestrates the other packages in the order of DESIGN.md: policy
 // validates and renders a request, overlay provides the image's rootfs,
-// runsc-sandbox runs it. Its state lives in files under one root directory;
+// runsc runs it. Its state lives in files under one root directory;
 // there is no daemon, so every Engine method works from a fresh process and
 // many processes may use one root at once.
 //
@@ -25,7 +25,7 @@ import (
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/buildimg"
 	"hutch.dev/hutch/overlay"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // DefaultImage is the image a sandbox gets when the request names none:

@@ -15,9 +15,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // Exit statuses Exec reports besides the command's own.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // The files API works on a running sandbox's own view of its filesystem

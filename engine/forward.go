@@ -22,10 +22,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // Port forwarding publishes a TCP port of a sandbox on the host. It is not

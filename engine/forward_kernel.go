@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/urpc"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // The sandbox's own kernel makes a forwarded connection: runsc's port

@@ -15,8 +15,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // LogsRequest says what Logs writes where.

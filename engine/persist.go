@@ -20,7 +20,7 @@ import (
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/overlay"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // PersistState is the part of a sandbox record that pause/resume, fork,

@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // Command is a command that Start started in a sandbox, or that a

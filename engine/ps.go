@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // Process is a process inside a sandbox. PIDs are the sandbox's own.

@@ -13,9 +13,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/runsc"
 )
 
 // Secrets reach a sandbox without touching the host's disk: hutch reads them

@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/policy"
-	"hutch.dev/hutch/runsc-sandbox/agent"
 )
 
 // A sandbox's writable layer holds at most --disk bytes of data, but a

@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/crypto/ssh"
 
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
 )
 
 // SSH into a sandbox: the SSH server is the sandbox's agent ("sshd"),

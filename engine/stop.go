@@ -14,7 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/assembly"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // StopTimeout is how long Stop waits for a sandbox's init to exit after

@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/hashicorp/yamux"
 
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
 )
 
 // Supervised commands are children of the sandbox's init, started over

@@ -11,9 +11,9 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/runsc"
 )
 
 // WinSize is a terminal's size in character cells.

@@ -6,7 +6,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/runsc-sandbox/agent"
+	"hutch.dev/hutch/agent"
 )
 
 // A command on a terminal runs through the agent's pty mode, at the size

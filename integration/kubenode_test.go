@@ -15,9 +15,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/kubenode/nodesvc"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // The node service checkpoints a CRI pod's sandbox through containerd

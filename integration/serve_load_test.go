@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"hutch.dev/hutch/serve/client"
+	"hutch.dev/hutch/client"
 )
 
 // Load on `hutch serve` through the real E2B SDK, on loopback: 50 SDK

@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"hutch.dev/hutch/serve/client"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/client"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 // A server killed with SIGKILL while commands run and creates are in

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"hutch.dev/hutch/serve/client"
+	"hutch.dev/hutch/client"
 )
 
 // E2B's volumes through hutch serve: a tenant's volume is mounted by two of

@@ -32,7 +32,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // Port is the node service's TCP port on every node.

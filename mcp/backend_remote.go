@@ -22,8 +22,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/serve/client"
-	filesystempb "hutch.dev/hutch/serve/envdpb/filesystem"
+	"hutch.dev/hutch/client"
+	"hutch.dev/hutch/serve/envdpb/filesystempb"
 )
 
 // remoteBackend runs the tools on a remote `hutch serve` through its Go

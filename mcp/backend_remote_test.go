@@ -13,8 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/client"
 )
 
 // newRemoteTestServer serves a Server backed by a remote server at url.

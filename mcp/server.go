@@ -26,8 +26,8 @@ import (
 	"github.com/containerd/errdefs"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/client"
 )
 
 // OwnerLabel is the label that marks a sandbox as one a server manages;

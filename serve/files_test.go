@@ -26,8 +26,8 @@ import (
 	"connectrpc.com/connect"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/envdpb/filesystem"
-	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
+	"hutch.dev/hutch/serve/envdpb/filesystempb"
+	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 )
 
 func TestPartFileNameKeepsThePath(t *testing.T) {

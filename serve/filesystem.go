@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/envdpb/filesystem"
+	"hutch.dev/hutch/serve/envdpb/filesystempb"
 )
 
 // Limits of the polling watchers (CreateWatcher, GetWatcherEvents).

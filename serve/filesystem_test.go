@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/envdpb/filesystem"
+	"hutch.dev/hutch/serve/envdpb/filesystempb"
 )
 
 func TestResolvePath(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/serve/kube"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // fakeAgent answers port requests on loopback as the agent's endpoint

@@ -18,8 +18,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/ptywire"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
 	"hutch.dev/hutch/serve/kube"
 )
 

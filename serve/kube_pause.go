@@ -11,9 +11,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 	"hutch.dev/hutch/serve/kube"
 )
 

@@ -19,10 +19,10 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/policy"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 	"hutch.dev/hutch/serve/kube"
 )
 

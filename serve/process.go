@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 // The process service is envd's process.Process: it starts commands in a

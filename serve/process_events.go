@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"hutch.dev/hutch/engine"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 // endEvent describes how a command ended, as envd does from Go's

@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"hutch.dev/hutch/engine"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
-	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/envdpb/processpb"
+	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
 )
 
 // runscSandbox starts a busybox sandbox under real runsc, with the

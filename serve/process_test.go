@@ -21,8 +21,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
-	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/envdpb/processpb"
+	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
 )
 
 // fakeCmd plays a few commands, by their name, as the engine would run

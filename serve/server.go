@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
-	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
+	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
 	"hutch.dev/hutch/serve/tenant"
 )
 

@@ -12,10 +12,10 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/ptywire"
 	"hutch.dev/hutch/assembly"
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent"
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/runsc"
 )
 
 // An exec with a terminal runs on a pty of the sandbox's own devpts when

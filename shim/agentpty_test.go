@@ -13,7 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/agent/ptywire"
 )
 
 // The relay turns containerd's stdin into data frames and resizes into

@@ -17,8 +17,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/runsc"
 )
 
 // The task API for a container's extra processes (execs): start, kill,

@@ -24,7 +24,7 @@ import (
 	"github.com/containerd/plugin/registry"
 
 	"hutch.dev/hutch/assembly"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // RuntimeName is the runtime type containerd knows the shim by.

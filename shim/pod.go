@@ -18,7 +18,7 @@ import (
 
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/policy"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // pod is one gVisor sandbox: the runsc configuration every container of

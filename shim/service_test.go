@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // failingRunsc is a runsc that fails every command with msg on stderr and

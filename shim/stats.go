@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 
 	"hutch.dev/hutch/assembly"
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // Stats reports a container's usage as cgroups v3 metrics (v1 or v2, as

@@ -14,7 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 func updateRequest(t *testing.T, id string, res specs.LinuxResources) *taskAPI.UpdateTaskRequest {

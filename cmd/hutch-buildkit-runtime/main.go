@@ -2,6 +2,6 @@
 // steps with: runc's command line, carried out by runsc.
 package main
 
-import "hutch.dev/hutch/runsc-sandbox/ociworker"
+import "hutch.dev/hutch/buildimg/ociworker"
 
 func main() { ociworker.Main() }

@@ -16,9 +16,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/integration/bench/benchdoc"
-	"hutch.dev/hutch/serve/client"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 // The benchmark of `hutch serve --backend kubernetes` against `hutch serve` on
@@ -125,7 +125,7 @@ func TestBenchServeKube(t *testing.T) {
 		"The machine is shared: compare rows of one run, not runs.\n\n",
 		invocation, started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(started).Round(time.Second),
 		runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, load0, loadAverage())
-	p("Two servers on 127.0.0.1, each with one tenant, driven by the same client (the Go client, `hutch.dev/hutch/serve/client`, "+
+	p("Two servers on 127.0.0.1, each with one tenant, driven by the same client (the Go client, `hutch.dev/hutch/client`, "+
 		"which speaks E2B's REST API and envd's process service as the E2B SDKs do), template `busybox` on both: the local one runs "+
 		"each sandbox on this host; the Kubernetes one makes each a pod with `runtimeClassName: hutch` on the single-node cluster "+
 		"of the end-to-end tests (apiserver, scheduler and kubelet on the same machine), its commands through `pods/exec`. "+

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/kubenode"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // installerImage is the name `make installer-image` gives the installer.

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // `hutch serve --kubeconfig` places each sandbox as a pod on the cluster;

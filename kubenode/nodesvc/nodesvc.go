@@ -30,8 +30,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/kubenode"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 // Defaults of a Server's fields.

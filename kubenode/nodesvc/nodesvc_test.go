@@ -18,8 +18,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/kubenode"
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
 )
 
 const name = "0123456789abcdef0123456789abcdef"

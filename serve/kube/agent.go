@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // AgentExec runs req through the network endpoint of the agent of a pod

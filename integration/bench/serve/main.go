@@ -31,10 +31,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/integration/bench/benchdoc"
 	"hutch.dev/hutch/integration/bench/benchexit"
-	"hutch.dev/hutch/serve/client"
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 //go:embed sdk.cjs
@@ -617,7 +617,7 @@ func render(r *report) string {
 	p("### `echo hi` → exit, into one running sandbox\n\n")
 	p("All three run `/bin/echo hi` directly (no shell) as a new process in the same busybox sandbox, " +
 		"which the API created, and check its output. " +
-		"*API*: the Go client (`hutch.dev/hutch/serve/client`) calls the envd process service's `Start` over the kept-alive " +
+		"*API*: the Go client (`hutch.dev/hutch/client`) calls the envd process service's `Start` over the kept-alive " +
 		"HTTP connection and reads the stream to the end event. " +
 		"*`hutch exec`*: the CLI, from fork to exit (it makes runsc's exec calls on the sandbox's control socket itself). " +
 		"*`runsc exec`*: runsc with the sandbox's own global flags, from fork to exit.\n\n")

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // brokenPipe receives SIGPIPE once DeferBrokenPipe has been called. What

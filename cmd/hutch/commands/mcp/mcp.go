@@ -19,10 +19,10 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/cmd/hutch/commands/system"
 	hutchmcp "hutch.dev/hutch/mcp"
-	"hutch.dev/hutch/serve/client"
 )
 
 // Command is `hutch mcp`.

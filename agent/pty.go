@@ -13,7 +13,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/ptywire"
+	"hutch.dev/hutch/agent/ptywire"
 )
 
 // The agent's "pty" mode runs a command on a terminal of the sandbox's

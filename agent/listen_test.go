@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // endpoint serves the agent's network endpoint with key on loopback.

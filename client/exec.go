@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	processpb "hutch.dev/hutch/serve/envdpb/process"
+	"hutch.dev/hutch/serve/envdpb/processpb"
 )
 
 // ExecRequest is a program to start through the process service: Cmd

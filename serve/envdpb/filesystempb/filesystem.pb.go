@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: filesystem/filesystem.proto
+// source: filesystempb/filesystem.proto
 
 package filesystempb
 
@@ -62,11 +62,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_filesystem_filesystem_proto_enumTypes[0].Descriptor()
+	return file_filesystempb_filesystem_proto_enumTypes[0].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_filesystem_filesystem_proto_enumTypes[0]
+	return &file_filesystempb_filesystem_proto_enumTypes[0]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -75,7 +75,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{0}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{0}
 }
 
 type EventType int32
@@ -120,11 +120,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_filesystem_filesystem_proto_enumTypes[1].Descriptor()
+	return file_filesystempb_filesystem_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_filesystem_filesystem_proto_enumTypes[1]
+	return &file_filesystempb_filesystem_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -133,7 +133,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{1}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{1}
 }
 
 type MoveRequest struct {
@@ -146,7 +146,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[0]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -158,7 +158,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[0]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -171,7 +171,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{0}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *MoveRequest) GetSource() string {
@@ -197,7 +197,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[1]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +209,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[1]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +222,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{1}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *MoveResponse) GetEntry() *EntryInfo {
@@ -241,7 +241,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[2]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +253,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[2]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +266,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{2}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MakeDirRequest) GetPath() string {
@@ -285,7 +285,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[3]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +297,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[3]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +310,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{3}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MakeDirResponse) GetEntry() *EntryInfo {
@@ -329,7 +329,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[4]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +341,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[4]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +354,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{4}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -372,7 +372,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[5]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +384,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[5]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +397,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{5}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{5}
 }
 
 type StatRequest struct {
@@ -409,7 +409,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[6]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +421,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[6]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +434,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{6}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -453,7 +453,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[7]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +465,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[7]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +478,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{7}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatResponse) GetEntry() *EntryInfo {
@@ -508,7 +508,7 @@ type EntryInfo struct {
 
 func (x *EntryInfo) Reset() {
 	*x = EntryInfo{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[8]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +520,7 @@ func (x *EntryInfo) String() string {
 func (*EntryInfo) ProtoMessage() {}
 
 func (x *EntryInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[8]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +533,7 @@ func (x *EntryInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryInfo.ProtoReflect.Descriptor instead.
 func (*EntryInfo) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{8}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EntryInfo) GetName() string {
@@ -623,7 +623,7 @@ type ListDirRequest struct {
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[9]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +635,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[9]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +648,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{9}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListDirRequest) GetPath() string {
@@ -674,7 +674,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[10]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +686,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[10]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +699,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{10}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListDirResponse) GetEntries() []*EntryInfo {
@@ -721,7 +721,7 @@ type WatchDirRequest struct {
 
 func (x *WatchDirRequest) Reset() {
 	*x = WatchDirRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[11]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +733,7 @@ func (x *WatchDirRequest) String() string {
 func (*WatchDirRequest) ProtoMessage() {}
 
 func (x *WatchDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[11]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +746,7 @@ func (x *WatchDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{11}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchDirRequest) GetPath() string {
@@ -788,7 +788,7 @@ type FilesystemEvent struct {
 
 func (x *FilesystemEvent) Reset() {
 	*x = FilesystemEvent{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[12]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +800,7 @@ func (x *FilesystemEvent) String() string {
 func (*FilesystemEvent) ProtoMessage() {}
 
 func (x *FilesystemEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[12]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +813,7 @@ func (x *FilesystemEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesystemEvent.ProtoReflect.Descriptor instead.
 func (*FilesystemEvent) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{12}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FilesystemEvent) GetName() string {
@@ -851,7 +851,7 @@ type WatchDirResponse struct {
 
 func (x *WatchDirResponse) Reset() {
 	*x = WatchDirResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[13]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +863,7 @@ func (x *WatchDirResponse) String() string {
 func (*WatchDirResponse) ProtoMessage() {}
 
 func (x *WatchDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[13]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +876,7 @@ func (x *WatchDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{13}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchDirResponse) GetEvent() isWatchDirResponse_Event {
@@ -947,7 +947,7 @@ type CreateWatcherRequest struct {
 
 func (x *CreateWatcherRequest) Reset() {
 	*x = CreateWatcherRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[14]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +959,7 @@ func (x *CreateWatcherRequest) String() string {
 func (*CreateWatcherRequest) ProtoMessage() {}
 
 func (x *CreateWatcherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[14]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +972,7 @@ func (x *CreateWatcherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWatcherRequest.ProtoReflect.Descriptor instead.
 func (*CreateWatcherRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{14}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateWatcherRequest) GetPath() string {
@@ -1012,7 +1012,7 @@ type CreateWatcherResponse struct {
 
 func (x *CreateWatcherResponse) Reset() {
 	*x = CreateWatcherResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[15]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1024,7 @@ func (x *CreateWatcherResponse) String() string {
 func (*CreateWatcherResponse) ProtoMessage() {}
 
 func (x *CreateWatcherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[15]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1037,7 @@ func (x *CreateWatcherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWatcherResponse.ProtoReflect.Descriptor instead.
 func (*CreateWatcherResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{15}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateWatcherResponse) GetWatcherId() string {
@@ -1056,7 +1056,7 @@ type GetWatcherEventsRequest struct {
 
 func (x *GetWatcherEventsRequest) Reset() {
 	*x = GetWatcherEventsRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[16]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1068,7 @@ func (x *GetWatcherEventsRequest) String() string {
 func (*GetWatcherEventsRequest) ProtoMessage() {}
 
 func (x *GetWatcherEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[16]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1081,7 @@ func (x *GetWatcherEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWatcherEventsRequest.ProtoReflect.Descriptor instead.
 func (*GetWatcherEventsRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{16}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetWatcherEventsRequest) GetWatcherId() string {
@@ -1100,7 +1100,7 @@ type GetWatcherEventsResponse struct {
 
 func (x *GetWatcherEventsResponse) Reset() {
 	*x = GetWatcherEventsResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[17]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1112,7 @@ func (x *GetWatcherEventsResponse) String() string {
 func (*GetWatcherEventsResponse) ProtoMessage() {}
 
 func (x *GetWatcherEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[17]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1125,7 @@ func (x *GetWatcherEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWatcherEventsResponse.ProtoReflect.Descriptor instead.
 func (*GetWatcherEventsResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{17}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetWatcherEventsResponse) GetEvents() []*FilesystemEvent {
@@ -1144,7 +1144,7 @@ type RemoveWatcherRequest struct {
 
 func (x *RemoveWatcherRequest) Reset() {
 	*x = RemoveWatcherRequest{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[18]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1156,7 @@ func (x *RemoveWatcherRequest) String() string {
 func (*RemoveWatcherRequest) ProtoMessage() {}
 
 func (x *RemoveWatcherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[18]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1169,7 @@ func (x *RemoveWatcherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWatcherRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWatcherRequest) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{18}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveWatcherRequest) GetWatcherId() string {
@@ -1187,7 +1187,7 @@ type RemoveWatcherResponse struct {
 
 func (x *RemoveWatcherResponse) Reset() {
 	*x = RemoveWatcherResponse{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[19]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1199,7 @@ func (x *RemoveWatcherResponse) String() string {
 func (*RemoveWatcherResponse) ProtoMessage() {}
 
 func (x *RemoveWatcherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[19]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1212,7 @@ func (x *RemoveWatcherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWatcherResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWatcherResponse) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{19}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{19}
 }
 
 type WatchDirResponse_StartEvent struct {
@@ -1223,7 +1223,7 @@ type WatchDirResponse_StartEvent struct {
 
 func (x *WatchDirResponse_StartEvent) Reset() {
 	*x = WatchDirResponse_StartEvent{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[21]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1235,7 @@ func (x *WatchDirResponse_StartEvent) String() string {
 func (*WatchDirResponse_StartEvent) ProtoMessage() {}
 
 func (x *WatchDirResponse_StartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[21]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1248,7 @@ func (x *WatchDirResponse_StartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirResponse_StartEvent.ProtoReflect.Descriptor instead.
 func (*WatchDirResponse_StartEvent) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{13, 0}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type WatchDirResponse_KeepAlive struct {
@@ -1259,7 +1259,7 @@ type WatchDirResponse_KeepAlive struct {
 
 func (x *WatchDirResponse_KeepAlive) Reset() {
 	*x = WatchDirResponse_KeepAlive{}
-	mi := &file_filesystem_filesystem_proto_msgTypes[22]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1271,7 @@ func (x *WatchDirResponse_KeepAlive) String() string {
 func (*WatchDirResponse_KeepAlive) ProtoMessage() {}
 
 func (x *WatchDirResponse_KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_filesystem_filesystem_proto_msgTypes[22]
+	mi := &file_filesystempb_filesystem_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,14 +1284,14 @@ func (x *WatchDirResponse_KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirResponse_KeepAlive.ProtoReflect.Descriptor instead.
 func (*WatchDirResponse_KeepAlive) Descriptor() ([]byte, []int) {
-	return file_filesystem_filesystem_proto_rawDescGZIP(), []int{13, 1}
+	return file_filesystempb_filesystem_proto_rawDescGZIP(), []int{13, 1}
 }
 
-var File_filesystem_filesystem_proto protoreflect.FileDescriptor
+var File_filesystempb_filesystem_proto protoreflect.FileDescriptor
 
-const file_filesystem_filesystem_proto_rawDesc = "" +
+const file_filesystempb_filesystem_proto_rawDesc = "" +
 	"\n" +
-	"\x1bfilesystem/filesystem.proto\x12\n" +
+	"\x1dfilesystempb/filesystem.proto\x12\n" +
 	"filesystem\x1a\x1fgoogle/protobuf/timestamp.proto\"G\n" +
 	"\vMoveRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
@@ -1390,23 +1390,23 @@ const file_filesystem_filesystem_proto_rawDesc = "" +
 	"\bWatchDir\x12\x1b.filesystem.WatchDirRequest\x1a\x1c.filesystem.WatchDirResponse0\x01\x12T\n" +
 	"\rCreateWatcher\x12 .filesystem.CreateWatcherRequest\x1a!.filesystem.CreateWatcherResponse\x12]\n" +
 	"\x10GetWatcherEvents\x12#.filesystem.GetWatcherEventsRequest\x1a$.filesystem.GetWatcherEventsResponse\x12T\n" +
-	"\rRemoveWatcher\x12 .filesystem.RemoveWatcherRequest\x1a!.filesystem.RemoveWatcherResponseB6Z4hutch.dev/hutch/serve/envdpb/filesystem;filesystempbb\x06proto3"
+	"\rRemoveWatcher\x12 .filesystem.RemoveWatcherRequest\x1a!.filesystem.RemoveWatcherResponseB8Z6hutch.dev/hutch/serve/envdpb/filesystempb;filesystempbb\x06proto3"
 
 var (
-	file_filesystem_filesystem_proto_rawDescOnce sync.Once
-	file_filesystem_filesystem_proto_rawDescData []byte
+	file_filesystempb_filesystem_proto_rawDescOnce sync.Once
+	file_filesystempb_filesystem_proto_rawDescData []byte
 )
 
-func file_filesystem_filesystem_proto_rawDescGZIP() []byte {
-	file_filesystem_filesystem_proto_rawDescOnce.Do(func() {
-		file_filesystem_filesystem_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_filesystem_filesystem_proto_rawDesc), len(file_filesystem_filesystem_proto_rawDesc)))
+func file_filesystempb_filesystem_proto_rawDescGZIP() []byte {
+	file_filesystempb_filesystem_proto_rawDescOnce.Do(func() {
+		file_filesystempb_filesystem_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_filesystempb_filesystem_proto_rawDesc), len(file_filesystempb_filesystem_proto_rawDesc)))
 	})
-	return file_filesystem_filesystem_proto_rawDescData
+	return file_filesystempb_filesystem_proto_rawDescData
 }
 
-var file_filesystem_filesystem_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_filesystem_filesystem_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
-var file_filesystem_filesystem_proto_goTypes = []any{
+var file_filesystempb_filesystem_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_filesystempb_filesystem_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_filesystempb_filesystem_proto_goTypes = []any{
 	(FileType)(0),                       // 0: filesystem.FileType
 	(EventType)(0),                      // 1: filesystem.EventType
 	(*MoveRequest)(nil),                 // 2: filesystem.MoveRequest
@@ -1434,7 +1434,7 @@ var file_filesystem_filesystem_proto_goTypes = []any{
 	(*WatchDirResponse_KeepAlive)(nil),  // 24: filesystem.WatchDirResponse.KeepAlive
 	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
 }
-var file_filesystem_filesystem_proto_depIdxs = []int32{
+var file_filesystempb_filesystem_proto_depIdxs = []int32{
 	10, // 0: filesystem.MoveResponse.entry:type_name -> filesystem.EntryInfo
 	10, // 1: filesystem.MakeDirResponse.entry:type_name -> filesystem.EntryInfo
 	10, // 2: filesystem.StatResponse.entry:type_name -> filesystem.EntryInfo
@@ -1473,14 +1473,14 @@ var file_filesystem_filesystem_proto_depIdxs = []int32{
 	0,  // [0:13] is the sub-list for field type_name
 }
 
-func init() { file_filesystem_filesystem_proto_init() }
-func file_filesystem_filesystem_proto_init() {
-	if File_filesystem_filesystem_proto != nil {
+func init() { file_filesystempb_filesystem_proto_init() }
+func file_filesystempb_filesystem_proto_init() {
+	if File_filesystempb_filesystem_proto != nil {
 		return
 	}
-	file_filesystem_filesystem_proto_msgTypes[8].OneofWrappers = []any{}
-	file_filesystem_filesystem_proto_msgTypes[12].OneofWrappers = []any{}
-	file_filesystem_filesystem_proto_msgTypes[13].OneofWrappers = []any{
+	file_filesystempb_filesystem_proto_msgTypes[8].OneofWrappers = []any{}
+	file_filesystempb_filesystem_proto_msgTypes[12].OneofWrappers = []any{}
+	file_filesystempb_filesystem_proto_msgTypes[13].OneofWrappers = []any{
 		(*WatchDirResponse_Start)(nil),
 		(*WatchDirResponse_Filesystem)(nil),
 		(*WatchDirResponse_Keepalive)(nil),
@@ -1489,18 +1489,18 @@ func file_filesystem_filesystem_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filesystem_filesystem_proto_rawDesc), len(file_filesystem_filesystem_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filesystempb_filesystem_proto_rawDesc), len(file_filesystempb_filesystem_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_filesystem_filesystem_proto_goTypes,
-		DependencyIndexes: file_filesystem_filesystem_proto_depIdxs,
-		EnumInfos:         file_filesystem_filesystem_proto_enumTypes,
-		MessageInfos:      file_filesystem_filesystem_proto_msgTypes,
+		GoTypes:           file_filesystempb_filesystem_proto_goTypes,
+		DependencyIndexes: file_filesystempb_filesystem_proto_depIdxs,
+		EnumInfos:         file_filesystempb_filesystem_proto_enumTypes,
+		MessageInfos:      file_filesystempb_filesystem_proto_msgTypes,
 	}.Build()
-	File_filesystem_filesystem_proto = out.File
-	file_filesystem_filesystem_proto_goTypes = nil
-	file_filesystem_filesystem_proto_depIdxs = nil
+	File_filesystempb_filesystem_proto = out.File
+	file_filesystempb_filesystem_proto_goTypes = nil
+	file_filesystempb_filesystem_proto_depIdxs = nil
 }

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"hutch.dev/hutch/runsc-sandbox/agent/agentnet"
+	"hutch.dev/hutch/agent/agentnet"
 )
 
 // The agent's network endpoint: "hutch-init listen" is the init of a

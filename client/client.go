@@ -20,8 +20,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"hutch.dev/hutch/serve/envdpb/filesystem/filesystempbconnect"
-	"hutch.dev/hutch/serve/envdpb/process/processpbconnect"
+	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
+	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
 )
 
 // EnvdPort is the port the data plane is addressed on.

@@ -36,7 +36,7 @@ import (
 
 	"github.com/containerd/log"
 
-	runsc "hutch.dev/hutch/runsc-sandbox"
+	"hutch.dev/hutch/runsc"
 )
 
 // Environment variables the runtime reads.
