@@ -9,7 +9,7 @@ let sandbox
 await check(
   'create a sandbox from the base template with sandbox-wide envs',
   async () => {
-    hutch = await Sandbox.create('base', {
+    sandbox = await Sandbox.create('base', {
       timeoutMs: 600_000,
       envs: { HUTCH_E2E_SANDBOX_VAR: 'from-create' },
       metadata: { suite: 'commands', run: runID },
@@ -177,7 +177,7 @@ await check('pty: kill ends a running terminal', async () => {
 await check('kill the sandbox', async () => {
   assert.equal(await sandbox.kill(), true)
   assert.equal(await Sandbox.kill(sandbox.sandboxId), false, 'killing it again must answer false')
-  hutch = undefined
+  sandbox = undefined
 })
 
 await killAll([sandbox])

@@ -11,7 +11,7 @@ let sandbox
 await check(
   'create a sandbox from the base template',
   async () => {
-    hutch = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'files', run: runID }, requestTimeoutMs: 120_000 })
+    sandbox = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'files', run: runID }, requestTimeoutMs: 120_000 })
   },
   { fatal: true, timeoutMs: 150_000 },
 )
@@ -178,7 +178,7 @@ await check(
 
 await check('kill the sandbox', async () => {
   assert.equal(await sandbox.kill(), true)
-  hutch = undefined
+  sandbox = undefined
 })
 
 await killAll([sandbox])

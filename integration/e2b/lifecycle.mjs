@@ -262,7 +262,7 @@ await check('deleteSnapshot removes the snapshot', async () => {
 await check('kill the remaining sandboxes; none of this run is listed', async () => {
   assert.equal(await sandbox.kill(), true)
   assert.equal(await other.kill(), true)
-  hutch = other = undefined
+  sandbox = other = undefined
   await sleep(0)
   assert.deepEqual(await listAll({ query: { metadata: { run: runID } } }), [])
 })

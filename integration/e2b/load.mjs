@@ -86,7 +86,7 @@ await check(
       const id = sandboxes[c % sandboxes.length].sandboxId
       let sandbox
       try {
-        hutch = await Sandbox.connect(id, { requestTimeoutMs: 60_000 })
+        sandbox = await Sandbox.connect(id, { requestTimeoutMs: 60_000 })
       } catch (err) {
         failures.push(`client c${c}: Sandbox.connect(${id}): ${describe(err)}`)
         return

@@ -10,7 +10,7 @@ let sandbox
 await check(
   'create a sandbox from the base template',
   async () => {
-    hutch = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'pty', run: runID }, requestTimeoutMs: 120_000 })
+    sandbox = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'pty', run: runID }, requestTimeoutMs: 120_000 })
   },
   { fatal: true, timeoutMs: 150_000 },
 )
@@ -69,7 +69,7 @@ await check('pty: a terminal lives through pause and resume, with its shell and 
   await waitFor('the shell ready', () => out.includes('ready'))
   await p.disconnect()
   assert.equal(await sandbox.pause(), true)
-  hutch = await Sandbox.connect(sandbox.sandboxId, { requestTimeoutMs: 90_000 })
+  sandbox = await Sandbox.connect(sandbox.sandboxId, { requestTimeoutMs: 90_000 })
   out = ''
   const q = await sandbox.pty.connect(p.pid, { onData, timeoutMs: 0 })
   const send = (s) => sandbox.pty.sendInput(p.pid, new TextEncoder().encode(s))

@@ -9,7 +9,7 @@ const readline = require('node:readline')
 const { Sandbox } = require(path.join(process.env.E2B_SDK_DIR, 'e2b'))
 
 async function main() {
-  const hutch = await Sandbox.connect(process.env.SANDBOX_ID, { requestTimeoutMs: 60_000 })
+  const sandbox = await Sandbox.connect(process.env.SANDBOX_ID, { requestTimeoutMs: 60_000 })
   const cmd = process.env.CMD
   const want = process.env.WANT
   console.log('ready')
@@ -17,7 +17,7 @@ async function main() {
   for await (const _ of rl) {
     const t0 = process.hrtime.bigint()
     try {
-      const res = await hutch.commands.run(cmd, { timeoutMs: 60_000, requestTimeoutMs: 60_000 })
+      const res = await sandbox.commands.run(cmd, { timeoutMs: 60_000, requestTimeoutMs: 60_000 })
       const ms = Number(process.hrtime.bigint() - t0) / 1e6
       if (res.stdout !== want) {
         console.log(`error stdout ${JSON.stringify(res.stdout)}, want ${JSON.stringify(want)}`)
