@@ -180,3 +180,77 @@ func TestPolicyIsPure(t *testing.T) {
 		t.Fatal("no policy package checked")
 	}
 }
+
+// serve's handlers do not ask which backend places the sandboxes: only
+// serve.New picks one from its Config (Kube or Engine), only server.go
+// names the Kubernetes backend, and nothing asserts a placement to a
+// backend's type. The backends do not import serve.
+func TestServeOneBackendChoice(t *testing.T) {
+	pkgs := listPackages(t)
+	serve, ok := pkgs[module+"/serve"]
+	if !ok {
+		t.Fatal("no package serve")
+	}
+	for _, d := range []string{"serve/kubeplace", "serve/placement"} {
+		if slices.Contains(pkgs[module+"/"+d].Deps, module+"/serve") {
+			t.Errorf("%s depends on serve", d)
+		}
+	}
+	backendTypes := []string{"hostPlacement", "Placement"}
+	for _, f := range serve.GoFiles {
+		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(serve.Dir, f), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range file.Imports {
+			if ip, _ := strconv.Unquote(imp.Path.Value); ip == module+"/serve/kubeplace" && f != "server.go" {
+				t.Errorf("serve/%s imports %s: only New chooses the backend", f, ip)
+			}
+		}
+		for _, decl := range file.Decls {
+			fn, isFunc := decl.(*ast.FuncDecl)
+			inNew := isFunc && fn.Recv == nil && fn.Name.Name == "New" && f == "server.go"
+			ast.Inspect(decl, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.SelectorExpr:
+					// cfg.Kube, s.cfg.Engine: which backend the
+					// server was given (not the type engine.Engine).
+					if x, ok := n.X.(*ast.Ident); ok && x.Name == "engine" {
+						return true
+					}
+					if (n.Sel.Name == "Kube" || n.Sel.Name == "Engine") && !inNew {
+						t.Errorf("serve/%s reads Config.%s outside New", f, n.Sel.Name)
+					}
+				case *ast.TypeAssertExpr:
+					if n.Type != nil && mentions(n.Type, backendTypes) {
+						t.Errorf("serve/%s asserts a placement to a backend's type", f)
+					}
+				case *ast.TypeSwitchStmt:
+					ast.Inspect(n.Body, func(c ast.Node) bool {
+						if cc, ok := c.(*ast.CaseClause); ok {
+							for _, e := range cc.List {
+								if mentions(e, backendTypes) {
+									t.Errorf("serve/%s switches on a backend's type", f)
+								}
+							}
+						}
+						return true
+					})
+				}
+				return true
+			})
+		}
+	}
+}
+
+// mentions reports whether expression e names one of the types.
+func mentions(e ast.Expr, types []string) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && slices.Contains(types, id.Name) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}

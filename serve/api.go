@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"hutch.dev/hutch/serve/placement"
 )
 
 // apiHandler is a control-plane handler: it gets the request's tenant and
@@ -29,20 +31,16 @@ func (s *Server) routes() http.Handler {
 			s.serveAPI(w, r, mutating, h)
 		})
 	}
-	// local is h, a call only the engine serves: 501 on Kubernetes
-	// placement.
-	local := func(what string, h apiHandler) apiHandler {
-		if s.kube != nil {
-			return notOnKube(what)
+	// needs is h, a call that needs feature f of the placement (what
+	// names it): a placement without it answers 501 before anything
+	// of the request is looked at.
+	needs := func(f placement.Feature, what string, h apiHandler) apiHandler {
+		return func(r *http.Request, tenantName string) (int, any, error) {
+			if err := s.place.Unsupported(f, what); err != nil {
+				return 0, nil, err
+			}
+			return h(r, tenantName)
 		}
-		return h
-	}
-	// onKube is h, or kh on Kubernetes placement.
-	onKube := func(h, kh apiHandler) apiHandler {
-		if s.kube != nil {
-			return kh
-		}
-		return h
 	}
 	handle("POST /sandboxes", true, s.createSandbox)
 	handle("POST /v2/sandboxes", true, s.createSandbox)
@@ -57,18 +55,18 @@ func (s *Server) routes() http.Handler {
 	handle("POST /sandboxes/{id}/timeout", true, s.setTimeout)
 	handle("POST /sandboxes/{id}/refreshes", true, s.refresh)
 	handle("POST /sandboxes/{id}/fork", true, s.forkSandbox)
-	handle("POST /sandboxes/{id}/snapshots", true, onKube(s.snapshotSandbox, s.kubeSnapshotSandbox))
-	handle("GET /snapshots", false, onKube(s.listSnapshots, s.kubeListSnapshots))
-	handle("PUT /sandboxes/{id}/network", true, local("changing a sandbox's network", s.updateNetwork))
-	handle("GET /sandboxes/{id}/metrics", false, local("sandbox metrics", s.sandboxMetrics))
-	handle("GET /sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
-	handle("GET /v2/sandboxes/{id}/logs", false, local("sandbox logs", s.sandboxLogs))
-	handle("GET /templates", false, local("listing templates", s.listTemplates))
-	handle("DELETE /templates/{id}", true, onKube(s.deleteTemplate, s.kubeDeleteTemplate))
-	handle("POST /volumes", true, local("volumes", s.createVolume))
-	handle("GET /volumes", false, local("volumes", s.listVolumes))
-	handle("GET /volumes/{volumeID}", false, local("volumes", s.getVolume))
-	handle("DELETE /volumes/{volumeID}", true, local("volumes", s.deleteVolume))
+	handle("POST /sandboxes/{id}/snapshots", true, s.snapshotSandbox)
+	handle("GET /snapshots", false, s.listSnapshots)
+	handle("PUT /sandboxes/{id}/network", true, needs(placement.FeatureNetworkUpdate, "changing a sandbox's network", s.updateNetwork))
+	handle("GET /sandboxes/{id}/metrics", false, needs(placement.FeatureMetrics, "sandbox metrics", s.sandboxMetrics))
+	handle("GET /sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))
+	handle("GET /v2/sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))
+	handle("GET /templates", false, needs(placement.FeatureTemplates, "listing templates", s.listTemplates))
+	handle("DELETE /templates/{id}", true, s.deleteTemplate)
+	handle("POST /volumes", true, needs(placement.FeatureVolumes, "volumes", s.createVolume))
+	handle("GET /volumes", false, needs(placement.FeatureVolumes, "volumes", s.listVolumes))
+	handle("GET /volumes/{volumeID}", false, needs(placement.FeatureVolumes, "volumes", s.getVolume))
+	handle("DELETE /volumes/{volumeID}", true, needs(placement.FeatureVolumes, "volumes", s.deleteVolume))
 	mux.HandleFunc("/volumecontent/", serveVolumeContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authenticate(r); err != nil {

@@ -8,9 +8,12 @@
 // its tenant in a label, and every lookup checks it: another tenant's
 // sandbox answers exactly as an unknown one does.
 //
-// With Config.Kube it places sandboxes on a Kubernetes cluster instead, one
-// pod each, and reaches them through the agent's authenticated endpoint on
-// the pod network, or through the API server's pods/exec for sandboxes
-// without network (kube_place.go, kube_exec.go, kube_agent.go, package
-// serve/kube); it then uses no engine at all.
+// The handlers decode and check each call once and act through one
+// interface, placement.Placement (package serve/placement): on this host
+// over the engine (host.go), or, with Config.Kube, on a Kubernetes
+// cluster, one pod each, reached through the agent's authenticated
+// endpoint on the pod network or the API server's pods/exec (package
+// serve/kubeplace, over the client in serve/kube); it then uses no engine
+// at all. New is the one place that chooses; a call a placement cannot do
+// answers 501 through the error it returns.
 package serve

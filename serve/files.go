@@ -2,6 +2,7 @@ package serve
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // uploadedFile is one entry of /files' answer to an upload.
@@ -25,59 +26,73 @@ type uploadedFile struct {
 	Path string `json:"path"`
 }
 
-// serveFiles is envd's /files: GET downloads the file at ?path=, POST
-// uploads one (application/octet-stream, the body is the file, gzip
+// serveFiles is envd's /files over p: GET downloads the file at ?path=,
+// POST uploads one (application/octet-stream, the body is the file, gzip
 // Content-Encoding allowed) or several (multipart/form-data, parts named
 // "file" whose file name is the path unless ?path= is given). Paths are
-// resolved for ?username= (or the request's user), who owns what an upload
-// creates, missing parent directories included. Both directions stream:
+// resolved for ?username= (or the request's user), as whom p acts;
+// uploads create missing parent directories. Both directions stream:
 // nothing is held in memory whole.
-func (s *filesystemService) serveFiles(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
-	case http.MethodPost:
-	default:
-		w.Header().Set("Allow", "GET, HEAD, POST")
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
-		return
+func serveFiles(p placement.Placement) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+		case http.MethodPost:
+		default:
+			w.Header().Set("Allow", "GET, HEAD, POST")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
+			return
+		}
+		t := targetOf(r.Context())
+		f, err := p.Files(r.Context(), t.SandboxID, placement.FileUser{Named: r.URL.Query().Get("username"), Default: requestUser(r.Header)})
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		if r.Method == http.MethodPost {
+			upload(w, r, f)
+			return
+		}
+		download(w, r, f, t.SandboxID)
 	}
-	name := r.URL.Query().Get("username")
-	if name == "" {
-		name = requestUser(r.Header)
+}
+
+// resolveFor resolves a request's path for f's user: a relative one
+// against the user's home, looked up only then.
+func resolveFor(ctx context.Context, f placement.Files, raw string) (string, error) {
+	if path.IsAbs(raw) {
+		return resolvePath(raw, "/")
 	}
-	a, err := s.actorOf(r.Context(), name)
+	home, err := f.Home(ctx)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return "", err
 	}
-	if r.Method == http.MethodPost {
-		s.upload(w, r, a)
-		return
-	}
-	s.download(w, r, a)
+	return resolvePath(raw, home)
 }
 
 // download streams the file at ?path= to the client.
-func (s *filesystemService) download(w http.ResponseWriter, r *http.Request, a actor) {
+func download(w http.ResponseWriter, r *http.Request, f placement.Files, sandboxID string) {
 	raw := r.URL.Query().Get("path")
 	if raw == "" {
 		writeError(w, http.StatusBadRequest, "path is required to download a file")
 		return
 	}
-	p, err := a.resolve(raw)
+	p, err := resolveFor(r.Context(), f, raw)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	out := &lazyWriter{w: w, start: func(h http.Header) {
 		h.Set("Content-Type", "application/octet-stream")
-		h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+		if f.NamesDownloads() {
+			h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+		}
 	}}
 	var dst io.Writer = out
 	if r.Method == http.MethodHead {
 		dst = io.Discard
 	}
-	err = s.eng.ReadFile(a.acting(r.Context()), a.sandboxID, p, dst)
+	err = f.Read(r.Context(), p, dst)
 	switch {
 	case err != nil && !out.started:
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -87,7 +102,7 @@ func (s *filesystemService) download(w http.ResponseWriter, r *http.Request, a a
 	case err != nil:
 		// Part of the file is out with a 200: the client must see a
 		// broken transfer, not a short file.
-		slog.WarnContext(r.Context(), "download failed midway", "sandbox", a.sandboxID, "path", p, "error", err)
+		slog.WarnContext(r.Context(), "download failed midway", "sandbox", sandboxID, "path", p, "error", err)
 		panic(http.ErrAbortHandler)
 	case !out.started:
 		out.begin()
@@ -115,9 +130,21 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// upload writes the request's file or files.
-func (s *filesystemService) upload(w http.ResponseWriter, r *http.Request, a actor) {
-	uploadWith(w, r, func(raw string, data io.Reader) (uploadedFile, error) { return s.writeFile(r, a, raw, data) })
+// upload writes the request's file or files as f's user.
+func upload(w http.ResponseWriter, r *http.Request, f placement.Files) {
+	uploadWith(w, r, func(raw string, data io.Reader) (uploadedFile, error) {
+		p, err := resolveFor(r.Context(), f, raw)
+		if err != nil {
+			return uploadedFile{}, err
+		}
+		if p == "/" {
+			return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
+		}
+		if err := f.Write(r.Context(), p, data); err != nil {
+			return uploadedFile{}, err
+		}
+		return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
+	})
 }
 
 // fileWriter writes data to the file raw names in the request's sandbox.
@@ -217,20 +244,4 @@ func partFileName(p *multipart.Part) string {
 		return ""
 	}
 	return params["filename"]
-}
-
-// writeFile streams data to the file raw names, for the actor.
-func (s *filesystemService) writeFile(r *http.Request, a actor, raw string, data io.Reader) (uploadedFile, error) {
-	p, err := a.resolve(raw)
-	if err != nil {
-		return uploadedFile{}, err
-	}
-	if p == "/" {
-		return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
-	}
-	err = s.eng.WriteFile(a.acting(r.Context()), a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: a.owner()})
-	if err != nil {
-		return uploadedFile{}, err
-	}
-	return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
 }

@@ -68,9 +68,8 @@ func TestLazyWriterDefersHeaders(t *testing.T) {
 }
 
 func TestFilesMethodNotAllowed(t *testing.T) {
-	s := newFilesystemService(nil)
 	rec := httptest.NewRecorder()
-	s.serveFiles(rec, httptest.NewRequest(http.MethodDelete, "/files?path=/a", nil))
+	serveFiles(nil)(rec, httptest.NewRequest(http.MethodDelete, "/files?path=/a", nil))
 	var body apiError
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != http.StatusMethodNotAllowed || body.Code != http.StatusMethodNotAllowed || !strings.Contains(body.Message, "DELETE") {
@@ -123,7 +122,7 @@ func newFSEnv(t *testing.T) *fsEnv {
 	t.Cleanup(fs.Close)
 	mux := http.NewServeMux()
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(fs))
-	mux.HandleFunc("/files", fs.serveFiles)
+	mux.HandleFunc("/files", serveFiles(&hostPlacement{eng: eng, fs: fs}))
 	tg := target{Tenant: "test", SandboxID: sb.ID}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mux.ServeHTTP(w, r.WithContext(withTarget(r.Context(), tg)))

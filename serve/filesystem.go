@@ -70,8 +70,13 @@ func (a actor) acting(ctx context.Context) context.Context {
 // actorOf resolves name to a user of the request's sandbox. An unknown
 // user is errdefs.ErrUnauthenticated, as envd answers.
 func (s *filesystemService) actorOf(ctx context.Context, name string) (actor, error) {
-	id := targetOf(ctx).SandboxID
-	u, err := s.eng.LookupUser(ctx, id, name)
+	return lookupActor(ctx, s.eng, targetOf(ctx).SandboxID, name)
+}
+
+// lookupActor resolves name to a user of sandbox id. An unknown user is
+// errdefs.ErrUnauthenticated, as envd answers.
+func lookupActor(ctx context.Context, eng *engine.Engine, id, name string) (actor, error) {
+	u, err := eng.LookupUser(ctx, id, name)
 	var unknown *engine.UnknownUserError
 	if errors.As(err, &unknown) {
 		return actor{}, fmt.Errorf("invalid user %q: %w", name, errdefs.ErrUnauthenticated)

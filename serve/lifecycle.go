@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 )
 
 func (s *Server) pauseSandbox(r *http.Request, tenantName string) (int, any, error) {
@@ -29,13 +30,7 @@ func (s *Server) pauseSandbox(r *http.Request, tenantName string) (int, any, err
 		return 0, nil, fmt.Errorf("sandbox %s is already paused: %w", sb.ID, errdefs.ErrConflict)
 	}
 	s.forget(sb.ID)
-	if s.kube != nil {
-		if err := s.kubePause(context.WithoutCancel(r.Context()), sb, tenantName); err != nil {
-			return 0, nil, err
-		}
-		return http.StatusNoContent, nil, nil
-	}
-	if _, err := s.eng.Pause(context.WithoutCancel(r.Context()), sb.ID); err != nil {
+	if err := s.place.Pause(context.WithoutCancel(r.Context()), sb); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
@@ -199,53 +194,31 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 	if parent.State != engine.StateRunning {
 		return 0, nil, fmt.Errorf("sandbox %s is %s: only a running sandbox forks: %w", parent.ID, parent.State, errdefs.ErrConflict)
 	}
-	u := usageOf(engine.CreateRequest{CPUs: parent.CPUs, Memory: parent.Memory, Disk: parent.Disk})
+	u := placement.UsageOf(parent.CPUs, parent.Memory, parent.Disk)
 	u.Sandboxes, u.CPUs, u.Memory, u.Disk = count, u.CPUs*float64(count), u.Memory*int64(count), u.Disk*int64(count)
 	release, err := s.admit(r.Context(), tenantName, u)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer release()
-	if s.kube != nil {
-		out, err := s.kubeFork(context.WithoutCancel(r.Context()), parent, tenantName, count, timeout)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusCreated, out, nil
-	}
-	kids, err := s.eng.Fork(context.WithoutCancel(r.Context()), parent.ID, engine.ForkRequest{Count: count})
+	kids, err := s.place.Fork(context.WithoutCancel(r.Context()), parent, count, timeout)
 	if err != nil {
 		return 0, nil, err
 	}
 	out := make([]forkResult, 0, len(kids))
 	for _, kid := range kids {
-		kid, err := s.adoptFork(r.Context(), kid, timeout)
-		if err != nil {
-			out = append(out, forkResult{Error: &apiError{Code: httpStatus(err), Message: message(err)}})
+		if kid.Err != nil {
+			out = append(out, forkResult{Error: &apiError{Code: httpStatus(kid.Err), Message: message(kid.Err)}})
 			continue
 		}
-		sj := s.sandboxJSON(kid)
+		sj := s.sandboxJSON(kid.Sandbox)
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	return http.StatusCreated, out, nil
 }
 
-// adoptFork gives a fork its lifetime. The fork inherits the parent's
-// labels, tenant and metadata included; its tokens are its own (they
-// derive from its ID).
-func (s *Server) adoptFork(ctx context.Context, kid *engine.Sandbox, timeout time.Duration) (*engine.Sandbox, error) {
-	onTimeout := engine.OnTimeoutRemove
-	if kid.Labels[labelAutoPause] == "true" {
-		onTimeout = engine.OnTimeoutPause
-	}
-	return s.eng.SetTimeout(context.WithoutCancel(ctx), kid.ID, timeout, onTimeout)
-}
-
 // extend sets sandbox id's life to d from now (0: no deadline), keeping
 // what happens at its end.
 func (s *Server) extend(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
-	if s.kube != nil {
-		return s.kube.setTimeout(ctx, id, d)
-	}
-	return s.eng.SetTimeout(ctx, id, d, "")
+	return s.place.SetTimeout(ctx, id, d)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own.
@@ -58,7 +58,7 @@ func (m *metrics) handler() http.Handler {
 
 var sandboxesDesc = prometheus.NewDesc("hutch_serve_sandboxes", "Sandboxes of the server, by tenant and state.", []string{"tenant", "state"}, nil)
 
-// sandboxCollector counts the sandboxes when scraped: the engine's
+// sandboxCollector counts the sandboxes when scraped: the placement's
 // records are the truth, whichever process changed them.
 type sandboxCollector struct{ m *metrics }
 
@@ -80,19 +80,13 @@ func (c sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 
 // countSandboxes counts the server's sandboxes by tenant and state.
 func (s *Server) countSandboxes(ctx context.Context) (map[[2]string]int, error) {
-	var all []*engine.Sandbox
-	var err error
-	if s.kube != nil {
-		all, err = s.kube.list(ctx, "")
-	} else {
-		all, err = s.eng.List(ctx)
-	}
+	all, err := s.place.List(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	out := map[[2]string]int{}
 	for _, sb := range all {
-		t := sb.Labels[labelTenant]
+		t := sb.Labels[placement.LabelTenant]
 		if t == "" {
 			continue
 		}

@@ -7,8 +7,6 @@ import (
 	"net/http"
 
 	"github.com/containerd/errdefs"
-
-	"hutch.dev/hutch/engine"
 )
 
 // networkPolicy maps E2B's network fields onto hutch's modes: no internet
@@ -75,7 +73,7 @@ func (s *Server) updateNetwork(r *http.Request, tenantName string) (int, any, er
 	if allow == nil {
 		allow = []string{}
 	}
-	if _, err := s.eng.Update(context.WithoutCancel(r.Context()), sb.ID, engine.UpdateRequest{Network: &mode, Allow: &allow}); err != nil {
+	if err := s.place.UpdateNetwork(context.WithoutCancel(r.Context()), sb.ID, mode, allow); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil

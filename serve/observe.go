@@ -21,7 +21,7 @@ func (s *Server) sandboxMetrics(r *http.Request, tenantName string) (int, any, e
 	if sb.State != engine.StateRunning {
 		return http.StatusOK, []any{}, nil
 	}
-	st, err := s.eng.Stats(r.Context(), sb.ID)
+	st, err := s.place.Stats(r.Context(), sb.ID)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -58,7 +58,7 @@ func (s *Server) sandboxLogs(r *http.Request, tenantName string) (int, any, erro
 	}
 	var buf strings.Builder
 	lw := &limitedWriter{w: &buf, n: 8 << 20}
-	if err := s.eng.Logs(r.Context(), sb.ID, engine.LogsRequest{Out: lw}); err != nil {
+	if err := s.place.Logs(r.Context(), sb.ID, lw); err != nil {
 		return 0, nil, err
 	}
 	type logLine struct {

@@ -19,6 +19,7 @@ import (
 
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/processpb"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // The process service is envd's process.Process: it starts commands in a
@@ -55,25 +56,16 @@ const (
 	inputTimeout = 30 * time.Second
 )
 
-// command is what the service needs of a started command: an
-// *engine.Command, or a fake in tests.
-type command interface {
-	Pid() int
-	Signal(os.Signal) error
-	Resize(engine.WinSize) error
-	Wait() (int, error)
-}
-
-// processService implements processpbconnect.ProcessHandler over an
-// engine.
+// processService implements processpbconnect.ProcessHandler over a
+// placement's processes.
 type processService struct {
 	// start starts a command in a sandbox; supervise returns a
 	// supervisor of a sandbox, bound to ctx (nil: every command goes
 	// through start); stat fails with ErrNotFound for a path that does
-	// not exist there; home is a user's home directory. The engine's,
-	// but for tests.
-	start     func(ctx context.Context, sandboxID string, req engine.ExecRequest) (command, error)
-	supervise func(ctx context.Context, sandboxID string) (supervisor, error)
+	// not exist there; home is a user's home directory. The
+	// placement's (placement.Processes), but for tests.
+	start     func(ctx context.Context, sandboxID string, req engine.ExecRequest) (placement.Command, error)
+	supervise func(ctx context.Context, sandboxID string) (placement.Supervisor, error)
 	stat      func(ctx context.Context, sandboxID, path string) error
 	home      func(ctx context.Context, sandboxID, user string) (string, error)
 	grace     time.Duration // subscriberGrace, but for tests
@@ -83,26 +75,10 @@ type processService struct {
 	tables map[string]*procTable
 }
 
-func newProcessService(eng *engine.Engine) *processService {
+// newProcessService runs commands with p.
+func newProcessService(p placement.Processes) *processService {
 	return &processService{
-		start: func(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
-			return eng.Start(ctx, id, req)
-		},
-		supervise: func(ctx context.Context, id string) (supervisor, error) {
-			sv, err := eng.Supervisor(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			return engineSupervisor{sv}, nil
-		},
-		stat: func(ctx context.Context, id, path string) error {
-			_, err := eng.Stat(ctx, id, path)
-			return err
-		},
-		home: func(ctx context.Context, id, user string) (string, error) {
-			u, err := eng.LookupUser(ctx, id, user)
-			return u.Home, err
-		},
+		start: p.Start, supervise: p.Supervise, stat: p.Stat, home: p.Home,
 		grace:  subscriberGrace,
 		tables: map[string]*procTable{},
 	}
@@ -121,7 +97,7 @@ type procTable struct {
 
 	// svMu guards sv, the sandbox's supervisor once made.
 	svMu sync.Mutex
-	sv   supervisor
+	sv   placement.Supervisor
 
 	// adoptMu serializes attaching to supervised commands the table
 	// does not know, so that each is attached once.
@@ -129,7 +105,7 @@ type procTable struct {
 }
 
 // supervisor returns the table's supervisor, making it if need be.
-func (t *procTable) supervisor(s *processService, id string) (supervisor, error) {
+func (t *procTable) supervisor(s *processService, id string) (placement.Supervisor, error) {
 	t.svMu.Lock()
 	defer t.svMu.Unlock()
 	if t.sv == nil {
@@ -185,7 +161,7 @@ type proc struct {
 	tag    *string
 	config *processpb.ProcessConfig
 	tty    bool
-	cmd    command
+	cmd    placement.Command
 	hub    *hub
 
 	// stdinMu guards stdin, the write end of the command's input (its
@@ -315,9 +291,9 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	defer p.hub.unsubscribe(sub)
 
 	t := s.table(id)
-	var cmd command
+	var cmd placement.Command
 	if s.supervise != nil {
-		var sv supervisor
+		var sv placement.Supervisor
 		if sv, err = t.supervisor(s, id); err == nil {
 			cmd, err = sv.Start(ctx, xreq, metaOf(p.tag, cfg, stdinR != nil, p.tty))
 		}

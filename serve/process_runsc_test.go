@@ -65,7 +65,7 @@ func rootReq(script string, stdin bool) *connect.Request[processpb.StartRequest]
 
 func TestProcessServiceRunsc(t *testing.T) {
 	eng, id := runscSandbox(t)
-	s := newProcessService(eng)
+	s := newProcessService(hostProcesses(eng))
 	c := serveProcesses(t, s, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -336,7 +336,7 @@ func killByTag(ctx context.Context, t *testing.T, c processpbconnect.ProcessClie
 // new service) finds it, with its tag, input and output.
 func TestProcessServicePauseResumeRunsc(t *testing.T) {
 	eng, id := runscSandbox(t)
-	s := newProcessService(eng)
+	s := newProcessService(hostProcesses(eng))
 	c := serveProcesses(t, s, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -364,7 +364,7 @@ func TestProcessServicePauseResumeRunsc(t *testing.T) {
 	}
 
 	// A restarted server: a new service knows nothing yet.
-	s2 := newProcessService(eng)
+	s2 := newProcessService(hostProcesses(eng))
 	c2 := serveProcesses(t, s2, id)
 	defer s2.forget(id)
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}}

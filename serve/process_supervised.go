@@ -12,25 +12,17 @@ import (
 
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/processpb"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // Commands without a terminal run through the sandbox's supervisor
 // (engine.Supervisor): they survive pause and resume, and after either,
 // or after a restart of the server, List and Connect find them again.
 
-// supervisor is what the service needs of an engine.Supervisor, or a
-// fake in tests.
-type supervisor interface {
-	Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error)
-	Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error)
-	List(ctx context.Context) ([]engine.SupervisedProcess, error)
-	Close()
-}
-
-// engineSupervisor is an engine.Supervisor as a supervisor.
+// engineSupervisor is an engine.Supervisor as a placement.Supervisor.
 type engineSupervisor struct{ sv *engine.Supervisor }
 
-func (e engineSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error) {
+func (e engineSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (placement.Command, error) {
 	c, err := e.sv.Start(ctx, req, meta)
 	if err != nil {
 		return nil, err
@@ -38,7 +30,7 @@ func (e engineSupervisor) Start(ctx context.Context, req engine.ExecRequest, met
 	return c, nil
 }
 
-func (e engineSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error) {
+func (e engineSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (placement.Command, error) {
 	c, err := e.sv.Attach(ctx, pid, req)
 	if err != nil {
 		return nil, err

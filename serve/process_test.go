@@ -23,6 +23,7 @@ import (
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/processpb"
 	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // fakeCmd plays a few commands, by their name, as the engine would run
@@ -80,7 +81,7 @@ type fakeEngine struct {
 	dirs    map[string]bool // existing directories, for stat
 }
 
-func (f *fakeEngine) start(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
+func (f *fakeEngine) start(ctx context.Context, id string, req engine.ExecRequest) (placement.Command, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
@@ -359,8 +360,8 @@ func TestProcessStartRequest(t *testing.T) {
 		t.Error("stdin false in the request, and open")
 	}
 	// A request without a user acts as E2B's default user.
-	if f.lastReq().User != defaultUser {
-		t.Errorf("user %q, want %q", f.lastReq().User, defaultUser)
+	if f.lastReq().User != placement.DefaultUser {
+		t.Errorf("user %q, want %q", f.lastReq().User, placement.DefaultUser)
 	}
 }
 
@@ -907,11 +908,11 @@ type fakeSupervisor struct {
 	attached []int
 }
 
-func (s *fakeSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (command, error) {
+func (s *fakeSupervisor) Start(ctx context.Context, req engine.ExecRequest, meta []byte) (placement.Command, error) {
 	return s.f.start(ctx, "", req)
 }
 
-func (s *fakeSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (command, error) {
+func (s *fakeSupervisor) Attach(ctx context.Context, pid int, req engine.AttachRequest) (placement.Command, error) {
 	s.mu.Lock()
 	s.attached = append(s.attached, pid)
 	s.mu.Unlock()
@@ -939,7 +940,7 @@ func TestProcessAdoptsSupervised(t *testing.T) {
 		{Pid: 41, Running: true, Meta: []byte("not ours")},
 		{Pid: 42, Running: false, ExitCode: 3, Meta: metaOf(nil, &processpb.ProcessConfig{Cmd: "true"}, false, false)},
 	}}
-	s.supervise = func(ctx context.Context, id string) (supervisor, error) { return sv, nil }
+	s.supervise = func(ctx context.Context, id string) (placement.Supervisor, error) { return sv, nil }
 	c := serveProcesses(t, s, "sb1")
 	ctx := context.Background()
 

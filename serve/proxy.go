@@ -11,8 +11,9 @@ import (
 )
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to port
-// inside sandbox id, through the sandbox's kernel (engine.PortDialer): a
-// port preview works in every network mode, none included.
+// inside sandbox id, through its placement (on this host, the sandbox's
+// kernel, so that a port preview works in every network mode, none
+// included).
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port uint16) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -25,7 +26,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return s.dial(id, port)
+				return s.place.DialPort(s.stopCtx, id, port)
 			},
 			DisableKeepAlives: true,
 		},
@@ -34,36 +35,4 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 		},
 	}
 	rp.ServeHTTP(w, r)
-}
-
-// dial connects to port in sandbox id with the server's one dialer for
-// that sandbox, made on first use.
-func (s *Server) dial(id string, port uint16) (net.Conn, error) {
-	if s.kube != nil {
-		return s.kube.dialPort(s.stopCtx, id, port)
-	}
-	s.dialMu.Lock()
-	d, ok := s.dialers[id]
-	if !ok {
-		var err error
-		if d, err = s.eng.PortDialer(s.stopCtx, id); err != nil {
-			s.dialMu.Unlock()
-			return nil, err
-		}
-		s.dialers[id] = d
-	}
-	s.dialMu.Unlock()
-	c, err := d.Dial(port)
-	if err != nil {
-		// The sandbox may have been paused and resumed (a new
-		// control socket, a new agent): drop the dialer so the next
-		// request makes another.
-		s.dialMu.Lock()
-		if s.dialers[id] == d {
-			delete(s.dialers, id)
-		}
-		s.dialMu.Unlock()
-		d.Close()
-	}
-	return c, err
 }

@@ -4,25 +4,8 @@ import (
 	"context"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/serve/tenant"
 )
-
-// usageOf is what a create takes from its tenant's quota, with the
-// engine's defaults for what it leaves unset.
-func usageOf(req engine.CreateRequest) tenant.Usage {
-	u := tenant.Usage{Sandboxes: 1, CPUs: req.CPUs, Memory: req.Memory, Disk: req.Disk}
-	if u.CPUs == 0 {
-		u.CPUs = policy.DefaultCPUs
-	}
-	if u.Memory == 0 {
-		u.Memory = policy.DefaultMemory
-	}
-	if u.Disk == 0 {
-		u.Disk = policy.DefaultDisk
-	}
-	return u
-}
 
 // admit checks that tenant may take want on top of what its sandboxes and
 // the creates in flight hold, and reserves it until release. Running
@@ -62,8 +45,8 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 			used.Disk += sb.Disk
 		}
 	}
-	if q.MaxDisk > 0 && s.kube == nil {
-		vd, err := s.volumesDisk(ctx, tenantName)
+	if q.MaxDisk > 0 {
+		vd, err := s.place.VolumesDisk(ctx, tenantName)
 		if err != nil {
 			return nil, err
 		}

@@ -14,94 +14,32 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 )
 
+// createSandbox is POST /sandboxes: checked once here (checkCreate),
+// then by the placement (its templates, what it mounts), admitted to the
+// tenant's quota and made.
 func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, error) {
-	if s.kube != nil {
-		return s.kubeCreate(r, tenantName)
-	}
 	var req newSandboxJSON
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
-	if req.TemplateID == "" {
-		return 0, nil, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
-	}
-	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM} {
-		if !isNull(m) {
-			return 0, nil, fmt.Errorf("%s is not supported by hutch serve: %w", name, errdefs.ErrNotImplemented)
-		}
-	}
-	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
-		return 0, nil, fmt.Errorf("autoPauseMemory false (a filesystem-only pause) is not supported by hutch serve: pauses keep memory: %w", errdefs.ErrNotImplemented)
-	}
-	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
+	creq, err := s.checkCreate(req, tenantName)
 	if err != nil {
 		return 0, nil, err
 	}
-	image, err := s.templateImage(r.Context(), tenantName, req.TemplateID)
+	prep, err := s.place.Prepare(r.Context(), creq)
 	if err != nil {
 		return 0, nil, err
 	}
-	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
-	if err != nil {
-		return 0, nil, err
-	}
-	onTimeout := engine.OnTimeoutRemove
-	if req.AutoPause != nil && *req.AutoPause {
-		onTimeout = engine.OnTimeoutPause
-	}
-	labels := map[string]string{labelTenant: tenantName, labelTemplate: req.TemplateID}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > 256 || len(v) > 4096 {
-			return 0, nil, fmt.Errorf("metadata %q: keys of 1-256 and values of up to 4096 characters: %w", k, errdefs.ErrInvalidArgument)
-		}
-		labels[metaPrefix+k] = v
-	}
-	if len(req.Metadata) > 64 {
-		return 0, nil, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
-	}
-	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
-		labels[labelPrivate] = "true"
-	}
-	if onTimeout == engine.OnTimeoutPause {
-		labels[labelAutoPause] = "true"
-	}
-	var env []string
-	keys := make([]string, 0, len(req.EnvVars))
-	for k := range req.EnvVars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+req.EnvVars[k])
-	}
-	mounts, vlabel, err := s.volumeMounts(r.Context(), tenantName, req.VolumeMounts)
-	if err != nil {
-		return 0, nil, err
-	}
-	if vlabel != "" {
-		labels[labelVolumes] = vlabel
-	}
-	creq := engine.CreateRequest{
-		Image: image, Network: mode, Allow: allow, Env: env, Labels: labels,
-		Timeout: timeout, OnTimeout: onTimeout, Mounts: mounts,
-	}
-	if timeout == 0 {
-		creq.OnTimeout = ""
-	}
-	if err := s.eng.ValidateCreate(creq); err != nil {
-		return 0, nil, err
-	}
-	release, err := s.admit(r.Context(), tenantName, usageOf(creq))
+	release, err := s.admit(r.Context(), tenantName, prep.Usage())
 	if err != nil {
 		return 0, nil, err
 	}
 	defer release()
-	// A create that matches a warm pool takes one of its sandboxes
-	// (docs/usage.md).
 	start := time.Now()
-	sb, err := s.eng.Create(context.WithoutCancel(r.Context()), creq)
+	sb, err := s.place.Create(context.WithoutCancel(r.Context()), prep)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -110,15 +48,72 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	return http.StatusCreated, s.sandboxJSON(sb), nil
 }
 
+// checkCreate checks E2B's fields of a create for every placement, and
+// asks the placement about those it may not do.
+func (s *Server) checkCreate(req newSandboxJSON, tenantName string) (placement.CreateRequest, error) {
+	if req.TemplateID == "" {
+		return placement.CreateRequest{}, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, f := range []struct {
+		used    bool
+		feature placement.Feature
+		what    string
+	}{
+		{!isNull(req.MCP), placement.FeatureMCP, "mcp"},
+		{!isNull(req.IAM), placement.FeatureIAM, "iam"},
+		{!isNull(req.VolumeMounts), placement.FeatureVolumeMounts, "volumeMounts"},
+		{req.AutoPause != nil && *req.AutoPause, placement.FeatureAutoPause, "autoPause"},
+		{req.AutoPauseMemory != nil && !*req.AutoPauseMemory, placement.FeatureMemorylessPause, "autoPauseMemory false"},
+	} {
+		if !f.used {
+			continue
+		}
+		if err := s.place.Unsupported(f.feature, f.what); err != nil {
+			return placement.CreateRequest{}, err
+		}
+	}
+	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
+	if err != nil {
+		return placement.CreateRequest{}, err
+	}
+	if err := checkTemplateID(req.TemplateID); err != nil {
+		return placement.CreateRequest{}, err
+	}
+	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
+	if err != nil {
+		return placement.CreateRequest{}, err
+	}
+	if mode == "allow" || len(allow) > 0 {
+		if err := s.place.Unsupported(placement.FeatureAllowOut, "network allowOut lists"); err != nil {
+			return placement.CreateRequest{}, err
+		}
+	}
+	if len(req.Metadata) > 64 {
+		return placement.CreateRequest{}, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > 256 || len(v) > 4096 {
+			return placement.CreateRequest{}, fmt.Errorf("metadata %q: keys of 1-256 and values of up to 4096 characters: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return placement.CreateRequest{
+		Tenant: tenantName, TemplateID: req.TemplateID, Timeout: timeout,
+		AutoPause: req.AutoPause != nil && *req.AutoPause,
+		Network:   mode, Allow: allow, NetworkGiven: req.AllowInternetAccess != nil || req.Network != nil,
+		Private:  req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
+		Metadata: req.Metadata, Env: req.EnvVars, VolumeMounts: req.VolumeMounts,
+	}, nil
+}
+
 // sandboxJSON is sb as E2B's Sandbox, with its tokens: only its tenant
 // is ever given this.
 func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	domain := s.cfg.Domain
 	out := sandboxJSON{
-		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "hutch",
+		TemplateID: sb.Labels[placement.LabelTemplate], SandboxID: sb.ID, ClientID: "hutch",
 		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.tokens.envd(sb.ID),
 	}
-	if sb.Labels[labelPrivate] == "true" {
+	if sb.Labels[placement.LabelPrivate] == "true" {
 		t := s.tokens.traffic(sb.ID)
 		out.TrafficAccessToken = &t
 	}
@@ -129,7 +124,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 	domain := s.cfg.Domain
 	meta := map[string]string{}
 	for k, v := range sb.Labels {
-		if m, ok := strings.CutPrefix(k, metaPrefix); ok {
+		if m, ok := strings.CutPrefix(k, placement.MetaPrefix); ok {
 			meta[m] = v
 		}
 	}
@@ -143,13 +138,13 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 	}
 	internet := sb.Network == "open"
 	d := detailJSON{
-		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.ID, ClientID: "hutch",
+		TemplateID: sb.Labels[placement.LabelTemplate], SandboxID: sb.ID, ClientID: "hutch",
 		StartedAt: sb.Created, EndAt: end, EnvdVersion: EnvdVersion, Domain: &domain,
 		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.Memory >> 20, DiskSizeMB: sb.Disk >> 20,
 		Metadata: meta, State: state, AllowInternetAccess: &internet,
 		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: true},
 	}
-	if sb.Labels[labelAutoPause] == "true" {
+	if sb.Labels[placement.LabelAutoPause] == "true" {
 		d.Lifecycle.OnTimeout = "pause"
 	}
 	d.VolumeMounts = sandboxVolumeMounts(sb)
@@ -158,7 +153,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 	} else if sb.Network == "none" {
 		d.Network = &networkJSON{DenyOut: []string{"0.0.0.0/0"}}
 	}
-	if sb.Labels[labelPrivate] == "true" {
+	if sb.Labels[placement.LabelPrivate] == "true" {
 		f := false
 		if d.Network == nil {
 			d.Network = &networkJSON{}
@@ -170,22 +165,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 
 // tenantSandboxes are tenant's sandboxes, oldest first.
 func (s *Server) tenantSandboxes(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
-	if s.kube != nil {
-		// The API server selects by tenant: nothing of another
-		// tenant's pods comes back.
-		return s.kube.list(ctx, tenantName)
-	}
-	all, err := s.eng.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*engine.Sandbox
-	for _, sb := range all {
-		if sb.Labels[labelTenant] == tenantName {
-			out = append(out, sb)
-		}
-	}
-	return out, nil
+	return s.place.List(ctx, tenantName)
 }
 
 // listed reports whether sb is shown in lists: running or paused. A
@@ -230,7 +210,7 @@ func urlUnescape(s string) (string, error) {
 
 func matchesMeta(sb *engine.Sandbox, want map[string]string) bool {
 	for k, v := range want {
-		if got, ok := sb.Labels[metaPrefix+k]; !ok || got != v {
+		if got, ok := sb.Labels[placement.MetaPrefix+k]; !ok || got != v {
 			return false
 		}
 	}
@@ -279,7 +259,7 @@ func (s *Server) listSandboxes(r *http.Request, tenantName string) (int, any, er
 		}
 	}
 	next := q.Get("nextToken")
-	if next != "" && !validID(next) {
+	if next != "" && !placement.ValidID(next) {
 		return 0, nil, fmt.Errorf("nextToken %q: not a token this server gave: %w", next, errdefs.ErrInvalidArgument)
 	}
 	sbs, err := s.tenantSandboxes(r.Context(), tenantName)
@@ -346,12 +326,7 @@ func (s *Server) deleteSandbox(r *http.Request, tenantName string) (int, any, er
 		return 0, nil, err
 	}
 	s.forget(sb.ID)
-	if s.kube != nil {
-		err = s.kube.remove(context.WithoutCancel(r.Context()), sb.ID)
-	} else {
-		err = s.eng.Remove(context.WithoutCancel(r.Context()), sb.ID, true)
-	}
-	if err != nil {
+	if err := s.place.Remove(context.WithoutCancel(r.Context()), sb.ID); err != nil {
 		return 0, nil, err
 	}
 	s.log.Info("removed", "sandbox", sb.ID, "tenant", tenantName)

@@ -18,6 +18,8 @@ import (
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
+	"hutch.dev/hutch/serve/kubeplace"
+	"hutch.dev/hutch/serve/placement"
 	"hutch.dev/hutch/serve/tenant"
 )
 
@@ -33,27 +35,13 @@ const EnvdVersion = "0.5.7"
 // without a tenants file (loopback only).
 const DefaultTenant = "default"
 
-// Labels the server keeps on the sandboxes it creates, in the engine's
-// record: a restarted server reads everything back from them.
-const (
-	labelPrefix   = "hutch.serve/"
-	labelTenant   = labelPrefix + "tenant"
-	labelTemplate = labelPrefix + "template"
-	// labelPrivate: port previews need the sandbox's traffic token
-	// (public traffic is off).
-	labelPrivate   = labelPrefix + "private-traffic"
-	labelAutoPause = labelPrefix + "auto-pause"
-	// metaPrefix prefixes the E2B metadata keys of a sandbox.
-	metaPrefix = "meta."
-)
-
 // Config configures a Server.
 type Config struct {
 	// Engine runs the sandboxes on this host; nil with Kube.
 	Engine *engine.Engine
 	// Kube, if set, places every sandbox on a Kubernetes cluster as a
-	// pod instead (see kube_place.go): no engine is used.
-	Kube *KubeConfig
+	// pod instead (package serve/kubeplace): no engine is used.
+	Kube *kubeplace.Config
 	// Tenants authenticates API keys; nil serves one tenant,
 	// DefaultTenant, without keys (a server on loopback).
 	Tenants *tenant.Store
@@ -76,18 +64,17 @@ type Config struct {
 	MaxBodyBytes int64
 }
 
-// Server is an E2B-compatible API server over an engine. Its state is the
-// engine's: a new Server on the same state root adopts every sandbox.
+// Server is an E2B-compatible API server over a placement of sandboxes:
+// an engine on this host, or a Kubernetes cluster. Its state is the
+// placement's: a new Server on the same state adopts every sandbox.
 type Server struct {
 	cfg     Config
-	eng     *engine.Engine
-	kube    *kubePlacement
+	place   placement.Placement
 	tokens  tokenKey
 	log     *slog.Logger
 	audit   *auditLog
 	metrics *metrics
 	procs   *processService
-	fs      *filesystemService
 	envd    http.Handler
 	api     http.Handler
 
@@ -96,39 +83,40 @@ type Server struct {
 	createMu sync.Mutex
 	reserved map[string]tenant.Usage
 
-	// resumeMu guards resuming: one resume per sandbox at a time, an
-	// entry only while a resume runs or waits.
-	resumeMu sync.Mutex
-	resuming map[string]*resumeLock
-
-	// dialMu guards dialers: one agent session per sandbox for port
-	// previews.
-	dialMu  sync.Mutex
-	dialers map[string]*engine.PortDialer
+	// locks serializes the resumes of each sandbox (and what the
+	// placement serializes with them).
+	locks *placement.Locks
 
 	stop    context.CancelFunc
 	stopCtx context.Context
 }
 
-// New makes a server. Close releases it.
+// New makes a server, placing its sandboxes as cfg says: on Kubernetes
+// with cfg.Kube, else on this host with cfg.Engine. It is the one place
+// that chooses; everything else asks the placement. Close releases it.
 func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	locks := &placement.Locks{}
+	var place placement.Placement
 	switch {
 	case cfg.Kube != nil:
-		if err := checkKube(cfg.Kube); err != nil {
+		kp, err := kubeplace.New(cfg.Kube, cfg.Logger, locks)
+		if err != nil {
 			return nil, err
 		}
 		if cfg.StateDir == "" {
 			return nil, fmt.Errorf("serve: a server on Kubernetes needs a state directory for its token key: %w", errdefs.ErrInvalidArgument)
 		}
+		place = kp
 	case cfg.Engine == nil:
 		return nil, fmt.Errorf("serve: no engine: %w", errdefs.ErrInvalidArgument)
 	default:
 		// Warm pools this server claims from refill in its own
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		place = newHostPlacement(cfg.Engine, cfg.Logger)
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -156,28 +144,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, eng: cfg.Engine, log: cfg.Logger, audit: audit, tokens: tokens,
+		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
 		reserved: map[string]tenant.Usage{},
-		resuming: map[string]*resumeLock{},
-		dialers:  map[string]*engine.PortDialer{},
+		locks:    locks,
 		stop:     cancel, stopCtx: ctx,
 	}
 	s.metrics.sandboxes = s.countSandboxes
+	s.procs = newProcessService(s.place.Processes())
 	envd := http.NewServeMux()
-	if cfg.Kube != nil {
-		s.kube = &kubePlacement{cfg: cfg.Kube, c: cfg.Kube.Client}
-		s.procs = newKubeProcessService(s.kube)
-		envd.HandleFunc("/files", s.kubeFiles)
-		envd.HandleFunc("/"+filesystempbconnect.FilesystemName+"/", func(w http.ResponseWriter, r *http.Request) {
-			writeSandboxError(w, r, fmt.Errorf("the filesystem service (%s) is not supported when hutch serve places sandboxes on Kubernetes: use /files: %w", r.URL.Path, errdefs.ErrNotImplemented))
-		})
+	if fsh := s.place.Filesystem(); fsh != nil {
+		envd.Handle(filesystempbconnect.NewFilesystemHandler(fsh, connect.WithReadMaxBytes(1<<20)))
 	} else {
-		s.procs = newProcessService(cfg.Engine)
-		s.fs = newFilesystemService(cfg.Engine)
-		envd.Handle(filesystempbconnect.NewFilesystemHandler(s.fs, connect.WithReadMaxBytes(1<<20)))
-		envd.HandleFunc("/files", s.fs.serveFiles)
+		envd.HandleFunc("/"+filesystempbconnect.FilesystemName+"/", func(w http.ResponseWriter, r *http.Request) {
+			writeSandboxError(w, r, s.place.Unsupported(placement.FeatureFilesystem, "the filesystem service ("+r.URL.Path+")"))
+		})
 	}
+	envd.HandleFunc("/files", serveFiles(s.place))
 	// Bounded messages: a command's input comes in chunks, a file call
 	// names paths.
 	envd.Handle(processpbconnect.NewProcessHandler(s.procs, connect.WithReadMaxBytes(16<<20)))
@@ -195,16 +178,11 @@ func New(cfg Config) (*Server, error) {
 // Sandboxes keep running: a new server adopts them.
 func (s *Server) Close() error {
 	s.stop()
-	if s.fs != nil {
-		s.fs.Close()
+	perr := s.place.Close()
+	if err := s.audit.Close(); err != nil {
+		return err
 	}
-	s.dialMu.Lock()
-	for id, d := range s.dialers {
-		d.Close()
-		delete(s.dialers, id)
-	}
-	s.dialMu.Unlock()
-	return s.audit.Close()
+	return perr
 }
 
 // Handler is the server's whole HTTP surface: the control plane, and the
@@ -276,14 +254,14 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 			writeSandboxError(w, r, notFound)
 			return
 		}
-	} else if sb.Labels[labelPrivate] == "true" {
+	} else if sb.Labels[placement.LabelPrivate] == "true" {
 		if !tokenMatches(s.tokens.traffic(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
 			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
 			return
 		}
 	}
 	if sb.State == engine.StatePaused {
-		if sb, err = s.resume(r.Context(), sb, sb.Labels[labelTenant]); err != nil {
+		if sb, err = s.resume(r.Context(), sb, sb.Labels[placement.LabelTenant]); err != nil {
 			writeSandboxError(w, r, err)
 			return
 		}
@@ -292,7 +270,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		writeSandboxError(w, r, fmt.Errorf("sandbox %s is %s, not running: %w", id, sb.State, errdefs.ErrUnavailable))
 		return
 	}
-	ctx := withTarget(r.Context(), target{Tenant: sb.Labels[labelTenant], SandboxID: sb.ID})
+	ctx := withTarget(r.Context(), target{Tenant: sb.Labels[placement.LabelTenant], SandboxID: sb.ID})
 	if port == EnvdPort {
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
 		return
@@ -304,17 +282,11 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 // else (a name, a prefix, a sandbox the server did not create) is not
 // found.
 func (s *Server) sandbox(ctx context.Context, id string) (*engine.Sandbox, error) {
-	if !validID(id) {
+	if !placement.ValidID(id) {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
-	var sb *engine.Sandbox
-	var err error
-	if s.kube != nil {
-		sb, err = s.kube.get(ctx, id)
-	} else {
-		sb, err = s.eng.Get(ctx, id)
-	}
-	if err != nil || sb.ID != id || sb.Labels[labelTenant] == "" {
+	sb, err := s.place.Get(ctx, id)
+	if err != nil || sb.ID != id || sb.Labels[placement.LabelTenant] == "" {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
 	return sb, nil
@@ -327,28 +299,16 @@ func (s *Server) owned(ctx context.Context, tenantName, id string) (*engine.Sand
 	if err != nil {
 		return nil, err
 	}
-	if sb.Labels[labelTenant] != tenantName {
+	if sb.Labels[placement.LabelTenant] != tenantName {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
 	return sb, nil
 }
 
-func validID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	for _, c := range id {
-		if !strings.ContainsRune("0123456789abcdef", c) {
-			return false
-		}
-	}
-	return true
-}
-
 // resume resumes a paused sandbox once, however many requests ask at the
 // same time, and forgets what the server held of its old run.
 func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName string) (*engine.Sandbox, error) {
-	unlock := s.lockResume(sb.ID)
+	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
 	cur, err := s.sandbox(ctx, sb.ID)
 	if err != nil {
@@ -358,12 +318,7 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 		return cur, nil
 	}
 	start := time.Now()
-	if s.kube != nil {
-		cur, err = s.kube.resume(context.WithoutCancel(ctx), sb.ID)
-	} else {
-		cur, err = s.eng.Resume(context.WithoutCancel(ctx), sb.ID)
-	}
-	if err != nil {
+	if cur, err = s.place.Resume(context.WithoutCancel(ctx), sb.ID); err != nil {
 		return nil, err
 	}
 	s.metrics.resumed(tenantName, time.Since(start))
@@ -371,45 +326,11 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 	return cur, nil
 }
 
-// resumeLock serializes the resumes of one sandbox; n counts its holders
-// and waiters, so that the entry goes once nobody needs it.
-type resumeLock struct {
-	mu sync.Mutex
-	n  int
-}
-
-// lockResume takes sandbox id's resume lock; the function returned
-// releases it.
-func (s *Server) lockResume(id string) (unlock func()) {
-	s.resumeMu.Lock()
-	l, ok := s.resuming[id]
-	if !ok {
-		l = &resumeLock{}
-		s.resuming[id] = l
-	}
-	l.n++
-	s.resumeMu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.resumeMu.Lock()
-		if l.n--; l.n == 0 {
-			delete(s.resuming, id)
-		}
-		s.resumeMu.Unlock()
-	}
-}
-
 // forget drops what the server holds for a sandbox that is removed or
-// paused: its processes and its port dialer.
+// paused: its processes, and what its placement holds of its run.
 func (s *Server) forget(id string) {
 	s.procs.forget(id)
-	s.dialMu.Lock()
-	if d, ok := s.dialers[id]; ok {
-		d.Close()
-		delete(s.dialers, id)
-	}
-	s.dialMu.Unlock()
+	s.place.Forget(id)
 }
 
 // authenticate is the tenant of a control-plane request.

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+
+	"hutch.dev/hutch/serve/placement"
 )
 
 // target is the sandbox a data-plane request is for, as the router
@@ -31,26 +33,22 @@ func targetOf(ctx context.Context) target {
 	return t
 }
 
-// defaultUser is the user E2B's data plane runs as when a request names
-// none: the default image's unprivileged user.
-const defaultUser = "user"
-
 // requestUser is the user a data-plane request asks to act as: E2B's SDKs
 // send it as HTTP Basic authentication with the user name and an empty
-// password. A request without one acts as defaultUser.
+// password. A request without one acts as placement.DefaultUser.
 func requestUser(h http.Header) string {
 	auth := h.Get("Authorization")
 	const prefix = "Basic "
 	if !strings.HasPrefix(auth, prefix) {
-		return defaultUser
+		return placement.DefaultUser
 	}
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, prefix))
 	if err != nil {
-		return defaultUser
+		return placement.DefaultUser
 	}
 	user, _, _ := strings.Cut(string(raw), ":")
 	if user == "" {
-		return defaultUser
+		return placement.DefaultUser
 	}
 	return user
 }

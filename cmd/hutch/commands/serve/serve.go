@@ -23,6 +23,7 @@ import (
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/serve"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/kubeplace"
 	"hutch.dev/hutch/serve/tenant"
 )
 
@@ -196,7 +197,7 @@ func run(c *cli.Context) error {
 }
 
 // kubeConfig is the Kubernetes placement the flags ask for.
-func kubeConfig(c *cli.Context, path string) (*serve.KubeConfig, error) {
+func kubeConfig(c *cli.Context, path string) (*kubeplace.Config, error) {
 	client, ns, err := kube.Load(path)
 	if err != nil {
 		return nil, err
@@ -204,7 +205,7 @@ func kubeConfig(c *cli.Context, path string) (*serve.KubeConfig, error) {
 	if c.IsSet("namespace") {
 		ns = c.String("namespace")
 	}
-	kc := &serve.KubeConfig{
+	kc := &kubeplace.Config{
 		Client: client, Namespace: ns, RuntimeClass: c.String("runtime-class"),
 		PullPolicy: c.String("image-pull-policy"), Templates: map[string]string{},
 		CPUs: c.Float64("pod-cpus"),

@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"bytes"
@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,11 +19,12 @@ import (
 	"hutch.dev/hutch/agent/ptywire"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // The data plane on Kubernetes placement: every command and file
 // operation is one stream to the sandbox's agent, through its network
-// endpoint (kube_agent.go) or, for a sandbox without network, pods/exec. A command runs
+// endpoint (agent.go) or, for a sandbox without network, pods/exec. A command runs
 // through the image's /bin/sh (E2B's SDKs run theirs through /bin/bash
 // anyway), which reports its PID, sets the request's environment and
 // working directory and execs the command: the PID is the command's, so
@@ -60,7 +59,7 @@ func kubePtyArgs(size engine.WinSize, argv []string) []string {
 
 // kubeCommand is a command running in a pod.
 type kubeCommand struct {
-	k       *kubePlacement
+	k       *Placement
 	pod     string
 	pid     int
 	timeout time.Duration
@@ -177,12 +176,12 @@ func (w *pidWriter) Write(p []byte) (int, error) {
 
 // start starts req in sandbox id's pod; it returns once the command
 // runs (or has ended).
-func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecRequest) (command, error) {
-	if req.User != "" && req.User != defaultUser {
+func (k *Placement) start(ctx context.Context, id string, req engine.ExecRequest) (placement.Command, error) {
+	if req.User != "" && req.User != placement.DefaultUser {
 		// The pod's user runs everything: say so rather than run as
 		// someone else than asked.
 		if req.User != "root" {
-			return nil, fmt.Errorf("user %q: commands on Kubernetes placement run as the pod's user (ask for %q or root): %w", req.User, defaultUser, errdefs.ErrNotImplemented)
+			return nil, fmt.Errorf("user %q: commands on Kubernetes placement run as the pod's user (ask for %q or root): %w", req.User, placement.DefaultUser, errdefs.ErrNotImplemented)
 		}
 	}
 	pidc := make(chan int, 1)
@@ -254,7 +253,7 @@ func (k *kubePlacement) start(ctx context.Context, id string, req engine.ExecReq
 // agentRun runs the agent with args in sandbox id's pod, as the engine's
 // agentRun does through runsc exec, turning its status into an error of
 // its kind.
-func (k *kubePlacement) agentRun(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
+func (k *Placement) agentRun(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
 	var stderr bytes.Buffer
 	code, err := k.exec(ctx, kube.ExecRequest{
 		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
@@ -283,7 +282,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 }
 
 // home is the pod user's home directory (HOME in the pod, "/" if unset).
-func (k *kubePlacement) home(ctx context.Context, id string) string {
+func (k *Placement) home(ctx context.Context, id string) string {
 	var out bytes.Buffer
 	code, err := k.exec(ctx, kube.ExecRequest{
 		Namespace: k.cfg.Namespace, Pod: kubePodName(id), Container: kubeContainer,
@@ -295,83 +294,45 @@ func (k *kubePlacement) home(ctx context.Context, id string) string {
 	return out.String()
 }
 
-// newKubeProcessService is envd's process service on Kubernetes
-// placement.
-func newKubeProcessService(k *kubePlacement) *processService {
-	return &processService{
-		start: k.start,
-		stat: func(ctx context.Context, id, path string) error {
+// Processes runs envd's commands through the agent's endpoint or
+// pods/exec, as the pod's user; there is no supervisor.
+func (k *Placement) Processes() placement.Processes {
+	return placement.Processes{
+		Start: k.start,
+		Stat: func(ctx context.Context, id, path string) error {
 			return k.agentRun(ctx, id, []string{"stat", path}, nil, nil)
 		},
-		home: func(ctx context.Context, id, _ string) (string, error) {
+		Home: func(ctx context.Context, id, _ string) (string, error) {
 			return k.home(ctx, id), nil
 		},
-		grace:  subscriberGrace,
-		tables: map[string]*procTable{},
 	}
 }
 
-// kubeFiles is envd's /files on Kubernetes placement: GET streams a
-// file out of the pod (agent cat), POST writes one or several (agent
-// write), as the pod's user.
-func (s *Server) kubeFiles(w http.ResponseWriter, r *http.Request) {
-	id := targetOf(r.Context()).SandboxID
-	if u := r.URL.Query().Get("username"); u != "" && u != defaultUser && u != "root" {
-		writeErr(w, fmt.Errorf("user %q: files on Kubernetes placement are the pod's user's (ask for %q or root): %w", u, defaultUser, errdefs.ErrNotImplemented))
-		return
+// Files reaches the pod's files as the pod's user: GET streams a file
+// out of the pod (agent cat), POST writes one (agent write).
+func (k *Placement) Files(_ context.Context, id string, u placement.FileUser) (placement.Files, error) {
+	if u.Named != "" && u.Named != placement.DefaultUser && u.Named != "root" {
+		return nil, fmt.Errorf("user %q: files on Kubernetes placement are the pod's user's (ask for %q or root): %w", u.Named, placement.DefaultUser, errdefs.ErrNotImplemented)
 	}
-	resolve := func(raw string) (string, error) {
-		if strings.HasPrefix(raw, "/") {
-			return resolvePath(raw, "/")
-		}
-		return resolvePath(raw, s.kube.home(r.Context(), id))
-	}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
-		raw := r.URL.Query().Get("path")
-		if raw == "" {
-			writeError(w, http.StatusBadRequest, "path is required to download a file")
-			return
-		}
-		p, err := resolve(raw)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		out := &lazyWriter{w: w, start: func(h http.Header) { h.Set("Content-Type", "application/octet-stream") }}
-		var dst io.Writer = out
-		if r.Method == http.MethodHead {
-			dst = io.Discard
-		}
-		err = s.kube.agentRun(r.Context(), id, []string{"cat", p}, nil, dst)
-		switch {
-		case err != nil && !out.started:
-			if errors.Is(err, errdefs.ErrNotFound) {
-				err = fmt.Errorf("file %s not found: %w", p, err)
-			}
-			writeErr(w, err)
-		case err != nil:
-			panic(http.ErrAbortHandler)
-		case !out.started:
-			out.begin()
-		}
-	case http.MethodPost:
-		write := func(raw string, data io.Reader) (uploadedFile, error) {
-			p, err := resolve(raw)
-			if err != nil {
-				return uploadedFile{}, err
-			}
-			if p == "/" {
-				return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
-			}
-			if err := s.kube.agentRun(r.Context(), id, []string{"write", "-p", "--", p, "644"}, data, nil); err != nil {
-				return uploadedFile{}, err
-			}
-			return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
-		}
-		uploadWith(w, r, write)
-	default:
-		w.Header().Set("Allow", "GET, HEAD, POST")
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
-	}
+	return podFiles{k: k, id: id}, nil
 }
+
+// podFiles are the files of sandbox id's pod.
+type podFiles struct {
+	k  *Placement
+	id string
+}
+
+func (f podFiles) Home(ctx context.Context) (string, error) { return f.k.home(ctx, f.id), nil }
+
+func (f podFiles) Read(ctx context.Context, path string, w io.Writer) error {
+	return f.k.agentRun(ctx, f.id, []string{"cat", path}, nil, w)
+}
+
+func (f podFiles) Write(ctx context.Context, path string, data io.Reader) error {
+	return f.k.agentRun(ctx, f.id, []string{"write", "-p", "--", path, "644"}, data, nil)
+}
+
+// NamesDownloads is false: a pod's downloads carry no
+// Content-Disposition.
+func (f podFiles) NamesDownloads() bool { return false }

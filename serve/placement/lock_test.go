@@ -1,4 +1,4 @@
-package serve
+package placement
 
 import (
 	"sync"
@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// Resumes of one sandbox run one at a time, and the server keeps no
-// entry for a sandbox once its resumes are done.
-func TestLockResume(t *testing.T) {
-	s := &Server{resuming: map[string]*resumeLock{}}
+// What locks one sandbox runs one at a time, and no entry is kept for a
+// sandbox once its locks are released.
+func TestLocks(t *testing.T) {
+	var l Locks
 	var inside, most atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 50; i++ {
@@ -20,7 +20,7 @@ func TestLockResume(t *testing.T) {
 			if i%2 == 1 {
 				id = "b"
 			}
-			unlock := s.lockResume(id)
+			unlock := l.Lock(id)
 			if id == "a" {
 				n := inside.Add(1)
 				for {
@@ -36,9 +36,9 @@ func TestLockResume(t *testing.T) {
 	}
 	wg.Wait()
 	if most.Load() != 1 {
-		t.Fatalf("%d resumes of one sandbox ran at once", most.Load())
+		t.Fatalf("%d holders of one sandbox's lock at once", most.Load())
 	}
-	if len(s.resuming) != 0 {
-		t.Fatalf("entries left after every resume ended: %v", s.resuming)
+	if n := l.count(); n != 0 {
+		t.Fatalf("%d entries left after every lock was released", n)
 	}
 }

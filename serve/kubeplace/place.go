@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"net"
-	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,25 +24,14 @@ import (
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
+	"hutch.dev/hutch/serve/tenant"
 )
 
-// Kubernetes placement: with Config.Kube the server runs no sandbox
-// itself. Each sandbox is a pod with the hutch RuntimeClass (gVisor through
-// hutch's shim on whichever node the cluster's scheduler picks), whose one
-// container runs the agent (hutch-init, which the shim mounts into every
-// pod) as its init. Everything the server knows of a sandbox is on its
-// pod, in labels (what selects: manager, tenant, sandbox ID) and
-// annotations (template, metadata, deadline), and its agent's key in a
-// Secret the pod owns: a restarted server, or another one on the same
-// namespace, finds every sandbox again. Commands and files reach a
-// sandbox through its agent's authenticated endpoint on the pod network
-// (kube_agent.go), or the pods/exec subresource for a sandbox without
-// network, running the same agent modes the engine runs through runsc
-// exec.
-
-// KubeConfig places sandboxes on a Kubernetes cluster.
-type KubeConfig struct {
+// Config places sandboxes on a Kubernetes cluster.
+type Config struct {
 	// Client is the cluster's API server.
 	Client *kube.Client
 	// Namespace holds the server's pods.
@@ -61,7 +51,7 @@ type KubeConfig struct {
 	CPUs   float64
 	Memory int64
 	// Nodes reaches hutch's node service on each node, which pause and
-	// resume need (kube_pause.go); nil: they answer 501.
+	// resume need (pause.go); nil: they answer 501.
 	Nodes *kubenode.Client
 }
 
@@ -99,8 +89,8 @@ const kubeSweepInterval = 2 * time.Second
 
 var kubeTemplateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
-// checkKube validates kc and fills its defaults.
-func checkKube(kc *KubeConfig) error {
+// checkConfig validates kc and fills its defaults.
+func checkConfig(kc *Config) error {
 	if kc.Client == nil {
 		return fmt.Errorf("kubernetes placement: no client: %w", errdefs.ErrInvalidArgument)
 	}
@@ -173,7 +163,7 @@ type kubeSandbox struct {
 // renderPod is the pod of a sandbox: one container running the agent as
 // its init, with equal requests and limits, no service account token and
 // no service links (nothing of the cluster inside a tenant's sandbox).
-func renderPod(kc *KubeConfig, sb kubeSandbox) (*kube.Pod, error) {
+func renderPod(kc *Config, sb kubeSandbox) (*kube.Pod, error) {
 	meta, err := json.Marshal(sb.Metadata)
 	if err != nil {
 		return nil, err
@@ -234,13 +224,13 @@ func renderPod(kc *KubeConfig, sb kubeSandbox) (*kube.Pod, error) {
 // and deadline. A pod that is not the server's is nil.
 func podSandbox(p *kube.Pod) *engine.Sandbox {
 	l := p.Metadata.Labels
-	if l[kubeLabelManaged] != kubeManagedBy || !validID(l[kubeLabelID]) || l[kubeLabelTenant] == "" {
+	if l[kubeLabelManaged] != kubeManagedBy || !placement.ValidID(l[kubeLabelID]) || l[kubeLabelTenant] == "" {
 		return nil
 	}
 	a := p.Metadata.Annotations
 	sb := &engine.Sandbox{
 		ID: l[kubeLabelID], Network: a[kubeAnnNetwork], Timeout: a[kubeAnnTimeout],
-		Labels: map[string]string{labelTenant: l[kubeLabelTenant], labelTemplate: a[kubeAnnTemplate]},
+		Labels: map[string]string{placement.LabelTenant: l[kubeLabelTenant], placement.LabelTemplate: a[kubeAnnTemplate]},
 	}
 	if len(p.Spec.Containers) > 0 {
 		c := p.Spec.Containers[0]
@@ -255,11 +245,11 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 	var meta map[string]string
 	if json.Unmarshal([]byte(a[kubeAnnMetadata]), &meta) == nil {
 		for k, v := range meta {
-			sb.Labels[metaPrefix+k] = v
+			sb.Labels[placement.MetaPrefix+k] = v
 		}
 	}
 	if a[kubeAnnPrivate] == "true" {
-		sb.Labels[labelPrivate] = "true"
+		sb.Labels[placement.LabelPrivate] = "true"
 	}
 	if t, err := time.Parse(time.RFC3339Nano, a[kubeAnnCreated]); err == nil {
 		// A resumed sandbox's pod is newer than the sandbox.
@@ -284,10 +274,14 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 	return sb
 }
 
-// kubePlacement is the server's Kubernetes placement.
-type kubePlacement struct {
-	cfg *KubeConfig
+// Placement places the server's sandboxes on a Kubernetes cluster.
+type Placement struct {
+	cfg *Config
 	c   *kube.Client
+	log *slog.Logger
+	// locks serializes pauses, forks and snapshots of a sandbox with its
+	// resumes: the server's locks.
+	locks *placement.Locks
 
 	// epMu guards eps: how to reach each sandbox's agent, by ID.
 	epMu sync.Mutex
@@ -297,11 +291,26 @@ type kubePlacement struct {
 	leftoversSwept atomic.Int64
 }
 
+var _ placement.Placement = (*Placement)(nil)
+
+// New places sandboxes as cfg says, after checking it and filling its
+// defaults; locks are the server's per-sandbox locks, which its resumes
+// take.
+func New(cfg *Config, log *slog.Logger, locks *placement.Locks) (*Placement, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Placement{cfg: cfg, c: cfg.Client, log: log, locks: locks}, nil
+}
+
 // kubeLeftoverInterval is how often the sweep looks for what a server
 // that died mid-operation left.
 const kubeLeftoverInterval = 30 * time.Second
 
-func (k *kubePlacement) selector(tenantName string) string {
+func (k *Placement) selector(tenantName string) string {
 	sel := kubeLabelManaged + "=" + kubeManagedBy
 	if tenantName != "" {
 		sel += "," + kubeLabelTenant + "=" + tenantName
@@ -309,8 +318,10 @@ func (k *kubePlacement) selector(tenantName string) string {
 	return sel
 }
 
-// list is the server's sandboxes, of tenant (all tenants': "").
-func (k *kubePlacement) list(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
+// List is the server's sandboxes, of tenant (all tenants': ""): the API
+// server selects by tenant, so nothing of another tenant's pods comes
+// back.
+func (k *Placement) List(ctx context.Context, tenantName string) ([]*engine.Sandbox, error) {
 	pods, err := k.c.ListPods(ctx, k.cfg.Namespace, k.selector(tenantName))
 	if err != nil {
 		return nil, err
@@ -352,8 +363,9 @@ func (k *kubePlacement) list(ctx context.Context, tenantName string) ([]*engine.
 	return out, nil
 }
 
-// get is sandbox id; ErrNotFound if the server has no such pod.
-func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, error) {
+// Get is sandbox id, running as a pod or paused; ErrNotFound if the
+// server has neither.
+func (k *Placement) Get(ctx context.Context, id string) (*engine.Sandbox, error) {
 	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(id))
 	if err != nil && !errdefs.IsNotFound(err) {
 		return nil, err
@@ -383,7 +395,9 @@ func (k *kubePlacement) get(ctx context.Context, id string) (*engine.Sandbox, er
 	return sb, nil
 }
 
-func (k *kubePlacement) remove(ctx context.Context, id string) error {
+// Remove deletes sandbox id's pod and Secret, or its checkpoint and
+// record if it is paused.
+func (k *Placement) Remove(ctx context.Context, id string) error {
 	k.remember(id, nil)
 	rec, err := k.pausedRecord(ctx, id)
 	if err != nil {
@@ -399,8 +413,8 @@ func (k *kubePlacement) remove(ctx context.Context, id string) error {
 	return k.c.DeleteSecret(ctx, k.cfg.Namespace, kubePodName(id))
 }
 
-// setTimeout gives sandbox id d more to live from now (0: no deadline).
-func (k *kubePlacement) setTimeout(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
+// SetTimeout gives sandbox id d more to live from now (0: no deadline).
+func (k *Placement) SetTimeout(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
 	set := map[string]*string{kubeAnnDeadline: nil, kubeAnnTimeout: nil}
 	if d > 0 {
 		dl, ts := time.Now().Add(d).UTC().Format(time.RFC3339Nano), d.String()
@@ -420,7 +434,7 @@ func (k *kubePlacement) setTimeout(ctx context.Context, id string, d time.Durati
 // create makes sb's pod and waits until it runs; a pod that does not
 // run in time (an image that cannot be pulled, a node that refuses it)
 // is deleted, with the kubelet's reason in the error.
-func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sandbox, error) {
+func (k *Placement) create(ctx context.Context, req kubeSandbox) (*engine.Sandbox, error) {
 	req.AgentKey = req.Network != "none"
 	pod, err := renderPod(k.cfg, req)
 	if err != nil {
@@ -477,7 +491,7 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 	if req.Timeout > 0 {
 		// Its life counts from now, as a sandbox's on a host from the
 		// end of its create.
-		if sb, err = k.setTimeout(ctx, req.ID, req.Timeout); err != nil {
+		if sb, err = k.SetTimeout(ctx, req.ID, req.Timeout); err != nil {
 			return nil, err
 		}
 	}
@@ -488,7 +502,7 @@ func (k *kubePlacement) create(ctx context.Context, req kubeSandbox) (*engine.Sa
 // waitRunning waits until pod name's container runs; a pod that does not
 // run in time (an image that cannot be pulled, a node that refuses it)
 // is an error with the kubelet's reason.
-func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod, error) {
+func (k *Placement) waitRunning(ctx context.Context, name string) (*kube.Pod, error) {
 	deadline := time.Now().Add(k.cfg.StartTimeout)
 	why := "not scheduled yet"
 	var lastEvents time.Time
@@ -536,7 +550,7 @@ func (k *kubePlacement) waitRunning(ctx context.Context, name string) (*kube.Pod
 
 // sandboxFailed is the kubelet's message when it failed to make pod p's
 // sandbox ("" if it did not, or the server may not read events).
-func (k *kubePlacement) sandboxFailed(ctx context.Context, p *kube.Pod) string {
+func (k *Placement) sandboxFailed(ctx context.Context, p *kube.Pod) string {
 	evs, err := k.c.PodEvents(ctx, k.cfg.Namespace, p.Metadata.Name)
 	if err != nil {
 		return ""
@@ -549,102 +563,77 @@ func (k *kubePlacement) sandboxFailed(ctx context.Context, p *kube.Pod) string {
 	return ""
 }
 
-// kubeCreate is POST /sandboxes on Kubernetes placement.
-func (s *Server) kubeCreate(r *http.Request, tenantName string) (int, any, error) {
-	var req newSandboxJSON
-	if err := decodeBody(r, &req); err != nil {
-		return 0, nil, err
-	}
-	if req.TemplateID == "" {
-		return 0, nil, fmt.Errorf("templateID: required: %w", errdefs.ErrInvalidArgument)
-	}
-	for name, m := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
-		if !isNull(m) {
-			return 0, nil, fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes: %w", name, errdefs.ErrNotImplemented)
-		}
-	}
-	if req.AutoPause != nil && *req.AutoPause {
-		return 0, nil, fmt.Errorf("autoPause is not supported when hutch serve places sandboxes on Kubernetes (a sandbox ends at its timeout; pause it by the API): %w", errdefs.ErrNotImplemented)
-	}
-	timeout, err := checkTimeout(req.Timeout, defaultTimeout)
-	if err != nil {
-		return 0, nil, err
-	}
-	image, ok := s.kube.cfg.Templates[req.TemplateID]
+// kubeCreate is a create the placement checked: the pod to make.
+type kubeCreate struct{ ks kubeSandbox }
+
+func (c kubeCreate) Usage() tenant.Usage {
+	return placement.UsageOf(c.ks.CPUs, c.ks.Memory, 0)
+}
+
+// Prepare resolves the template, one of the server's (Config.Templates)
+// or one of the tenant's snapshots, and checks what a pod takes.
+func (k *Placement) Prepare(ctx context.Context, req placement.CreateRequest) (placement.Prepared, error) {
+	image, ok := k.cfg.Templates[req.TemplateID]
 	var snap *kube.Secret
 	if !ok {
-		if err := checkTemplateID(req.TemplateID); err != nil {
-			return 0, nil, err
-		}
-		if snap, err = s.kube.snapshotRecord(r.Context(), tenantName, req.TemplateID); err != nil {
-			return 0, nil, err
+		var err error
+		if snap, err = k.snapshotRecord(ctx, req.Tenant, req.TemplateID); err != nil {
+			return nil, err
 		}
 		if snap == nil {
-			return 0, nil, fmt.Errorf("template %q not found: this server places sandboxes on Kubernetes from templates %s and the tenant's snapshots: %w",
-				req.TemplateID, strings.Join(slices.Sorted(maps.Keys(s.kube.cfg.Templates)), ", "), errdefs.ErrNotFound)
+			return nil, fmt.Errorf("template %q not found: this server places sandboxes on Kubernetes from templates %s and the tenant's snapshots: %w",
+				req.TemplateID, strings.Join(slices.Sorted(maps.Keys(k.cfg.Templates)), ", "), errdefs.ErrNotFound)
 		}
 	}
-	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
-	if err != nil {
-		return 0, nil, err
-	}
-	if mode == "allow" || len(allow) > 0 {
-		return 0, nil, fmt.Errorf("network allowOut lists are not supported when hutch serve places sandboxes on Kubernetes (the cluster's NetworkPolicies govern pod egress): %w", errdefs.ErrNotImplemented)
-	}
-	if len(req.Metadata) > 64 {
-		return 0, nil, fmt.Errorf("metadata: at most 64 entries: %w", errdefs.ErrInvalidArgument)
-	}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > 256 || len(v) > 4096 {
-			return 0, nil, fmt.Errorf("metadata %q: keys of 1-256 and values of up to 4096 characters: %w", k, errdefs.ErrInvalidArgument)
+	for name := range req.Env {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return nil, fmt.Errorf("envVars %q: not a variable name: %w", name, errdefs.ErrInvalidArgument)
 		}
-	}
-	for k := range req.EnvVars {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return 0, nil, fmt.Errorf("envVars %q: not a variable name: %w", k, errdefs.ErrInvalidArgument)
-		}
-		if k == agentnet.EnvKey {
-			return 0, nil, fmt.Errorf("envVars %q: reserved for hutch's agent: %w", k, errdefs.ErrInvalidArgument)
+		if name == agentnet.EnvKey {
+			return nil, fmt.Errorf("envVars %q: reserved for hutch's agent: %w", name, errdefs.ErrInvalidArgument)
 		}
 	}
 	ks := kubeSandbox{
-		ID: kubeNewID(), Tenant: tenantName, Template: req.TemplateID, Image: image,
-		Metadata: req.Metadata, Env: req.EnvVars, CPUs: s.kube.cfg.CPUs, Memory: s.kube.cfg.Memory,
-		Network: mode, Timeout: timeout, Now: time.Now(),
-		Private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
+		ID: kubeNewID(), Tenant: req.Tenant, Template: req.TemplateID, Image: image,
+		Metadata: req.Metadata, Env: req.Env, CPUs: k.cfg.CPUs, Memory: k.cfg.Memory,
+		Network: req.Network, Timeout: req.Timeout, Now: time.Now(), Private: req.Private,
 	}
 	if snap != nil {
 		// The snapshot's processes carry on: its image, environment,
 		// limits and network are the sandbox's it was made of.
-		if len(req.EnvVars) > 0 {
-			return 0, nil, fmt.Errorf("envVars: a sandbox made from snapshot %q on Kubernetes placement carries on the snapshot's processes with their environment; give none: %w", req.TemplateID, errdefs.ErrInvalidArgument)
+		if len(req.Env) > 0 {
+			return nil, fmt.Errorf("envVars: a sandbox made from snapshot %q on Kubernetes placement carries on the snapshot's processes with their environment; give none: %w", req.TemplateID, errdefs.ErrInvalidArgument)
 		}
 		if err := fromSnapshot(&ks, snap); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		if (req.AllowInternetAccess != nil || req.Network != nil) && mode != ks.Network {
-			return 0, nil, fmt.Errorf("network %s: snapshot %q has network %s, which a sandbox made from it keeps: %w", mode, req.TemplateID, ks.Network, errdefs.ErrInvalidArgument)
+		if req.NetworkGiven && req.Network != ks.Network {
+			return nil, fmt.Errorf("network %s: snapshot %q has network %s, which a sandbox made from it keeps: %w", req.Network, req.TemplateID, ks.Network, errdefs.ErrInvalidArgument)
 		}
 	}
-	release, err := s.admit(r.Context(), tenantName, usageOf(engine.CreateRequest{CPUs: ks.CPUs, Memory: ks.Memory}))
-	if err != nil {
-		return 0, nil, err
-	}
-	defer release()
-	start := time.Now()
-	sb, err := s.kube.create(context.WithoutCancel(r.Context()), ks)
-	if err != nil {
-		return 0, nil, err
-	}
-	s.metrics.created(tenantName, time.Since(start))
-	s.log.Info("created", "sandbox", sb.ID, "tenant", tenantName, "template", req.TemplateID, "pod", kubePodName(sb.ID), "duration", time.Since(start))
-	return http.StatusCreated, s.sandboxJSON(sb), nil
+	return kubeCreate{ks}, nil
 }
 
-// kubeRecover deletes the server's pods whose deadline passed or that
-// ended, and what a server that died mid-operation left.
-func (s *Server) kubeRecover(ctx context.Context) (int, error) {
-	all, err := s.kube.list(ctx, "")
+// Create makes the sandbox's pod and waits until it runs.
+func (k *Placement) Create(ctx context.Context, p placement.Prepared) (*engine.Sandbox, error) {
+	c, ok := p.(kubeCreate)
+	if !ok {
+		return nil, fmt.Errorf("create: not prepared by this backend: %w", errdefs.ErrInvalidArgument)
+	}
+	start := time.Now()
+	sb, err := k.create(ctx, c.ks)
+	if err != nil {
+		return nil, err
+	}
+	k.log.Debug("pod created", "sandbox", sb.ID, "tenant", c.ks.Tenant, "pod", kubePodName(sb.ID), "duration", time.Since(start))
+	return sb, nil
+}
+
+// Recover deletes the server's pods whose deadline passed or that ended,
+// and what a server that died mid-operation left. A pod is not looked
+// at twice: the cluster's state is the truth.
+func (k *Placement) Recover(ctx context.Context, _ time.Duration, forget func(id string)) (int, error) {
+	all, err := k.List(ctx, "")
 	if err != nil {
 		return 0, err
 	}
@@ -655,28 +644,102 @@ func (s *Server) kubeRecover(ctx context.Context) (int, error) {
 		expired := sb.Deadline != nil && now.After(*sb.Deadline) && sb.State != engine.StateCreating
 		// A pod still not running long after its create gave up was
 		// left by a server that died mid-create.
-		stuck := sb.State == engine.StateCreating && now.Sub(sb.Created) > 2*s.kube.cfg.StartTimeout
+		stuck := sb.State == engine.StateCreating && now.Sub(sb.Created) > 2*k.cfg.StartTimeout
 		if !expired && !stuck && sb.State != engine.StateStopped {
 			continue
 		}
-		s.forget(sb.ID)
-		if err := s.kube.remove(ctx, sb.ID); err != nil {
-			s.log.Warn("delete sandbox pod", "sandbox", sb.ID, "err", err)
+		forget(sb.ID)
+		if err := k.Remove(ctx, sb.ID); err != nil {
+			k.log.Warn("delete sandbox pod", "sandbox", sb.ID, "err", err)
 			continue
 		}
 		n++
-		s.log.Info("removed sandbox", "sandbox", sb.ID, "tenant", sb.Labels[labelTenant], "expired", expired, "state", sb.State)
+		k.log.Info("removed sandbox", "sandbox", sb.ID, "tenant", sb.Labels[placement.LabelTenant], "expired", expired, "state", sb.State)
 	}
-	if last := s.kube.leftoversSwept.Load(); now.UnixNano()-last < int64(kubeLeftoverInterval) {
+	if last := k.leftoversSwept.Load(); now.UnixNano()-last < int64(kubeLeftoverInterval) {
 		return n, nil
 	}
-	s.kube.leftoversSwept.Store(now.UnixNano())
-	return n, s.kubeSweepLeftovers(ctx)
+	k.leftoversSwept.Store(now.UnixNano())
+	return n, k.sweepLeftovers(ctx)
 }
 
-// notOnKube answers a call that Kubernetes placement does not serve.
-func notOnKube(what string) apiHandler {
-	return func(*http.Request, string) (int, any, error) {
-		return 0, nil, fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes (--kubeconfig): %w", what, errdefs.ErrNotImplemented)
-	}
+// SweepInterval is kubeSweepInterval: deadlines are kept by the sweep.
+func (k *Placement) SweepInterval() time.Duration { return kubeSweepInterval }
+
+// notOnKube is why Kubernetes placement does not serve a call.
+func notOnKube(what string) error {
+	return fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes (--kubeconfig): %w", what, placement.ErrNotImplemented)
 }
+
+// Unsupported: pods have no network updates, metrics, logs, template
+// listing, volumes or filesystem service; snapshots need the node
+// service; of a create's fields, no mcp, iam, volumeMounts, autoPause or
+// allowOut lists.
+func (k *Placement) Unsupported(f placement.Feature, what string) error {
+	switch f {
+	case placement.FeatureNetworkUpdate, placement.FeatureMetrics, placement.FeatureLogs, placement.FeatureTemplates, placement.FeatureVolumes:
+		return notOnKube(what)
+	case placement.FeatureSnapshots:
+		if k.cfg.Nodes == nil {
+			return errNoNodeService
+		}
+	case placement.FeatureFilesystem:
+		return fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes: use /files: %w", what, placement.ErrNotImplemented)
+	case placement.FeatureMCP, placement.FeatureIAM, placement.FeatureVolumeMounts:
+		return fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes: %w", what, placement.ErrNotImplemented)
+	case placement.FeatureAutoPause:
+		return fmt.Errorf("%s is not supported when hutch serve places sandboxes on Kubernetes (a sandbox ends at its timeout; pause it by the API): %w", what, placement.ErrNotImplemented)
+	case placement.FeatureAllowOut:
+		return fmt.Errorf("%s are not supported when hutch serve places sandboxes on Kubernetes (the cluster's NetworkPolicies govern pod egress): %w", what, placement.ErrNotImplemented)
+	}
+	return nil
+}
+
+// UpdateNetwork is not served: the cluster's NetworkPolicies govern pods.
+func (k *Placement) UpdateNetwork(context.Context, string, string, []string) error {
+	return k.Unsupported(placement.FeatureNetworkUpdate, "changing a sandbox's network")
+}
+
+// Stats is not served.
+func (k *Placement) Stats(context.Context, string) (*engine.Stats, error) {
+	return nil, k.Unsupported(placement.FeatureMetrics, "sandbox metrics")
+}
+
+// Logs is not served.
+func (k *Placement) Logs(context.Context, string, io.Writer) error {
+	return k.Unsupported(placement.FeatureLogs, "sandbox logs")
+}
+
+// ListTemplates is not served.
+func (k *Placement) ListTemplates(context.Context, string) ([]placement.Template, error) {
+	return nil, k.Unsupported(placement.FeatureTemplates, "listing templates")
+}
+
+// Volumes are not served on Kubernetes placement: they take no disk.
+func (k *Placement) CreateVolume(context.Context, string, string) error {
+	return k.Unsupported(placement.FeatureVolumes, "volumes")
+}
+
+func (k *Placement) GetVolume(context.Context, string, string) error {
+	return k.Unsupported(placement.FeatureVolumes, "volumes")
+}
+
+func (k *Placement) ListVolumes(context.Context, string) ([]string, error) {
+	return nil, k.Unsupported(placement.FeatureVolumes, "volumes")
+}
+
+func (k *Placement) DeleteVolume(context.Context, string, string) error {
+	return k.Unsupported(placement.FeatureVolumes, "volumes")
+}
+
+func (k *Placement) VolumesDisk(context.Context, string) (int64, error) { return 0, nil }
+
+// Filesystem is nil: only /files reaches a pod's files.
+func (k *Placement) Filesystem() filesystempbconnect.FilesystemHandler { return nil }
+
+// Forget holds nothing to drop: a pause or a remove drops the sandbox's
+// agent endpoint itself.
+func (k *Placement) Forget(string) {}
+
+// Close holds nothing to release.
+func (k *Placement) Close() error { return nil }

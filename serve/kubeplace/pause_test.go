@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // A paused record stands for the sandbox of the pod it holds, and only if
@@ -36,7 +37,7 @@ func TestPausedRecord(t *testing.T) {
 		}
 	}
 	sb, pod := pausedSandbox(rec("acme", id))
-	if sb == nil || sb.ID != id || sb.State != engine.StatePaused || sb.Deadline != nil || sb.Labels[labelTenant] != "acme" || pod.Status.Phase != "" {
+	if sb == nil || sb.ID != id || sb.State != engine.StatePaused || sb.Deadline != nil || sb.Labels[placement.LabelTenant] != "acme" || pod.Status.Phase != "" {
 		t.Fatalf("paused record: %+v", sb)
 	}
 	if !sb.Created.Equal(created) {
@@ -50,7 +51,7 @@ func TestPausedRecord(t *testing.T) {
 	}
 	for _, bad := range []*kube.Secret{rec("other", id), rec("acme", "fedcba9876543210fedcba9876543210")} {
 		if sb, _ := pausedSandbox(bad); sb != nil {
-			t.Errorf("a record labelled %v stands for sandbox %s of %s", bad.Metadata.Labels, sb.ID, sb.Labels[labelTenant])
+			t.Errorf("a record labelled %v stands for sandbox %s of %s", bad.Metadata.Labels, sb.ID, sb.Labels[placement.LabelTenant])
 		}
 	}
 	notPaused := rec("acme", id)

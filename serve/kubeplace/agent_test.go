@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"bytes"
@@ -88,10 +88,10 @@ func TestKubeDialPort(t *testing.T) {
 			go func() { io.Copy(c, c); c.Close() }() //nolint:errcheck // test
 		}
 	}()
-	k := &kubePlacement{cfg: &KubeConfig{Namespace: "default"}}
+	k := &Placement{cfg: &Config{Namespace: "default"}}
 	k.remember("a", &kubeEndpoint{addr: fakeAgent(t, key), key: key})
 	k.remember("none", &kubeEndpoint{})
-	c, err := k.dialPort(context.Background(), "a", uint16(echo.Addr().(*net.TCPAddr).Port))
+	c, err := k.DialPort(context.Background(), "a", uint16(echo.Addr().(*net.TCPAddr).Port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +104,10 @@ func TestKubeDialPort(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	closed := uint16(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	if _, err := k.dialPort(context.Background(), "a", closed); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := k.DialPort(context.Background(), "a", closed); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a port nothing listens on: %v, want not found", err)
 	}
-	if _, err := k.dialPort(context.Background(), "none", 80); !errors.Is(err, errdefs.ErrNotImplemented) {
+	if _, err := k.DialPort(context.Background(), "none", 80); !errors.Is(err, errdefs.ErrNotImplemented) {
 		t.Errorf("a sandbox without network: %v, want not implemented", err)
 	}
 }

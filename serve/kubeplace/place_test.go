@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"bytes"
@@ -9,12 +9,13 @@ import (
 
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
 )
 
-func testKubeConfig(t *testing.T) *KubeConfig {
+func testKubeConfig(t *testing.T) *Config {
 	t.Helper()
-	kc := &KubeConfig{Client: &kube.Client{}, Templates: map[string]string{"base": "localhost/hutch/busybox:latest"}}
-	if err := checkKube(kc); err != nil {
+	kc := &Config{Client: &kube.Client{}, Templates: map[string]string{"base": "localhost/hutch/busybox:latest"}}
+	if err := checkConfig(kc); err != nil {
 		t.Fatal(err)
 	}
 	return kc
@@ -76,8 +77,8 @@ func TestRenderPod(t *testing.T) {
 		t.Fatal("podSandbox: nil for the server's own pod")
 	}
 	want := map[string]string{
-		labelTenant: "acme", labelTemplate: "base", labelPrivate: "true",
-		metaPrefix + "run": "r1", metaPrefix + "weird key/with=chars": "v",
+		placement.LabelTenant: "acme", placement.LabelTemplate: "base", placement.LabelPrivate: "true",
+		placement.MetaPrefix + "run": "r1", placement.MetaPrefix + "weird key/with=chars": "v",
 	}
 	for k, v := range want {
 		if sb.Labels[k] != v {
@@ -134,15 +135,15 @@ func TestPodSandboxState(t *testing.T) {
 }
 
 func TestCheckKube(t *testing.T) {
-	for name, kc := range map[string]*KubeConfig{
+	for name, kc := range map[string]*Config{
 		"no client":       {Templates: map[string]string{"base": "img"}},
 		"no templates":    {Client: &kube.Client{}},
 		"bad template":    {Client: &kube.Client{}, Templates: map[string]string{"Base!": "img"}},
 		"empty image":     {Client: &kube.Client{}, Templates: map[string]string{"base": ""}},
 		"bad pull policy": {Client: &kube.Client{}, Templates: map[string]string{"base": "img"}, PullPolicy: "Sometimes"},
 	} {
-		if err := checkKube(kc); err == nil {
-			t.Errorf("%s: checkKube accepted %+v", name, kc)
+		if err := checkConfig(kc); err == nil {
+			t.Errorf("%s: checkConfig accepted %+v", name, kc)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // Snapshots on Kubernetes placement: a checkpoint of a running sandbox,
@@ -72,7 +71,7 @@ func recreated(p *kube.Pod) kube.Pod {
 }
 
 // snapshotRecord is tenant's snapshot id, nil if there is none.
-func (k *kubePlacement) snapshotRecord(ctx context.Context, tenantName, id string) (*kube.Secret, error) {
+func (k *Placement) snapshotRecord(ctx context.Context, tenantName, id string) (*kube.Secret, error) {
 	sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, snapshotSecretName(tenantName, id))
 	if errdefs.IsNotFound(err) {
 		return nil, nil
@@ -90,7 +89,7 @@ func (k *kubePlacement) snapshotRecord(ctx context.Context, tenantName, id strin
 
 // snapshot checkpoints running sandbox id, left running, as tenant's
 // snapshot name.
-func (k *kubePlacement) snapshot(ctx context.Context, id, tenantName, name string) error {
+func (k *Placement) snapshot(ctx context.Context, id, tenantName, name string) error {
 	if k.cfg.Nodes == nil {
 		return errNoNodeService
 	}
@@ -144,12 +143,12 @@ func (k *kubePlacement) snapshot(ctx context.Context, id, tenantName, name strin
 }
 
 // removeSnapshot deletes snapshot sec: its checkpoint, then its Secret.
-func (k *kubePlacement) removeSnapshot(ctx context.Context, sec *kube.Secret) error {
+func (k *Placement) removeSnapshot(ctx context.Context, sec *kube.Secret) error {
 	a := sec.Metadata.Annotations
 	if k.cfg.Nodes == nil {
 		return errNoNodeService
 	}
-	if validID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
+	if placement.ValidID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
 		if err := k.cfg.Nodes.Remove(ctx, a[kubeAnnHostIP], kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: a[kubeAnnCheckpoint]}); err != nil {
 			return fmt.Errorf("snapshot %q: its checkpoint on node %s: %w", a[kubeAnnSnapshot], a[kubeAnnNode], err)
 		}
@@ -162,7 +161,7 @@ func (k *kubePlacement) removeSnapshot(ctx context.Context, sec *kube.Secret) er
 func fromSnapshot(ks *kubeSandbox, sec *kube.Secret) error {
 	var p kube.Pod
 	a := sec.Metadata.Annotations
-	if json.Unmarshal(sec.Data[kubePausedPodKey], &p) != nil || len(p.Spec.Containers) == 0 || !validID(a[kubeAnnCheckpoint]) || a[kubeAnnNode] == "" {
+	if json.Unmarshal(sec.Data[kubePausedPodKey], &p) != nil || len(p.Spec.Containers) == 0 || !placement.ValidID(a[kubeAnnCheckpoint]) || a[kubeAnnNode] == "" {
 		return fmt.Errorf("snapshot %q: its record %s is unreadable: %w", a[kubeAnnSnapshot], sec.Metadata.Name, errdefs.ErrFailedPrecondition)
 	}
 	if !fromPod(ks, &p, kubeRestore{Checkpoint: a[kubeAnnCheckpoint], Node: a[kubeAnnNode], Key: string(sec.Data[kubeAgentSecretKey])}) {
@@ -181,7 +180,7 @@ func fromPod(ks *kubeSandbox, p *kube.Pod, r kubeRestore) bool {
 	}
 	c := p.Spec.Containers[0]
 	ks.Image, ks.CPUs, ks.Memory, ks.Network = c.Image, src.CPUs, src.Memory, src.Network
-	ks.Private = src.Labels[labelPrivate] == "true"
+	ks.Private = src.Labels[placement.LabelPrivate] == "true"
 	ks.Env = map[string]string{}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
@@ -192,16 +191,16 @@ func fromPod(ks *kubeSandbox, p *kube.Pod, r kubeRestore) bool {
 	return true
 }
 
-// fork makes count sandboxes restored from one checkpoint of running
+// Fork makes count sandboxes restored from one checkpoint of running
 // sandbox parent (left running), on its node, each with timeout; the
 // checkpoint goes once they run. An error is one of the checkpoint: the
 // children's own are in the results.
-func (s *Server) kubeFork(ctx context.Context, parent *engine.Sandbox, tenantName string, count int, timeout time.Duration) ([]forkResult, error) {
-	k := s.kube
+func (k *Placement) Fork(ctx context.Context, parent *engine.Sandbox, count int, timeout time.Duration) ([]placement.Forked, error) {
 	if k.cfg.Nodes == nil {
 		return nil, errNoNodeService
 	}
-	unlock := s.lockResume(parent.ID)
+	tenantName := parent.Labels[placement.LabelTenant]
+	unlock := k.locks.Lock(parent.ID)
 	p, err := k.c.GetPod(ctx, k.cfg.Namespace, kubePodName(parent.ID))
 	if err != nil {
 		unlock()
@@ -230,12 +229,12 @@ func (s *Server) kubeFork(ctx context.Context, parent *engine.Sandbox, tenantNam
 	defer func() {
 		// The children hold the checkpoint's files open once restored.
 		if err := k.cfg.Nodes.Remove(context.WithoutCancel(ctx), p.Status.HostIP, kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: r.Checkpoint}); err != nil {
-			s.log.Warn("remove a fork's checkpoint", "sandbox", parent.ID, "node", p.Spec.NodeName, "err", err)
+			k.log.Warn("remove a fork's checkpoint", "sandbox", parent.ID, "node", p.Spec.NodeName, "err", err)
 		}
 	}()
 	var meta map[string]string
 	json.Unmarshal([]byte(p.Metadata.Annotations[kubeAnnMetadata]), &meta) //nolint:errcheck // none is none
-	out := make([]forkResult, count)
+	out := make([]placement.Forked, count)
 	var wg sync.WaitGroup
 	for i := range out {
 		wg.Add(1)
@@ -245,107 +244,79 @@ func (s *Server) kubeFork(ctx context.Context, parent *engine.Sandbox, tenantNam
 				Metadata: meta, Timeout: timeout, Now: time.Now()}
 			fromPod(&ks, p, r)
 			kid, err := k.create(ctx, ks)
-			if err != nil {
-				out[i] = forkResult{Error: &apiError{Code: httpStatus(err), Message: message(err)}}
-				return
-			}
-			sj := s.sandboxJSON(kid)
-			out[i] = forkResult{Sandbox: &sj}
+			out[i] = placement.Forked{Sandbox: kid, Err: err}
 		}()
 	}
 	wg.Wait()
 	return out, nil
 }
 
-// kubeSnapshotSandbox is POST /sandboxes/{id}/snapshots on Kubernetes
-// placement.
-func (s *Server) kubeSnapshotSandbox(r *http.Request, tenantName string) (int, any, error) {
-	var body struct {
-		Name string `json:"name"`
+// CheckSnapshotName refuses a snapshot named as a template of the
+// server's (Config.Templates): a create from it would not find it.
+func (k *Placement) CheckSnapshotName(_, name string) error {
+	if _, ok := k.cfg.Templates[name]; ok {
+		return fmt.Errorf("name %q is a template of this server: %w", name, errdefs.ErrConflict)
 	}
-	if err := decodeBody(r, &body); err != nil {
-		return 0, nil, err
-	}
-	id, err := snapshotID(body.Name)
-	if err != nil {
-		return 0, nil, err
-	}
-	if _, ok := s.kube.cfg.Templates[id]; ok {
-		return 0, nil, fmt.Errorf("name %q is a template of this server: %w", id, errdefs.ErrConflict)
-	}
-	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
-	if err != nil {
-		return 0, nil, err
-	}
-	if s.kube.cfg.Nodes == nil {
-		return 0, nil, errNoNodeService
-	}
-	if sb.State == engine.StatePaused {
-		if sb, err = s.resume(r.Context(), sb, tenantName); err != nil {
-			return 0, nil, err
-		}
-	}
-	if rec, err := s.kube.snapshotRecord(r.Context(), tenantName, id); err != nil {
-		return 0, nil, err
-	} else if rec != nil {
-		return 0, nil, fmt.Errorf("snapshot %q already exists: %w", id, errdefs.ErrConflict)
-	}
-	unlock := s.lockResume(sb.ID)
-	defer unlock()
-	if err := s.kube.snapshot(context.WithoutCancel(r.Context()), sb.ID, tenantName, id); err != nil {
-		return 0, nil, err
-	}
-	s.log.Info("snapshot", "sandbox", sb.ID, "tenant", tenantName, "snapshot", id)
-	return http.StatusCreated, snapshotJSON{SnapshotID: id, Names: []string{id}}, nil
+	return nil
 }
 
-// kubeListSnapshots is GET /snapshots on Kubernetes placement.
-func (s *Server) kubeListSnapshots(r *http.Request, tenantName string) (int, any, error) {
-	q := r.URL.Query()
-	sel := s.kube.selector(tenantName) + "," + kubeLabelKind + "=" + kubeKindSnapshot
-	if sid := q.Get("sandboxID"); sid != "" {
-		if !validID(sid) {
-			return http.StatusOK, []snapshotJSON{}, nil
+func (k *Placement) HasSnapshot(ctx context.Context, tenantName, name string) (bool, error) {
+	rec, err := k.snapshotRecord(ctx, tenantName, name)
+	return rec != nil, err
+}
+
+// Snapshot checkpoints running sandbox id, left running, as tenant's
+// snapshot name, one at a time per sandbox with its resumes.
+func (k *Placement) Snapshot(ctx context.Context, id, tenantName, name string) error {
+	unlock := k.locks.Lock(id)
+	defer unlock()
+	if err := k.snapshot(ctx, id, tenantName, name); err != nil {
+		return err
+	}
+	k.log.Info("snapshot", "sandbox", id, "tenant", tenantName, "snapshot", name)
+	return nil
+}
+
+// ListSnapshots are tenant's snapshots, by their Secrets.
+func (k *Placement) ListSnapshots(ctx context.Context, tenantName, sandboxID, name string) ([]string, error) {
+	sel := k.selector(tenantName) + "," + kubeLabelKind + "=" + kubeKindSnapshot
+	if sandboxID != "" {
+		if !placement.ValidID(sandboxID) {
+			return nil, nil
 		}
-		sel += "," + kubeLabelSnapshotOf + "=" + sid
+		sel += "," + kubeLabelSnapshotOf + "=" + sandboxID
 	}
-	recs, err := s.kube.c.ListSecrets(r.Context(), s.kube.cfg.Namespace, sel)
+	recs, err := k.c.ListSecrets(ctx, k.cfg.Namespace, sel)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	out := []snapshotJSON{}
+	var out []string
 	for _, rec := range recs {
 		id := rec.Metadata.Annotations[kubeAnnSnapshot]
-		if id == "" || rec.Metadata.Name != snapshotSecretName(tenantName, id) || (q.Get("name") != "" && id != q.Get("name")) {
+		if id == "" || rec.Metadata.Name != snapshotSecretName(tenantName, id) || (name != "" && id != name) {
 			continue
 		}
-		out = append(out, snapshotJSON{SnapshotID: id, Names: []string{id}})
+		out = append(out, id)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].SnapshotID < out[j].SnapshotID })
-	return http.StatusOK, out, nil
+	return out, nil
 }
 
-// kubeDeleteTemplate is DELETE /templates/{id} on Kubernetes placement:
-// one of the tenant's snapshots. The server's --template mappings are not
-// the API's to delete.
-func (s *Server) kubeDeleteTemplate(r *http.Request, tenantName string) (int, any, error) {
-	id := r.PathValue("id")
-	if err := checkTemplateID(id); err != nil {
-		return 0, nil, err
-	}
-	rec, err := s.kube.snapshotRecord(r.Context(), tenantName, id)
+// DeleteTemplate removes one of the tenant's snapshots. The server's
+// templates (Config.Templates) are not the API's to delete.
+func (k *Placement) DeleteTemplate(ctx context.Context, tenantName, id string) error {
+	rec, err := k.snapshotRecord(ctx, tenantName, id)
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
 	if rec == nil {
-		if _, ok := s.kube.cfg.Templates[id]; ok {
-			return 0, nil, fmt.Errorf("template %q is the server's (--template), not a snapshot: %w", id, errdefs.ErrFailedPrecondition)
+		if _, ok := k.cfg.Templates[id]; ok {
+			return fmt.Errorf("template %q is the server's (--template), not a snapshot: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		return 0, nil, fmt.Errorf("template %q not found: %w", id, errdefs.ErrNotFound)
+		return fmt.Errorf("template %q not found: %w", id, errdefs.ErrNotFound)
 	}
-	if err := s.kube.removeSnapshot(context.WithoutCancel(r.Context()), rec); err != nil {
-		return 0, nil, err
+	if err := k.removeSnapshot(ctx, rec); err != nil {
+		return err
 	}
-	s.log.Info("snapshot removed", "tenant", tenantName, "snapshot", id)
-	return http.StatusNoContent, nil, nil
+	k.log.Info("snapshot removed", "tenant", tenantName, "snapshot", id)
+	return nil
 }

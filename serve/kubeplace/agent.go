@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func newAgentKey() string {
 }
 
 // agentSecret is the Secret holding key for sandbox id's agent.
-func (k *kubePlacement) agentSecret(id, tenantName, key string) *kube.Secret {
+func (k *Placement) agentSecret(id, tenantName, key string) *kube.Secret {
 	return &kube.Secret{
 		APIVersion: "v1", Kind: "Secret", Type: "Opaque",
 		Metadata: kube.Meta{
@@ -58,7 +58,7 @@ func (k *kubePlacement) agentSecret(id, tenantName, key string) *kube.Secret {
 
 // endpoint is how to reach sandbox id's agent: cached, else read from
 // its pod (address, network) and Secret (key).
-func (k *kubePlacement) endpoint(ctx context.Context, id string) (*kubeEndpoint, error) {
+func (k *Placement) endpoint(ctx context.Context, id string) (*kubeEndpoint, error) {
 	k.epMu.Lock()
 	ep := k.eps[id]
 	k.epMu.Unlock()
@@ -99,7 +99,7 @@ func podOnAPIExec(p *kube.Pod) bool {
 	return len(cmd) < 2 || cmd[1] != kubeAgentListen
 }
 
-func (k *kubePlacement) remember(id string, ep *kubeEndpoint) {
+func (k *Placement) remember(id string, ep *kubeEndpoint) {
 	k.epMu.Lock()
 	defer k.epMu.Unlock()
 	if ep == nil {
@@ -114,7 +114,7 @@ func (k *kubePlacement) remember(id string, ep *kubeEndpoint) {
 
 // exec runs req in its sandbox: through the agent's endpoint, or
 // pods/exec for a sandbox without one.
-func (k *kubePlacement) exec(ctx context.Context, req kube.ExecRequest) (int, error) {
+func (k *Placement) exec(ctx context.Context, req kube.ExecRequest) (int, error) {
 	id := strings.TrimPrefix(req.Pod, kubePodPrefix)
 	ep, err := k.endpoint(ctx, id)
 	if err != nil {
@@ -131,10 +131,10 @@ func (k *kubePlacement) exec(ctx context.Context, req kube.ExecRequest) (int, er
 	return code, err
 }
 
-// dialPort connects to port on sandbox id's loopback through its agent's
+// DialPort connects to port on sandbox id's loopback through its agent's
 // endpoint: a port preview (getHost). A sandbox without network has
 // none to preview.
-func (k *kubePlacement) dialPort(ctx context.Context, id string, port uint16) (net.Conn, error) {
+func (k *Placement) DialPort(ctx context.Context, id string, port uint16) (net.Conn, error) {
 	ep, err := k.endpoint(ctx, id)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package serve
+package kubeplace
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/serve/kube"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // Pause and resume on Kubernetes placement. Kubernetes has no restore of
@@ -72,7 +73,7 @@ func pausedSandbox(sec *kube.Secret) (*engine.Sandbox, *kube.Pod) {
 	}
 	p.Status = kube.PodStatus{}
 	sb := podSandbox(&p)
-	if sb == nil || sb.ID != l[kubeLabelID] || sb.Labels[labelTenant] != l[kubeLabelTenant] {
+	if sb == nil || sb.ID != l[kubeLabelID] || sb.Labels[placement.LabelTenant] != l[kubeLabelTenant] {
 		return nil, nil
 	}
 	sb.State = engine.StatePaused
@@ -82,7 +83,7 @@ func pausedSandbox(sec *kube.Secret) (*engine.Sandbox, *kube.Pod) {
 
 // pausedRecord reads sandbox id's paused record: nil, nil if it is not
 // paused.
-func (k *kubePlacement) pausedRecord(ctx context.Context, id string) (*kube.Secret, error) {
+func (k *Placement) pausedRecord(ctx context.Context, id string) (*kube.Secret, error) {
 	sec, err := k.c.GetSecret(ctx, k.cfg.Namespace, kubePodName(id))
 	if errdefs.IsNotFound(err) {
 		return nil, nil
@@ -96,21 +97,21 @@ func (k *kubePlacement) pausedRecord(ctx context.Context, id string) (*kube.Secr
 	return sec, nil
 }
 
-// kubePause is a pause on Kubernetes placement, one at a time per
-// sandbox with its resumes.
-func (s *Server) kubePause(ctx context.Context, sb *engine.Sandbox, tenantName string) error {
-	unlock := s.lockResume(sb.ID)
+// Pause checkpoints sb on its node and deletes its pod, one at a time
+// per sandbox with its resumes.
+func (k *Placement) Pause(ctx context.Context, sb *engine.Sandbox) error {
+	unlock := k.locks.Lock(sb.ID)
 	defer unlock()
-	res, err := s.kube.pause(ctx, sb.ID)
+	res, err := k.pause(ctx, sb.ID)
 	if err != nil {
 		return err
 	}
-	s.log.Info("paused", "sandbox", sb.ID, "tenant", tenantName, "checkpoint_bytes", res.Bytes, "checkpoint", res.Duration)
+	k.log.Info("paused", "sandbox", sb.ID, "tenant", sb.Labels[placement.LabelTenant], "checkpoint_bytes", res.Bytes, "checkpoint", res.Duration)
 	return nil
 }
 
 // pause checkpoints sandbox id on its node and deletes its pod.
-func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.CheckpointResult, error) {
+func (k *Placement) pause(ctx context.Context, id string) (*kubenode.CheckpointResult, error) {
 	if k.cfg.Nodes == nil {
 		return nil, errNoNodeService
 	}
@@ -176,7 +177,7 @@ func (k *kubePlacement) pause(ctx context.Context, id string) (*kubenode.Checkpo
 
 // unpause undoes a pause that did not checkpoint: the record goes, the
 // Secret is the pod's again.
-func (k *kubePlacement) unpause(ctx context.Context, p *kube.Pod, networked bool) {
+func (k *Placement) unpause(ctx context.Context, p *kube.Pod, networked bool) {
 	// Best effort: the sweep removes a sandbox that ended.
 	_ = k.dropRecord(ctx, p, networked)
 	_, _ = k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, p.Metadata.Name, map[string]*string{kubeAnnPausing: nil})
@@ -185,7 +186,7 @@ func (k *kubePlacement) unpause(ctx context.Context, p *kube.Pod, networked bool
 // dropRecord ends pod p's sandbox's paused record: the Secret of a
 // sandbox with network is p's again (its owner, no longer labelled
 // paused); one without network had no Secret but the record.
-func (k *kubePlacement) dropRecord(ctx context.Context, p *kube.Pod, networked bool) error {
+func (k *Placement) dropRecord(ctx context.Context, p *kube.Pod, networked bool) error {
 	name := p.Metadata.Name
 	if !networked {
 		return k.c.DeleteSecret(ctx, k.cfg.Namespace, name)
@@ -200,10 +201,10 @@ func (k *kubePlacement) dropRecord(ctx context.Context, p *kube.Pod, networked b
 	})
 }
 
-// resume makes paused sandbox id's pod again on the node holding its
+// Resume makes paused sandbox id's pod again on the node holding its
 // checkpoint, restored from it, and waits until it runs. A resume that
 // fails leaves the sandbox paused.
-func (k *kubePlacement) resume(ctx context.Context, id string) (*engine.Sandbox, error) {
+func (k *Placement) Resume(ctx context.Context, id string) (*engine.Sandbox, error) {
 	if k.cfg.Nodes == nil {
 		return nil, errNoNodeService
 	}
@@ -220,7 +221,7 @@ func (k *kubePlacement) resume(ctx context.Context, id string) (*engine.Sandbox,
 	}
 	a := sec.Metadata.Annotations
 	ckpt, node, hostIP := a[kubeAnnCheckpoint], a[kubeAnnNode], a[kubeAnnHostIP]
-	if !validID(ckpt) || node == "" || hostIP == "" {
+	if !placement.ValidID(ckpt) || node == "" || hostIP == "" {
 		return nil, fmt.Errorf("sandbox %s: its paused record names no checkpoint: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	name := kubePodName(id)
@@ -270,16 +271,16 @@ func (k *kubePlacement) resume(ctx context.Context, id string) (*engine.Sandbox,
 	sb = podSandbox(running)
 	if d, err := time.ParseDuration(running.Metadata.Annotations[kubeAnnTimeout]); err == nil && d > 0 {
 		// Its life counts from now again.
-		return k.setTimeout(ctx, id, d)
+		return k.SetTimeout(ctx, id, d)
 	}
 	return sb, nil
 }
 
 // removePaused deletes paused sandbox id: its checkpoint on its node,
 // then its record.
-func (k *kubePlacement) removePaused(ctx context.Context, sec *kube.Secret) error {
+func (k *Placement) removePaused(ctx context.Context, sec *kube.Secret) error {
 	a := sec.Metadata.Annotations
-	if k.cfg.Nodes != nil && validID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
+	if k.cfg.Nodes != nil && placement.ValidID(a[kubeAnnCheckpoint]) && a[kubeAnnHostIP] != "" {
 		if err := k.cfg.Nodes.Remove(ctx, a[kubeAnnHostIP], kubenode.RemoveRequest{Namespace: k.cfg.Namespace, Name: a[kubeAnnCheckpoint]}); err != nil {
 			return fmt.Errorf("sandbox %s: its checkpoint on node %s: %w", sec.Metadata.Labels[kubeLabelID], a[kubeAnnNode], err)
 		}
@@ -339,9 +340,8 @@ func kubeLeftovers(pods []kube.Pod, secrets []kube.Secret, now time.Time, startT
 	return secretsGone, podsGone, undo
 }
 
-// kubeSweepLeftovers removes kubeLeftovers.
-func (s *Server) kubeSweepLeftovers(ctx context.Context) error {
-	k := s.kube
+// sweepLeftovers removes kubeLeftovers.
+func (k *Placement) sweepLeftovers(ctx context.Context) error {
 	pods, err := k.c.ListPods(ctx, k.cfg.Namespace, k.selector(""))
 	if err != nil {
 		return err
@@ -355,17 +355,17 @@ func (s *Server) kubeSweepLeftovers(ctx context.Context) error {
 		if err := k.c.DeleteSecret(ctx, k.cfg.Namespace, name); err != nil {
 			return err
 		}
-		s.log.Info("removed a sandbox's key whose pod was never made", "secret", name)
+		k.log.Info("removed a sandbox's key whose pod was never made", "secret", name)
 	}
 	for _, name := range podsGone {
 		if err := k.c.DeletePod(ctx, k.cfg.Namespace, name, 0); err != nil {
 			return err
 		}
-		s.log.Info("removed the pod of a paused sandbox", "pod", name)
+		k.log.Info("removed the pod of a paused sandbox", "pod", name)
 	}
 	for _, p := range undo {
 		k.unpause(ctx, p, !podOnAPIExec(p))
-		s.log.Warn("a pause never finished; the sandbox runs on", "pod", p.Metadata.Name)
+		k.log.Warn("a pause never finished; the sandbox runs on", "pod", p.Metadata.Name)
 	}
 	return nil
 }
