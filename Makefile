@@ -278,3 +278,8 @@ proto: ## regenerate serve/envdpb from its .proto files (needs protoc: apt-get i
 		--go_out=. --go_opt=paths=source_relative \
 		--connect-go_out=. --connect-go_opt=paths=source_relative \
 		processpb/process.proto filesystempb/filesystem.proto
+
+# --- architecture picture ------------------------------------------------------
+.PHONY: architecture
+architecture: ## render docs/architecture.svg from docs/architecture.dot (needs graphviz: apt-get install graphviz)
+	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
