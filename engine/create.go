@@ -17,6 +17,7 @@ import (
 
 	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/engine/workspace"
 	"hutch.dev/hutch/overlay"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
@@ -548,7 +549,7 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 		errs = append(errs, err)
 	}
 	// After the gofer is gone: the :overlay workspaces' host mounts.
-	if err := e.unmountWorkspaces(sb.ID); err != nil {
+	if err := workspace.UnmountAll(e.sandboxDir(sb.ID)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
