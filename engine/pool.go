@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -266,16 +265,10 @@ func (e *Engine) poolInfo(ctx context.Context, d *poolDef) *Pool {
 }
 
 func (e *Engine) loadPool(name string) (*poolDef, error) {
-	b, err := os.ReadFile(filepath.Join(e.poolDir(name), "pool.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no such pool: %s: %w", name, errdefs.ErrNotFound)
-		}
-		return nil, err
-	}
 	var d poolDef
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("pool %s: corrupt definition: %w", name, err)
+	if err := readJSON(filepath.Join(e.poolDir(name), "pool.json"), &d,
+		"no such pool: "+name, "pool "+name+": corrupt definition"); err != nil {
+		return nil, err
 	}
 	return &d, nil
 }
@@ -326,29 +319,12 @@ func (e *Engine) memberIDs(name string) []string {
 
 // readRecord reads a record from path and computes its state.
 func (e *Engine) readRecord(path string) (*record, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var sb record
-	if err := json.Unmarshal(b, &sb); err != nil {
-		return nil, fmt.Errorf("%s: corrupt record: %w", path, err)
+	if err := readJSON(path, &sb, path, path+": corrupt record"); err != nil {
+		return nil, err
 	}
 	sb.State = e.state(&sb)
 	return &sb, nil
-}
-
-// writeJSON writes v to path atomically, owner-only.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // tryLockFile takes an exclusive flock on existing file path without
