@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 
 	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/engine/workspace"
+	"hutch.dev/hutch/overlay"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
 )
@@ -104,7 +107,11 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	return sb.view(), err
 }
 
-// create is Create; with cmd, cmd is the sandbox's init (Run).
+// create is Create; with cmd, cmd is the sandbox's init (Run). A warm
+// pool's sandbox serves it if one matches; otherwise its steps (prepare,
+// reserve, provision, assemble, launch, finish) share one record and one
+// undo stack, which takes back everything they made unless the last of
+// them succeeds.
 func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand) (*record, error) {
 	pr, err := e.validate(req)
 	if err != nil {
@@ -116,233 +123,315 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 			return sb, err
 		}
 	}
-	// Held until the bundle names the volumes: none is removed meanwhile.
-	unlockVolumes, err := e.lockVolumes(unix.LOCK_SH)
-	if err != nil {
+	c := &creation{e: e, req: req, pr: pr, cmd: cmd}
+	defer c.release()
+	if err := c.prepare(ctx); err != nil {
 		return nil, err
 	}
-	defer unlockVolumes()
-	volMounts, err := e.resolveMounts(req.Mounts)
-	if err != nil {
-		return nil, err
-	}
-	cas, err := e.extraCAs(req.CACerts)
-	if err != nil {
-		return nil, err
-	}
-	// Ports are bound first: a port in use fails the create before
-	// anything is made. The forwarder inherits them.
-	listeners, err := ListenPorts(req.Ports)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		for _, l := range listeners {
-			l.Listener.Close()
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", c.sb.ID))
+	defer c.undo.Run()
+	for _, step := range []func(context.Context) error{c.reserve, c.provision, c.assemble, c.launch, c.finish} {
+		if err := step(ctx); err != nil {
+			return nil, err
 		}
-	}()
+	}
+	c.undo.Release()
+	c.sb.State = StateRunning
+	return c.sb, nil
+}
+
+// creation is a create under way: what its steps share.
+type creation struct {
+	e   *Engine
+	req CreateRequest
+	pr  policy.Request
+	cmd *initCommand
+
+	// undo takes back what the steps made, last made first, when a step
+	// fails.
+	undo assembly.Undo
+	// sb is the new sandbox's record.
+	sb *record
+
+	unlockVolumes func()
+	volMounts     []specs.Mount
+	cas           []*x509.Certificate
+	listeners     []PortListener
+	img           overlay.Image
+	setupKey      string
+	setupHit      bool
+
+	// owners is a rootless store's list of the image's file owners.
+	owners   string
+	caMounts []specs.Mount
+	init     specs.Process
+	bundle   string
+}
+
+// release lets go of what prepare holds for the whole create, whether it
+// succeeds or not: the ports' listeners (the forwarder has its own) and
+// the lock on the volumes.
+func (c *creation) release() {
+	for _, l := range c.listeners {
+		l.Listener.Close()
+	}
+	if c.unlockVolumes != nil {
+		c.unlockVolumes()
+	}
+}
+
+// prepare resolves what the request names, before anything is made: the
+// volumes it mounts (locked against removal until the bundle names them),
+// its CA certificates, its ports (bound, so that a port in use fails the
+// create first), its image (pulled, and set up, as the request says),
+// and hutch-init. It fills in the record, unsaved, under a new ID.
+// It makes nothing for the undo stack; release lets go of what it holds.
+func (c *creation) prepare(ctx context.Context) error {
+	e, req, pr := c.e, c.req, c.pr
+	var err error
+	if c.unlockVolumes, err = e.lockVolumes(unix.LOCK_SH); err != nil {
+		return err
+	}
+	if c.volMounts, err = e.resolveMounts(req.Mounts); err != nil {
+		return err
+	}
+	if c.cas, err = e.extraCAs(req.CACerts); err != nil {
+		return err
+	}
+	// The forwarder inherits the listeners.
+	if c.listeners, err = ListenPorts(req.Ports); err != nil {
+		return err
+	}
 	if err := e.pullFor(ctx, req); err != nil {
-		return nil, err
+		return err
 	}
 	img, err := e.Image(ctx, req.image())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	img, setupKey, setupHit, err := e.setupImageFor(ctx, img, req, pr.Secrets, req.SetupScope)
-	if err != nil {
-		return nil, err
+	if c.img, c.setupKey, c.setupHit, err = e.setupImageFor(ctx, img, req, pr.Secrets, req.SetupScope); err != nil {
+		return err
 	}
 	if _, err := os.Stat(e.opts.InitPath); err != nil {
-		return nil, fmt.Errorf("hutch-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
+		return fmt.Errorf("hutch-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
 	}
 	id, err := newID()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sb := &record{
-		ID: id, Name: req.Name, Image: img.Name, ImageDigest: img.Digest,
+	c.sb = &record{
+		ID: id, Name: req.Name, Image: c.img.Name, ImageDigest: c.img.Digest,
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
 		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
 	}
-	setPersistFields(sb, req)
-	e.setRootlessLimits(sb)
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", id))
+	setPersistFields(c.sb, req)
+	e.setRootlessLimits(c.sb)
+	return nil
+}
 
-	var undo assembly.Undo
-	defer undo.Run()
-	if err := e.reserveFor(sb, req.pool, &undo); err != nil {
-		return nil, err
-	}
-	if err := e.makeWorkspaces(ctx, id, req.Mounts, volMounts, &undo); err != nil {
-		return nil, err
-	}
+// reserve saves the record in the sandbox's new directory (a pool's boot
+// directory for a pool's sandbox), taking its name. The undo removes the
+// directory and frees the name.
+func (c *creation) reserve(ctx context.Context) error {
+	return c.e.reserveFor(c.sb, c.req.pool, &c.undo)
+}
 
-	rootfs, err := e.images.Rootfs(ctx, img, id)
-	undo.Add(func() {
-		if err := e.images.Release(context.Background(), id); err != nil {
+// provision makes the sandbox's files: its :overlay workspaces, mounted,
+// and its rootfs, under a lease of the image store, with the image's
+// environment and the CA certificates it trusts. The undo unmounts the
+// workspaces and releases the lease.
+func (c *creation) provision(ctx context.Context) error {
+	e, sb := c.e, c.sb
+	if err := e.makeWorkspaces(ctx, sb.ID, c.req.Mounts, c.volMounts, &c.undo); err != nil {
+		return err
+	}
+	rootfs, err := e.images.Rootfs(ctx, c.img, sb.ID)
+	c.undo.Add(func() {
+		if err := e.images.Release(context.Background(), sb.ID); err != nil {
 			log.G(ctx).WithError(err).Warn("release rootfs lease")
 		}
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sb.Rootfs = rootfs
 	// A rootless store keeps the image's owners as a list: the agent
 	// sets them inside the sandbox before anything else runs there.
-	owners := ""
 	if e.rootless {
-		owners = e.images.OwnersFile(rootfs)
+		c.owners = e.images.OwnersFile(rootfs)
 	}
 	// Exec needs the image's environment and directory every time: keep
 	// them in the record rather than reading the image store per exec.
-	sb.ImageEnv, sb.ImageWorkdir = img.Config.Config.Env, img.Config.Config.WorkingDir
-	sb.ImageUser = img.Config.Config.User
-	caMounts, caEnv, err := e.prepareCAs(sb, rootfs, cas)
+	cfg := c.img.Config.Config
+	sb.ImageEnv, sb.ImageWorkdir = cfg.Env, cfg.WorkingDir
+	sb.ImageUser = cfg.User
+	caMounts, caEnv, err := e.prepareCAs(sb, rootfs, c.cas)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	c.caMounts = caMounts
 	if len(caEnv) > 0 {
 		// Under the sandbox's own --env, which may name another bundle.
 		sb.Env = append(caEnv, sb.Env...)
 	}
-	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
-	init := specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
-	if cmd != nil {
+	return nil
+}
+
+// assemble writes the sandbox's bundle: its init (the agent, or Run's
+// command with its pipes), its network, its mounts and limits, and its
+// cgroup. The undo closes the command's pipes and takes down the network
+// and the cgroup.
+func (c *creation) assemble(ctx context.Context) error {
+	e, sb, pr := c.e, c.sb, c.pr
+	env := append(append([]string{}, c.img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
+	c.init = specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
+	if c.cmd != nil {
 		// A bad --user fails here, before anything runs.
-		if err := cmd.prepare(e, sb); err != nil {
-			return nil, err
+		if err := c.cmd.prepare(e, sb); err != nil {
+			return err
 		}
-		undo.Add(cmd.close)
-		init = cmd.proc
-		if owners != "" {
-			init = withOwners(init)
+		c.undo.Add(c.cmd.close)
+		c.init = c.cmd.proc
+		if c.owners != "" {
+			c.init = withOwners(c.init)
 		}
 		sb.OneShot = true
 	}
 
-	netns, netMounts, err := e.setupNetwork(ctx, sb, pr.Allow, &undo)
+	netns, netMounts, err := e.setupNetwork(ctx, sb, pr.Allow, &c.undo)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	spec := runsc.Spec(runsc.SpecConfig{
-		Rootfs:   rootfs,
+		Rootfs:   sb.Rootfs,
 		Hostname: sb.ShortID(),
-		Process:  init,
+		Process:  c.init,
 		Mounts: append([]specs.Mount{{
 			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
-		}}, append(netMounts, caMounts...)...),
+		}}, append(netMounts, c.caMounts...)...),
 		NetworkNamespace: netns,
 		UserNamespace:    e.rootless,
-		HostUID:          hostID(e.inUserNS(id), os.Getuid()),
-		HostGID:          hostID(e.inUserNS(id), os.Getgid()),
+		HostUID:          hostID(e.inUserNS(sb.ID), os.Getuid()),
+		HostGID:          hostID(e.inUserNS(sb.ID), os.Getgid()),
 		CgroupsPath:      e.sandboxCgroup(sb),
-		Annotations:      map[string]string{"dev.hutch.sandbox.id": id},
+		Annotations:      map[string]string{"dev.hutch.sandbox.id": sb.ID},
 	})
-	if owners != "" {
+	if c.owners != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{
-			Destination: agent.OwnersPath, Type: "bind", Source: owners,
+			Destination: agent.OwnersPath, Type: "bind", Source: c.owners,
 			Options: []string{"rbind", "ro"},
 		})
 	}
-	if len(pr.Secrets) > 0 || req.pool != "" {
+	if len(pr.Secrets) > 0 || c.req.pool != "" {
 		// A pool's sandbox may be claimed with secrets.
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
-	spec.Mounts = append(spec.Mounts, volMounts...)
+	spec.Mounts = append(spec.Mounts, c.volMounts...)
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
-		return nil, err
+		return err
 	}
 	if err := e.rootlessProcessLimit(spec, pr); err != nil {
-		return nil, err
+		return err
 	}
-	if err := e.createCgroup(ctx, sb, spec.Linux.Resources, &undo); err != nil {
-		return nil, err
+	if err := e.createCgroup(ctx, sb, spec.Linux.Resources, &c.undo); err != nil {
+		return err
 	}
-	bundle := filepath.Join(e.sandboxDir(id), "bundle")
-	if err := runsc.WriteBundle(bundle, spec); err != nil {
-		return nil, err
-	}
+	c.bundle = filepath.Join(e.sandboxDir(sb.ID), "bundle")
+	return runsc.WriteBundle(c.bundle, spec)
+}
 
+// launch starts the sandbox with runsc, detached (its init is the agent)
+// or attached (Run's command), records its process, and once its init
+// has started gives it the image's owners, its secrets and its ports'
+// forwarder. The undo destroys the runtime: runsc's sandbox, its cgroup,
+// network and workspace mounts, and the forwarder.
+func (c *creation) launch(ctx context.Context) error {
+	e, sb := c.e, c.sb
 	r := e.runscFor(sb)
-	undo.Add(func() {
+	c.undo.Add(func() {
 		if err := e.destroyRuntime(context.Background(), sb); err != nil {
 			log.G(ctx).WithError(err).Error("cleaning up a failed create")
 		}
 	})
-	pidFile := filepath.Join(e.sandboxDir(id), "sandbox.pid")
-	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(id), "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	pidFile := filepath.Join(e.sandboxDir(sb.ID), "sandbox.pid")
+	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(sb.ID), "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logf.Close()
-	if cmd != nil {
+	if c.cmd != nil {
 		// runsc runs the command to its end from here; Run's wait reads
 		// its status, so only runsc failing to start is an error now.
 		// The command may end before its sandbox's PID is read: the
 		// record then shows the sandbox stopped.
-		if sb.Pid, err = cmd.start(ctx, r, id, bundle, pidFile, logf); err != nil {
-			return nil, fmt.Errorf("start sandbox: %w", err)
+		if sb.Pid, err = c.cmd.start(ctx, r, sb.ID, c.bundle, pidFile, logf); err != nil {
+			return fmt.Errorf("start sandbox: %w", err)
 		}
 		if sb.Pid != 0 {
 			sb.PidStart, _ = assembly.ProcessStart(sb.Pid)
 			sb.BootID = bootID()
 		}
 	} else {
-		if err := r.RunDetached(ctx, id, bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
-			return nil, fmt.Errorf("start sandbox: %w", err)
+		if err := r.RunDetached(ctx, sb.ID, c.bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
+			return fmt.Errorf("start sandbox: %w", err)
 		}
 		// runsc wrote the sandbox process's PID at create; a started
 		// sandbox whose process is gone fails the liveness check below.
 		if sb.Pid, err = readPidFile(pidFile); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
+			return fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
 		}
 		if sb.PidStart, err = assembly.ProcessStart(sb.Pid); err != nil {
-			return nil, fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
+			return fmt.Errorf("sandbox %s exited right after start: %w", sb.ShortID(), err)
 		}
 		sb.BootID = bootID()
 		if err := waitInit(ctx, logf.Name(), sb.Pid); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
+			return fmt.Errorf("sandbox %s: %w", sb.ShortID(), err)
 		}
-		if owners != "" {
+		if c.owners != "" {
 			if err := e.applyOwners(ctx, sb); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	if len(pr.Secrets) > 0 {
-		if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
-			return nil, err
+	if len(c.pr.Secrets) > 0 {
+		if err := e.writeSecrets(ctx, sb, c.pr.Secrets); err != nil {
+			return err
 		}
 	}
-	if len(listeners) > 0 {
+	if len(c.listeners) > 0 {
 		// The forwarder reads the record; destroyRuntime, in the undo
 		// stack already, stops it.
 		if err := e.save(sb); err != nil {
-			return nil, err
+			return err
 		}
-		if err := e.startForwarder(sb, listeners); err != nil {
-			return nil, err
+		if err := e.startForwarder(sb, c.listeners); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// finish saves the record as the started sandbox's, runs or records its
+// setup and starts its lifetime watchdog (the undo's destroyRuntime stops
+// it). A create whose context ended (its caller was interrupted) fails
+// here, even when no step noticed, so that it leaves nothing.
+func (c *creation) finish(ctx context.Context) error {
+	e, sb := c.e, c.sb
 	sb.CreatorPid = 0
 	if err := e.save(sb); err != nil {
-		return nil, err
+		return err
 	}
-	if err := e.finishCreate(ctx, sb, req, setupKey, setupHit); err != nil {
-		return nil, err
+	if err := e.finishCreate(ctx, sb, c.req, c.setupKey, c.setupHit); err != nil {
+		return err
 	}
-	// A create whose context ended (its caller was interrupted) leaves
-	// nothing, even when no step above noticed.
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))
+		return fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))
 	}
-	undo.Release()
-	sb.State = StateRunning
-	return sb, nil
+	return nil
 }
 
 // ValidateCreate returns the error Create would return for req's flat
@@ -460,7 +549,7 @@ func (e *Engine) destroyRuntime(ctx context.Context, sb *record) error {
 		errs = append(errs, err)
 	}
 	// After the gofer is gone: the :overlay workspaces' host mounts.
-	if err := e.unmountWorkspaces(sb.ID); err != nil {
+	if err := workspace.UnmountAll(e.sandboxDir(sb.ID)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,190 +10,36 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/hashicorp/yamux"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/engine/forward"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
 )
 
-// Port forwarding publishes a TCP port of a sandbox on the host. It is not
-// egress and needs no network in the sandbox. A sandbox with a link made
-// by root (network open or allow, kept by an update to none) is reached
-// directly: the forwarder dials the port on the sandbox's own address,
-// a connection from the host that the sandbox's firewall lets in as it
-// lets in any the host opens, and splices the two connections. Otherwise,
-// and for every connection that the sandbox refuses on its address (a
-// server listening on its 127.0.0.1 only), the host hands the accepted
-// connection to the sandbox's own kernel, which makes the connection to
-// the port on its 127.0.0.1 and copies between the two (runsc's port
-// forward, one call on the sandbox's control socket per connection;
-// docs/decisions/0033, 0034; forward_kernel.go). With a runsc that
-// cannot, a connection accepted on the host becomes a stream of one
-// yamux session carried over the stdin and stdout of one `runsc exec` of
-// the sandbox's agent ("portmux"), which dials the port on the sandbox's
-// 127.0.0.1. One exec serves every connection; when it dies (the sandbox
-// was paused and resumed, say) the next connection starts another.
-// (docs/decisions/0024-direct-forwarding.md)
+// Port forwarding publishes a TCP port of a sandbox on the host
+// (engine/forward): a detached forwarder process per sandbox serves the
+// published ports' listeners, from the sandbox's create or resume until
+// it stops.
 
 // PortMapping publishes a sandbox port on the host.
 type PortMapping = policy.PortMapping
 
-// PortListener is a bound host listener, a *net.TCPListener or a
-// *net.UnixListener, and the sandbox port it forwards to.
-type PortListener struct {
-	Listener net.Listener
-	Port     uint16
-}
+// PortListener is a bound host listener and the sandbox port it forwards
+// to (forward.Listener).
+type PortListener = forward.Listener
 
-// Mapping is the mapping l serves, with the host port it actually got.
-func (l PortListener) Mapping() PortMapping {
-	if a, ok := l.Listener.Addr().(*net.UnixAddr); ok {
-		return PortMapping{Socket: a.Name, Port: l.Port}
-	}
-	a := l.Listener.Addr().(*net.TCPAddr)
-	return PortMapping{HostIP: a.IP.String(), HostPort: uint16(a.Port), Port: l.Port}
-}
-
-// ListenPorts binds every mapping on the host, or none: on error the ones
-// bound are closed. A UNIX socket is made only in a directory no one but
-// its owner (this process's user, or root) can write to, and only its
-// owner can connect to it (listenSocket).
+// ListenPorts binds every mapping on the host, or none (forward.Listen).
 func ListenPorts(ms []PortMapping) ([]PortListener, error) {
-	var out []PortListener
-	for _, m := range ms {
-		var l net.Listener
-		var err error
-		if m.Socket != "" {
-			l, err = listenSocket(m)
-		} else if l, err = net.Listen("tcp", m.HostAddr()); err != nil {
-			err = fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
-		}
-		if err != nil {
-			for _, o := range out {
-				o.Listener.Close()
-			}
-			return nil, err
-		}
-		out = append(out, PortListener{Listener: l, Port: m.Port})
-	}
-	return out, nil
-}
-
-// listenSocket binds m's UNIX socket, mode 0600. Its directory must be
-// one that no other user can write to, nor any directory above it but
-// for sticky ones such as /tmp, all owned by this process's user or root:
-// no one else can then replace the socket or move it away. An existing
-// socket there that no one listens on is replaced; any other file is
-// refused. The path is bound with its directory's symlinks resolved.
-func listenSocket(m PortMapping) (*net.UnixListener, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("publish %s: %s: %w", m, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
-	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(m.Socket))
-	if err != nil {
-		return nil, bad("directory: %v", err)
-	}
-	if err := checkSocketDir(dir); err != nil {
-		return nil, bad("%v", err)
-	}
-	path := filepath.Join(dir, filepath.Base(m.Socket))
-	if len(path) > 107 {
-		return nil, bad("path %s is too long for a UNIX socket", path)
-	}
-	switch fi, err := os.Lstat(path); {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return nil, bad("%v", err)
-	case fi.Mode().Type() != fs.ModeSocket:
-		return nil, bad("%s exists and is not a socket but %s", path, fileKind(fi.Mode()))
-	default:
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("publish %s: something listens on %s already: %w", m, path, errdefs.ErrUnavailable)
-		}
-		// Left by a forwarder that was killed.
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("publish %s: remove a stale socket: %w", m, err)
-		}
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
-	}
-	// Before this, the mode is the umask's: the forwarder serves no
-	// peer but the owner (peerIsOwner) in the meantime.
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("publish %s: %w", m, err)
-	}
-	return l, nil
-}
-
-// fileKind names the type of a file of mode m.
-func fileKind(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "a regular file"
-	case fs.ModeSymlink:
-		return "a symbolic link"
-	case fs.ModeDir:
-		return "a directory"
-	}
-	return "a special file (" + m.Type().String() + ")"
-}
-
-// checkSocketDir checks that dir, a path without symlinks, and the
-// directories above it can be changed by no user but this process's and
-// root: dir is writable by its owner only, the others too unless sticky.
-func checkSocketDir(dir string) error {
-	uid := uint32(os.Geteuid())
-	for d := dir; ; d = filepath.Dir(d) {
-		var st unix.Stat_t
-		if err := unix.Lstat(d, &st); err != nil {
-			return fmt.Errorf("directory %s: %w", d, err)
-		}
-		switch {
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("%s is not a directory", d)
-		case st.Uid != uid && st.Uid != 0:
-			return fmt.Errorf("directory %s is owned by uid %d, not by this user or root", d, st.Uid)
-		case d == dir && st.Mode&0o022 != 0:
-			return fmt.Errorf("directory %s is writable by other users (mode %04o): want one only its owner can write", d, st.Mode&0o7777)
-		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
-			return fmt.Errorf("directory %s above the socket is writable by other users (mode %04o)", d, st.Mode&0o7777)
-		}
-		if d == "/" {
-			return nil
-		}
-	}
-}
-
-// peerIsOwner reports whether the peer of c, accepted on a UNIX socket, is
-// this process's user or root. The socket's mode already keeps others
-// out; this holds even if its mode is changed.
-func peerIsOwner(c *net.UnixConn) bool {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return false
-	}
-	return cred.Uid == uint32(os.Geteuid()) || cred.Uid == 0
+	return forward.Listen(ms)
 }
 
 // Forward serves connections accepted on ls, forwarding each to its port
@@ -206,87 +50,31 @@ func (e *Engine) Forward(ctx context.Context, ref string, ls []PortListener) err
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// A link is made at create and kept until the sandbox stops, which
 	// ends the forwarder.
-	f := &forwarder{e: e, sb: sb, ctx: ctx, direct: directAddr(sb)}
-	defer f.close()
-	var wg sync.WaitGroup
-	for _, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.serve(l)
-		}()
-	}
-	// A forwarder outlives no sandbox: it checks that its sandbox runs.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var stopped error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-tick.C:
-			if cur, err := e.load(sb.ID); err != nil || cur.State != StateRunning {
-				stopped = fmt.Errorf("sandbox %s is no longer running: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
-				break loop
-			}
+	return forward.Serve(ctx, forwardee{e, sb}, directAddr(sb), ls, func() error {
+		if cur, err := e.load(sb.ID); err != nil || cur.State != StateRunning {
+			return fmt.Errorf("sandbox %s is no longer running: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 		}
-	}
-	for _, l := range ls {
-		l.Listener.Close()
-	}
-	cancel()
-	wg.Wait()
-	return stopped
+		return nil
+	})
 }
 
-type forwarder struct {
-	e   *Engine
-	sb  *record
-	ctx context.Context
-	// direct is the sandbox's address on its link, "" if the host
-	// cannot reach it (no link, or a rootless one).
-	direct string
-
-	mu   sync.Mutex // guards sess, stop, ctl, kernel and sockets
-	sess *yamux.Session
-	stop func() // ends the current session's exec
-	// ctl is the sandbox's control socket, once looked up; kernel,
-	// whether its runsc forwards ports itself, once known; sockets,
-	// whether it takes the client's connection itself.
-	ctl     *runsc.Control
-	kernel  kernelForwards
-	sockets kernelForwards
+// forwardee is a sandbox as engine/forward reaches it.
+type forwardee struct {
+	e  *Engine
+	sb *record
 }
 
-func (f *forwarder) serve(l PortListener) {
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if f.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-				log.G(f.ctx).WithError(err).Warn("port forward: accept")
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			return
-		}
-		if uc, ok := c.(*net.UnixConn); ok && !peerIsOwner(uc) {
-			log.G(f.ctx).Warn("port forward: refused a connection from another user")
-			c.Close()
-			continue
-		}
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			f.handle(c, l.Port)
-		}()
-	}
+func (f forwardee) ID() string      { return f.sb.ID }
+func (f forwardee) ShortID() string { return f.sb.ShortID() }
+
+func (f forwardee) ControlSocket() (string, error) {
+	return f.e.runscFor(f.sb).ControlSocket(f.sb.ID)
+}
+
+func (f forwardee) PortMux(ctx context.Context) (*yamux.Session, func(), error) {
+	return f.e.agentSession(ctx, f.sb, "portmux", "", agent.PortMuxConfig())
 }
 
 // directAddr is the address the host reaches sb at, or "".
@@ -295,85 +83,6 @@ func directAddr(sb *record) string {
 		return ""
 	}
 	return sb.IP
-}
-
-// directDialTimeout bounds a dial of the sandbox's address: it answers at
-// once, with a connection or a refusal, unless something is amiss.
-const directDialTimeout = time.Second
-
-func (f *forwarder) handle(c net.Conn, port uint16) {
-	if ip := f.direct; ip != "" {
-		d := net.Dialer{Timeout: directDialTimeout}
-		sc, err := d.DialContext(f.ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
-		if err == nil {
-			stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
-			defer stop()
-			joinConns(c.(agent.HalfCloser), sc.(*net.TCPConn))
-			return
-		}
-		// Refused: nothing listens on the sandbox's address, maybe
-		// on its 127.0.0.1, which the agent reaches.
-		log.G(f.ctx).WithError(err).Debug("port forward: direct dial failed, through the agent")
-	}
-	if f.kernelForward(c, port) {
-		return
-	}
-	st, err := f.open()
-	if err != nil {
-		log.G(f.ctx).WithError(err).Warn("port forward: open a stream into the sandbox")
-		c.Close()
-		return
-	}
-	var hdr [2]byte
-	binary.BigEndian.PutUint16(hdr[:], port)
-	if _, err := st.Write(hdr[:]); err != nil {
-		c.Close()
-		st.Close()
-		return
-	}
-	stop := context.AfterFunc(f.ctx, func() { c.Close(); st.Close() })
-	defer stop()
-	// TCP and UNIX listeners both give connections that half close.
-	agent.Join(c.(agent.HalfCloser), st)
-}
-
-// joinConns copies between two connections both ways, passing on each
-// direction's end as a half close, and closes both when both directions
-// are done. Between two TCP connections the kernel moves the data
-// (splice(2)).
-func joinConns(a, b agent.HalfCloser) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	pass := func(dst, src agent.HalfCloser) {
-		defer wg.Done()
-		io.Copy(dst, src) //nolint:errcheck // either end may go away
-		dst.CloseWrite()
-	}
-	go pass(a, b)
-	go pass(b, a)
-	wg.Wait()
-	a.Close()
-	b.Close()
-}
-
-// open opens a stream on the session, starting a session (an exec of the
-// agent's portmux) if there is none or the last one ended.
-func (f *forwarder) open() (*yamux.Stream, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for try := 0; try < 2; try++ {
-		if f.sess == nil || f.sess.IsClosed() {
-			if err := f.startLocked(); err != nil {
-				return nil, err
-			}
-		}
-		st, err := f.sess.OpenStream()
-		if err == nil {
-			return st, nil
-		}
-		f.sess.Close()
-	}
-	return nil, fmt.Errorf("port forward into sandbox %s: the agent does not answer", f.sb.ShortID())
 }
 
 // pipeConn is the host's end of the agent's stdin and stdout.
@@ -387,18 +96,6 @@ func (p *pipeConn) Close() error {
 	for _, c := range p.closers {
 		c.Close()
 	}
-	return nil
-}
-
-func (f *forwarder) startLocked() error {
-	if f.stop != nil {
-		f.stop()
-	}
-	sess, stop, err := f.e.agentSession(f.ctx, f.sb, "portmux", "", agent.PortMuxConfig())
-	if err != nil {
-		return err
-	}
-	f.sess, f.stop = sess, stop
 	return nil
 }
 
@@ -446,17 +143,6 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 		return nil, nil, err
 	}
 	return sess, func() { sess.Close(); cancel() }, nil
-}
-
-func (f *forwarder) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stop != nil {
-		f.stop()
-	}
-	if f.ctl != nil {
-		f.ctl.Close()
-	}
 }
 
 // ForwarderRef is a detached forwarder process of a sandbox.

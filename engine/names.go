@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -80,16 +79,13 @@ func (e *Engine) nameOwner(name string) (string, error) {
 	if len(id) != 32 || !isHex(id) {
 		return "", nil // not an entry hutch made
 	}
-	b, err := os.ReadFile(e.recordPath(id))
-	if errors.Is(err, fs.ErrNotExist) {
+	var n nameEntry
+	err = readJSON(e.recordPath(id), &n, "sandbox "+id, "sandbox "+id+": corrupt record")
+	if errdefs.IsNotFound(err) {
 		return "", nil // stale: its sandbox is gone, or was never made
 	}
 	if err != nil {
 		return "", err
-	}
-	var n nameEntry
-	if err := json.Unmarshal(b, &n); err != nil {
-		return "", fmt.Errorf("sandbox %s: corrupt record: %w", id, err)
 	}
 	if n.Name != name {
 		return "", nil

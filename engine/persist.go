@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/engine/workspace"
 	"hutch.dev/hutch/overlay"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
@@ -347,7 +348,7 @@ func (e *Engine) restore(ctx context.Context, sb *record, ck overlay.Checkpoint)
 	})
 	// The :overlay workspaces' host mounts, which the stop of a pause
 	// took down (destroyRuntime, in undo, takes them down again).
-	if err := e.mountWorkspaces(sb.ID); err != nil {
+	if err := workspace.MountAll(e.sandboxDir(sb.ID)); err != nil {
 		return err
 	}
 	r := e.runscFor(sb)
@@ -522,7 +523,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	if err := e.adoptMounts(spec, parent.ID, id); err != nil {
 		return nil, err
 	}
-	if err := e.forkWorkspaces(ctx, spec, parent.ID, id); err != nil {
+	if err := workspace.Fork(ctx, spec, e.sandboxDir(parent.ID), e.sandboxDir(id)); err != nil {
 		return nil, err
 	}
 	spec.Hostname = sb.ShortID()

@@ -2,40 +2,35 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/engine/pool"
 )
 
 // A warm pool keeps sandboxes of one class booted and unused, so that a
 // create that matches the class takes one instead of booting its own
-// (docs/decisions/0023-warm-pool.md).
-//
-// A pool's definition is <root>/pools/NAME/pool.json. Its sandboxes are
+// (engine/pool holds the pools themselves). A pool's sandboxes are
 // ordinary sandboxes whose record is kept as pooled.json instead of
-// sandbox.json, so that List and Get do not see them; the pool's members/
-// directory indexes them. A claim renames a member's pooled.json to
-// claiming.json: the rename succeeds for exactly one claimer, which then
-// applies the request and saves the record as sandbox.json. A filler
-// (FillPool) boots sandboxes until the pool is full again: a detached hutch
+// sandbox.json, so that List and Get do not see them; the pool's index
+// lists them. A claim renames a member's pooled.json to claiming.json: the
+// rename succeeds for exactly one claimer, which then applies the request
+// and saves the record as sandbox.json. A filler (FillPool) boots
+// sandboxes until the pool is full again: a detached hutch
 // (PoolFillCommand), or a goroutine in a long-lived process
-// (FillPoolsInProcess). Locks: fill.lock is held by the one filler of a
-// pool; lock guards the definition and the index against pool rm.
+// (FillPoolsInProcess).
 
 // PoolFillCommand is the hutch subcommand that fills a pool (FillPool): its
 // argument is the pool's name, after a flag --delay DURATION to wait first.
 const PoolFillCommand = "__pool-fill"
 
 // MaxPoolSize bounds a pool's size.
-const MaxPoolSize = 256
+const MaxPoolSize = pool.MaxSize
 
 // poolLabel marks a pool's sandbox while it is being booted, when it is
 // briefly listed; a claim replaces the labels.
@@ -82,26 +77,8 @@ type Pool struct {
 	Error string `json:"error,omitempty"`
 }
 
-// poolDef is pool.json.
-type poolDef struct {
-	// Gen tells a pool from a later one of the same name.
-	Gen      string    `json:"gen"`
-	Name     string    `json:"name"`
-	Size     int       `json:"size"`
-	Image    string    `json:"image"`
-	CPUs     float64   `json:"cpus,omitempty"`
-	Memory   int64     `json:"memory,omitempty"`
-	Pids     int64     `json:"pids,omitempty"`
-	Disk     int64     `json:"disk,omitempty"`
-	Network  string    `json:"network,omitempty"`
-	Allow    []string  `json:"allow,omitempty"`
-	DNS      []string  `json:"dns,omitempty"`
-	Explicit []string  `json:"explicit,omitempty"`
-	Created  time.Time `json:"created"`
-}
-
-// request is the create that boots one of the pool's sandboxes.
-func (d *poolDef) request() CreateRequest {
+// poolRequest is the create that boots one of pool d's sandboxes.
+func poolRequest(d *pool.Def) CreateRequest {
 	return CreateRequest{
 		Image: d.Image, CPUs: d.CPUs, Memory: d.Memory, Pids: d.Pids, Disk: d.Disk,
 		Network: d.Network, Allow: d.Allow, DNS: d.DNS, Explicit: d.Explicit,
@@ -109,17 +86,9 @@ func (d *poolDef) request() CreateRequest {
 	}
 }
 
-// poolNameRE bounds no length: a bounded repetition costs every hutch process
-// a large compile at start. validPoolName checks the length.
-var poolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+// pools are the state root's warm pools.
+func (e *Engine) pools() pool.Pools { return pool.At(filepath.Join(e.opts.Root, "pools")) }
 
-func validPoolName(n string) bool { return len(n) <= 63 && poolNameRE.MatchString(n) }
-
-func (e *Engine) poolsDir() string           { return filepath.Join(e.opts.Root, "pools") }
-func (e *Engine) poolDir(name string) string { return filepath.Join(e.poolsDir(), name) }
-func (e *Engine) membersDir(name string) string {
-	return filepath.Join(e.poolDir(name), "members")
-}
 func (e *Engine) pooledPath(id string) string { return filepath.Join(e.sandboxDir(id), "pooled.json") }
 func (e *Engine) claimingPath(id string) string {
 	return filepath.Join(e.sandboxDir(id), "claiming.json")
@@ -128,7 +97,7 @@ func (e *Engine) claimingPath(id string) string {
 // CreatePool defines a pool and starts filling it in the background
 // (FillPool). The class is validated as a create's would be.
 func (e *Engine) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
-	if !validPoolName(req.Name) {
+	if !pool.ValidName(req.Name) {
 		return nil, fmt.Errorf("pool name %q: want 1-63 of [a-zA-Z0-9_.-], starting with a letter or digit: %w", req.Name, errdefs.ErrInvalidArgument)
 	}
 	if req.Size < 1 || req.Size > MaxPoolSize {
@@ -154,33 +123,13 @@ func (e *Engine) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error)
 	if err != nil {
 		return nil, err
 	}
-	def := &poolDef{
+	def := &pool.Def{
 		Gen: gen, Name: req.Name, Size: req.Size, Image: img.Name,
 		CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids, Disk: pr.Disk,
 		Network: pr.Network, Allow: c.Allow, DNS: c.DNS, Explicit: c.Explicit,
 		Created: time.Now().UTC(),
 	}
-	if err := os.MkdirAll(e.poolsDir(), 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(e.poolDir(req.Name), 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("pool %q exists: %w", req.Name, errdefs.ErrAlreadyExists)
-		}
-		return nil, err
-	}
-	if err := os.Mkdir(e.membersDir(req.Name), 0o700); err != nil {
-		os.RemoveAll(e.poolDir(req.Name))
-		return nil, err
-	}
-	for _, f := range []string{"lock", "fill.lock", "fillers.lock"} {
-		if err := os.WriteFile(filepath.Join(e.poolDir(req.Name), f), nil, 0o600); err != nil {
-			os.RemoveAll(e.poolDir(req.Name))
-			return nil, err
-		}
-	}
-	if err := writeJSON(filepath.Join(e.poolDir(req.Name), "pool.json"), def); err != nil {
-		os.RemoveAll(e.poolDir(req.Name))
+	if err := e.pools().Create(def); err != nil {
 		return nil, err
 	}
 	e.kickFill(req.Name, 0)
@@ -189,7 +138,7 @@ func (e *Engine) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error)
 
 // Pools lists the pools, by name.
 func (e *Engine) Pools(ctx context.Context) ([]*Pool, error) {
-	defs, err := e.poolDefs()
+	defs, err := e.pools().Defs()
 	if err != nil {
 		return nil, err
 	}
@@ -203,167 +152,67 @@ func (e *Engine) Pools(ctx context.Context) ([]*Pool, error) {
 // RemovePool removes a pool and all its sandboxes, waiting for a filler
 // that is booting one.
 func (e *Engine) RemovePool(ctx context.Context, name string) error {
-	if !validPoolName(name) {
+	if !pool.ValidName(name) {
 		return fmt.Errorf("pool name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
-	def, err := e.loadPool(name)
-	if err != nil {
-		return err
-	}
-	unlock, err := lockFile(filepath.Join(e.poolDir(name), "lock"))
+	pools := e.pools()
+	def, err := pools.Load(name)
 	if err != nil {
 		return err
 	}
 	// Without its definition, no filler registers a sandbox it boots:
 	// it removes it instead.
-	err = os.Remove(filepath.Join(e.poolDir(name), "pool.json"))
-	unlock()
-	if err != nil {
+	if err := pools.Undefine(name); err != nil {
 		return err
 	}
 	// Wait for the fillers, started or waiting to start, which end once
 	// they see the pool gone.
-	unlockFillers, err := lockFile(filepath.Join(e.poolDir(name), "fillers.lock"))
+	unlockFillers, err := pools.LockFillers(name)
 	if err != nil {
 		return err
 	}
 	defer unlockFillers()
-	unlockFill, err := lockFile(filepath.Join(e.poolDir(name), "fill.lock"))
+	unlockFill, err := pools.LockFill(name)
 	if err != nil {
 		return err
 	}
 	defer unlockFill()
 	e.collectBoot(ctx, name)
 	var errs []error
-	for _, id := range e.memberIDs(name) {
+	for _, id := range pools.Members(name) {
 		if os.Rename(e.pooledPath(id), e.claimingPath(id)) != nil {
 			// Claimed meanwhile: its claimer owns it.
-			os.Remove(filepath.Join(e.membersDir(name), id))
+			pools.DropMember(name, id)
 			continue
 		}
 		if err := e.destroyMember(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		os.Remove(filepath.Join(e.membersDir(name), id))
+		pools.DropMember(name, id)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("remove pool %s: %w", def.Name, errors.Join(errs...))
 	}
-	return os.RemoveAll(e.poolDir(name))
+	return pools.Remove(name)
 }
 
-func (e *Engine) poolInfo(ctx context.Context, d *poolDef) *Pool {
+func (e *Engine) poolInfo(ctx context.Context, d *pool.Def) *Pool {
 	p := &Pool{
 		Name: d.Name, Size: d.Size, Image: d.Image, CPUs: d.CPUs, Memory: d.Memory,
 		Pids: d.Pids, Disk: d.Disk, Network: d.Network, Allow: d.Allow, DNS: d.DNS,
 		Created: d.Created, Members: e.readyMembers(d),
 	}
 	p.Ready = len(p.Members)
-	if b, err := os.ReadFile(filepath.Join(e.poolDir(d.Name), "error")); err == nil {
-		p.Error = string(b)
-	}
+	p.Error = e.pools().Error(d.Name)
 	return p
-}
-
-func (e *Engine) loadPool(name string) (*poolDef, error) {
-	b, err := os.ReadFile(filepath.Join(e.poolDir(name), "pool.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no such pool: %s: %w", name, errdefs.ErrNotFound)
-		}
-		return nil, err
-	}
-	var d poolDef
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("pool %s: corrupt definition: %w", name, err)
-	}
-	return &d, nil
-}
-
-// poolDefs reads every pool's definition, by name.
-func (e *Engine) poolDefs() ([]*poolDef, error) {
-	ents, err := os.ReadDir(e.poolsDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []*poolDef
-	for _, ent := range ents {
-		d, err := e.loadPool(ent.Name())
-		if err != nil {
-			continue // being created or removed
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// memberIDs lists the pool's index, oldest first.
-func (e *Engine) memberIDs(name string) []string {
-	ents, err := os.ReadDir(e.membersDir(name))
-	if err != nil {
-		return nil
-	}
-	type member struct {
-		id string
-		t  time.Time
-	}
-	var ms []member
-	for _, ent := range ents {
-		if fi, err := ent.Info(); err == nil {
-			ms = append(ms, member{ent.Name(), fi.ModTime()})
-		}
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].t.Before(ms[j].t) })
-	out := make([]string, len(ms))
-	for i, m := range ms {
-		out[i] = m.id
-	}
-	return out
 }
 
 // readRecord reads a record from path and computes its state.
 func (e *Engine) readRecord(path string) (*record, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var sb record
-	if err := json.Unmarshal(b, &sb); err != nil {
-		return nil, fmt.Errorf("%s: corrupt record: %w", path, err)
+	if err := readJSON(path, &sb, path, path+": corrupt record"); err != nil {
+		return nil, err
 	}
 	sb.State = e.state(&sb)
 	return &sb, nil
-}
-
-// writeJSON writes v to path atomically, owner-only.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// tryLockFile takes an exclusive flock on existing file path without
-// waiting; ok is false if another holds it.
-func tryLockFile(path string) (unlock func(), ok bool, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, false, nil
-		}
-		return nil, false, err
-	}
-	return func() { f.Close() }, true, nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/containerd/log"
 
+	"hutch.dev/hutch/engine/pool"
 	"hutch.dev/hutch/overlay"
 	"hutch.dev/hutch/policy"
 )
@@ -23,7 +23,7 @@ func (e *Engine) poolServes(ctx context.Context, req CreateRequest) bool {
 	if !claimable(req) {
 		return false
 	}
-	defs, err := e.poolDefs()
+	defs, err := e.pools().Defs()
 	if err != nil || len(defs) == 0 {
 		return false
 	}
@@ -36,7 +36,7 @@ func (e *Engine) poolServes(ctx context.Context, req CreateRequest) bool {
 		return false
 	}
 	for _, def := range defs {
-		if def.matches(image, req, pr) && len(e.readyMembers(def)) > 0 {
+		if poolMatches(def, image, req, pr) && len(e.readyMembers(def)) > 0 {
 			return true
 		}
 	}
@@ -69,7 +69,8 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 	if !claimable(req) {
 		return nil, nil
 	}
-	defs, err := e.poolDefs()
+	pools := e.pools()
+	defs, err := pools.Defs()
 	if err != nil || len(defs) == 0 {
 		return nil, nil
 	}
@@ -78,18 +79,18 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 		return nil, nil
 	}
 	for _, def := range defs {
-		if !def.matches(image, req, pr) {
+		if !poolMatches(def, image, req, pr) {
 			continue
 		}
 		img, err := e.images.Get(ctx, image)
 		if err != nil {
 			return nil, nil
 		}
-		for _, id := range e.memberIDs(def.Name) {
+		for _, id := range pools.Members(def.Name) {
 			if os.Rename(e.pooledPath(id), e.claimingPath(id)) != nil {
 				continue // another claim, or the filler, took it
 			}
-			os.Remove(filepath.Join(e.membersDir(def.Name), id))
+			pools.DropMember(def.Name, id)
 			// Not waited for, and in the CLI started only once the
 			// claimer's first command had its turn (DeferPoolFills).
 			defer e.kickFill(def.Name, RefillDelay)
@@ -104,11 +105,11 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 	return nil, nil
 }
 
-// matches reports whether the pool's sandboxes can become what req asks
+// poolMatches reports whether pool d's sandboxes can become what req asks
 // for: what gVisor fixes at boot must be equal (image, CPUs and memory,
 // which it sizes /proc/cpuinfo and /proc/meminfo by, pids, disk, whether
 // there is a network link, DNS upstreams).
-func (d *poolDef) matches(image string, req CreateRequest, pr policy.Request) bool {
+func poolMatches(d *pool.Def, image string, req CreateRequest, pr policy.Request) bool {
 	return d.Image == image && d.CPUs == pr.CPUs && d.Memory == pr.Memory && d.Pids == pr.Pids &&
 		d.Disk == pr.Disk && (d.Network == policy.NetNone) == (pr.Network == policy.NetNone) &&
 		slices.Equal(d.DNS, req.DNS)
@@ -117,7 +118,7 @@ func (d *poolDef) matches(image string, req CreateRequest, pr policy.Request) bo
 // finishClaim applies req to a claimed sandbox: what a fresh create would
 // have recorded, secrets written in, network policy replaced, lifetime
 // started. On failure the sandbox is removed.
-func (e *Engine) finishClaim(ctx context.Context, def *poolDef, sb *record, req CreateRequest, pr policy.Request) (_ *record, err error) {
+func (e *Engine) finishClaim(ctx context.Context, def *pool.Def, sb *record, req CreateRequest, pr policy.Request) (_ *record, err error) {
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID).WithField("pool", def.Name))
 	saved := false
 	defer func() {
@@ -132,7 +133,7 @@ func (e *Engine) finishClaim(ctx context.Context, def *poolDef, sb *record, req 
 			log.G(ctx).WithError(rerr).Error("cleaning up a failed claim")
 		}
 	}()
-	base, err := e.validate(def.request())
+	base, err := e.validate(poolRequest(def))
 	if err != nil {
 		return nil, err
 	}

@@ -4,19 +4,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/engine/pool"
 	"hutch.dev/hutch/policy"
 )
 
 func TestPoolMatches(t *testing.T) {
-	def := &poolDef{Image: "busybox:latest", CPUs: 2, Memory: 256 << 20, Pids: 1024, Disk: 10 << 30, Network: policy.NetAllow}
+	def := &pool.Def{Image: "busybox:latest", CPUs: 2, Memory: 256 << 20, Pids: 1024, Disk: 10 << 30, Network: policy.NetAllow}
 	pr := policy.Request{CPUs: 2, Memory: 256 << 20, Pids: 1024, Disk: 10 << 30, Network: policy.NetOpen}
 	for _, tc := range []struct {
 		name  string
@@ -39,7 +35,7 @@ func TestPoolMatches(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&p)
 			}
-			if got := def.matches(tc.image, tc.req, p); got != tc.want {
+			if got := poolMatches(def, tc.image, tc.req, p); got != tc.want {
 				t.Errorf("matches = %v, want %v", got, tc.want)
 			}
 		})
@@ -78,16 +74,17 @@ func BenchmarkClaim(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	def := &poolDef{Gen: "g", Name: "bench", Size: 1, Image: img.Name}
-	pr, err := e.validate(def.request())
+	def := &pool.Def{Gen: "g", Name: "bench", Size: 1, Image: img.Name}
+	pr, err := e.validate(poolRequest(def))
 	if err != nil {
 		b.Fatal(err)
 	}
 	def.CPUs, def.Memory, def.Pids, def.Disk, def.Network = pr.CPUs, pr.Memory, pr.Pids, pr.Disk, pr.Network
-	if err := os.MkdirAll(e.membersDir(def.Name), 0o700); err != nil {
+	if err := e.pools().Create(def); err != nil {
 		b.Fatal(err)
 	}
-	if err := writeJSON(filepath.Join(e.poolDir(def.Name), "pool.json"), def); err != nil {
+	// No fillers.lock: no filler starts.
+	if err := os.Remove(filepath.Join(e.pools().Dir(def.Name), "fillers.lock")); err != nil {
 		b.Fatal(err)
 	}
 	start, err := assembly.ProcessStart(os.Getpid())
@@ -108,7 +105,7 @@ func BenchmarkClaim(b *testing.B) {
 		if err := writeJSON(e.pooledPath(id), rec); err != nil {
 			b.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(e.membersDir(def.Name), id), nil, 0o600); err != nil {
+		if err := e.pools().AddMember(def.Name, id); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -117,107 +114,4 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatalf("claim: %v, %v; want %s", sb, err, id)
 		}
 	}
-}
-
-// A claim's refill starts only when the claimer lets it (StartPoolFills),
-// holding the pool's fillers.lock shared from the claim on, so that pool
-// rm waits for it; the filler inherits the lock.
-func TestDeferredFill(t *testing.T) {
-	dir := t.TempDir()
-	mark := filepath.Join(dir, "started")
-	fake := filepath.Join(dir, "hutch")
-	// The filler: it records its arguments and whether its descriptor 3
-	// is the pool's fillers.lock.
-	script := "#!/bin/sh\nls -l /proc/self/fd/3 > " + mark + ".fd\necho \"$@\" > " + mark + ".tmp && mv " + mark + ".tmp " + mark + "\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e := &Engine{opts: Options{Root: filepath.Join(dir, "root"), RunscPath: "/runsc", HutchPath: fake}}
-	if err := os.MkdirAll(e.poolDir("p"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	lockPath := filepath.Join(e.poolDir("p"), "fillers.lock")
-	if err := os.WriteFile(lockPath, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	DeferPoolFills()
-	t.Cleanup(func() { deferFills.Store(false) })
-
-	e.kickFill("p", time.Minute)
-	e.kickFill("p", time.Minute) // one filler for both claims
-	time.Sleep(50 * time.Millisecond)
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the filler started before StartPoolFills")
-	}
-	unlock, ok, err := tryLockFile(lockPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok {
-		unlock()
-		t.Fatal("fillers.lock is free while a refill waits to start: pool rm would not wait for it")
-	}
-	StartPoolFills()
-	// The shell waits out the delay: the filler itself has not started.
-	time.Sleep(50 * time.Millisecond)
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the filler started at once, not after its delay")
-	}
-	if _, ok, _ := tryLockFile(lockPath); ok {
-		t.Fatal("fillers.lock is free while the filler waits out its delay")
-	}
-	ps, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	killed := false
-	for _, p := range ps {
-		b, _ := os.ReadFile(p)
-		if strings.Contains(string(b), fake) && strings.HasPrefix(string(b), "/bin/sh\x00") {
-			// Cut the delay short: what the filler is handed is the point.
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			for _, c := range children(pid) {
-				syscall.Kill(c, syscall.SIGTERM) //nolint:errcheck
-			}
-			killed = true
-		}
-	}
-	if !killed {
-		t.Fatal("no shell waits out the filler's delay")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(mark); err == nil {
-			args := strings.Fields(string(b))
-			want := []string{"--root", e.opts.Root, "--runsc", "/runsc", PoolFillCommand, "--lock-fd", "3", "--delay", "0s", "p"}
-			if !slices.Equal(args, want) {
-				t.Errorf("filler args %q, want %q", args, want)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the filler did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	fd, _ := os.ReadFile(mark + ".fd")
-	if !strings.Contains(string(fd), lockPath) {
-		t.Errorf("the filler's descriptor 3 is %q, want %s", fd, lockPath)
-	}
-}
-
-// children are the PIDs whose parent is pid.
-func children(pid int) []int {
-	var out []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, s := range stats {
-		b, err := os.ReadFile(s)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			c, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
-			out = append(out, c)
-		}
-	}
-	return out
 }

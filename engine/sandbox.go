@@ -213,16 +213,9 @@ func (e *Engine) save(sb *record) error {
 
 // load reads sandbox id's record and computes its state.
 func (e *Engine) load(id string) (*record, error) {
-	b, err := os.ReadFile(e.recordPath(id))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return nil, err
-	}
 	var sb record
-	if err := json.Unmarshal(b, &sb); err != nil {
-		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", id, err)
+	if err := readJSON(e.recordPath(id), &sb, "sandbox "+id, "sandbox "+id+": corrupt record"); err != nil {
+		return nil, err
 	}
 	sb.State = e.state(&sb)
 	e.checkOOM(&sb)
@@ -365,16 +358,13 @@ func (e *Engine) names() ([]nameEntry, error) {
 		if !ent.IsDir() {
 			continue
 		}
-		b, err := os.ReadFile(e.recordPath(ent.Name()))
-		if errors.Is(err, os.ErrNotExist) {
+		n := nameEntry{ID: ent.Name()}
+		err := readJSON(e.recordPath(n.ID), &n, "sandbox "+n.ID, "sandbox "+n.ID+": corrupt record")
+		if errdefs.IsNotFound(err) {
 			continue // being created or removed right now
 		}
 		if err != nil {
 			return nil, err
-		}
-		n := nameEntry{ID: ent.Name()}
-		if err := json.Unmarshal(b, &n); err != nil {
-			return nil, fmt.Errorf("sandbox %s: corrupt record: %w", n.ID, err)
 		}
 		out = append(out, n)
 	}

@@ -132,22 +132,15 @@ func (e *Engine) InspectVolume(ctx context.Context, name string) (Volume, error)
 }
 
 func (e *Engine) loadVolume(name string, users map[string][]string) (Volume, error) {
-	b, err := os.ReadFile(filepath.Join(e.volumeDir(name), "volume.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Volume{}, fmt.Errorf("no such volume: %s (create it with `hutch volume create %s`): %w", name, name, errdefs.ErrNotFound)
-		}
-		return Volume{}, err
-	}
-	v := Volume{Name: name, Path: e.volumeData(name), UsedBy: users[name]}
 	var rec struct {
 		Created time.Time `json:"created"`
 	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return Volume{}, fmt.Errorf("volume %q: bad record: %w", name, err)
+	if err := readJSON(filepath.Join(e.volumeDir(name), "volume.json"), &rec,
+		fmt.Sprintf("no such volume: %s (create it with `hutch volume create %s`)", name, name),
+		fmt.Sprintf("volume %q: bad record", name)); err != nil {
+		return Volume{}, err
 	}
-	v.Created = rec.Created
-	return v, nil
+	return Volume{Name: name, Path: e.volumeData(name), UsedBy: users[name], Created: rec.Created}, nil
 }
 
 // ListVolumes returns every named volume, by name.

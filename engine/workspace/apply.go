@@ -1,4 +1,4 @@
-package engine
+package workspace
 
 import (
 	"context"
@@ -14,10 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ApplyDiff copies the changes Diff reports (with path, those at or below
-// it) to the host directories of sandbox ref's :overlay workspaces:
-// additions, changes (content, mode, symlink targets) and deletions. It
-// returns what it applied.
+// Apply copies d's changes to its workspace's host directory: additions,
+// changes (content, mode, symlink targets) and deletions.
 //
 // It never follows a symlink, in the sandbox's layer or in the host
 // directory: a symlink the sandbox made is copied as a symlink, and a
@@ -26,25 +24,7 @@ import (
 // half-written file. New files take the owner of their host directory,
 // changed ones keep theirs; set-user-ID and set-group-ID bits are
 // dropped. Devices, FIFOs and sockets are not copied.
-func (e *Engine) ApplyDiff(ctx context.Context, ref, path string) ([]WorkspaceDiff, error) {
-	sb, unlock, err := e.getLocked(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	ds, err := e.diff(sb.ID, shortID(sb.ID), path)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range ds {
-		if err := applyWorkspace(ctx, d); err != nil {
-			return nil, fmt.Errorf("apply %s to %s: %w", d.Target, d.Source, err)
-		}
-	}
-	return ds, nil
-}
-
-func applyWorkspace(ctx context.Context, d WorkspaceDiff) error {
+func Apply(ctx context.Context, d Diff) error {
 	if len(d.Changes) == 0 {
 		return nil
 	}

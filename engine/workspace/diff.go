@@ -1,8 +1,7 @@
-package engine
+package workspace
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +31,7 @@ type Change struct {
 	// Kind is ChangeAdded, ChangeModified or ChangeDeleted.
 	Kind string `json:"kind"`
 	// Type is the sandbox's file type ("file", "dir", "symlink" or
-	// "other": a device, FIFO or socket, which ApplyDiff skips); for a
+	// "other": a device, FIFO or socket, which Apply skips); for a
 	// deletion, the host's.
 	Type string `json:"type"`
 	// Mode is the sandbox's permission bits; OldMode the host's.
@@ -44,43 +43,36 @@ type Change struct {
 	rel string // relative to the workspace root
 }
 
-// WorkspaceDiff is the changes of one :overlay workspace.
-type WorkspaceDiff struct {
+// Diff is the changes of one workspace.
+type Diff struct {
 	// Source is the host directory, Target where the sandbox sees it.
 	Source  string   `json:"source"`
 	Target  string   `json:"target"`
 	Changes []Change `json:"changes"`
 
-	ws *workspace
+	ws *Workspace
 }
 
-// Diff returns the changes of sandbox ref's :overlay workspaces against
-// their host directories, by path; with path (a path in the sandbox),
-// only the changes at or below it. It reads the workspaces' layers on the
-// host, so it works whether the sandbox runs, is paused or stopped.
-func (e *Engine) Diff(ctx context.Context, ref, path string) ([]WorkspaceDiff, error) {
-	sb, err := e.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	return e.diff(sb.ID, sb.ShortID(), path)
-}
-
-func (e *Engine) diff(id, short, p string) ([]WorkspaceDiff, error) {
+// Diffs returns the changes of the workspaces of the sandbox whose
+// directory is sandbox (name, its short ID, is for errors) against their
+// host directories, by path; with p (a path in the sandbox), only the
+// changes at or below it. It reads the workspaces' layers on the host, so
+// it works whether the sandbox runs, is paused or stopped.
+func Diffs(sandbox, name, p string) ([]Diff, error) {
 	if p != "" {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("diff path %q: not an absolute path in the sandbox: %w", p, errdefs.ErrInvalidArgument)
 		}
 		p = filepath.Clean(p)
 	}
-	ws, err := e.workspaces(id)
+	ws, err := List(sandbox)
 	if err != nil {
 		return nil, err
 	}
 	if len(ws) == 0 {
-		return nil, fmt.Errorf("sandbox %s has no overlay workspace (-v DIR:PATH:overlay): %w", short, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("sandbox %s has no overlay workspace (-v DIR:PATH:overlay): %w", name, errdefs.ErrFailedPrecondition)
 	}
-	var out []WorkspaceDiff
+	var out []Diff
 	for _, w := range ws {
 		if p != "" && !within(w.Target, p) && !within(p, w.Target) {
 			continue
@@ -101,7 +93,7 @@ func (e *Engine) diff(id, short, p string) ([]WorkspaceDiff, error) {
 		out = append(out, d)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("sandbox %s has no overlay workspace at %s: %w", short, p, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s has no overlay workspace at %s: %w", name, p, errdefs.ErrNotFound)
 	}
 	return out, nil
 }
@@ -189,7 +181,7 @@ func (l *layer) readlink(rel string) (string, error) {
 
 // opaque reports whether upper directory rel hides the lower one whole
 // (it was removed and made again in the sandbox): overlayfs marked it
-// with xattr (workspace.opaqueXattr).
+// with xattr (Workspace.opaqueXattr).
 func (l *layer) opaque(rel, xattr string) bool {
 	d, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -233,13 +225,13 @@ func perm(st *unix.Stat_t) fs.FileMode {
 
 // differ walks a workspace's upper layer against its lower one.
 type differ struct {
-	w            *workspace
+	w            *Workspace
 	upper, lower *layer
 	out          []Change
 }
 
-func diffWorkspace(w *workspace) (WorkspaceDiff, error) {
-	d := WorkspaceDiff{Source: w.Source, Target: w.Target, ws: w, Changes: []Change{}}
+func diffWorkspace(w *Workspace) (Diff, error) {
+	d := Diff{Source: w.Source, Target: w.Target, ws: w, Changes: []Change{}}
 	upper, err := openLayer(w.upper())
 	if err != nil {
 		return d, err

@@ -1,4 +1,4 @@
-package engine
+package workspace
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ const maxPatchFile = 8 << 20
 // A binary file, or one past 8 MiB, gets a line saying it differs; a
 // mode or symlink change gets git's extended header lines. It reads the
 // layers again: a file changed since Diff shows as it is now.
-func (d WorkspaceDiff) WritePatch(w io.Writer) error {
+func (d Diff) WritePatch(w io.Writer) error {
 	if d.ws == nil || len(d.Changes) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package engine
+package forward
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func (f *forwarder) handOver(c net.Conn, port uint16) bool {
 		c.Close()
 		return true
 	}
-	err = runsc.PortForwardSocket(f.ctx, ctl, f.sb.ID, port, file)
+	err = runsc.PortForwardSocket(f.ctx, ctl, f.sb.ID(), port, file)
 	file.Close()
 	f.answered(ctl, err, &f.sockets)
 	if errors.Is(err, runsc.ErrNoPortForward) {
@@ -103,7 +103,7 @@ func (f *forwarder) control() (*runsc.Control, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ctl == nil {
-		sock, err := f.e.runscFor(f.sb).ControlSocket(f.sb.ID)
+		sock, err := f.sb.ControlSocket()
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +168,7 @@ func (f *forwarder) kernelConn(port uint16, failed func()) (sc *net.UnixConn, ok
 	}
 	sc = c.(*net.UnixConn)
 	call := func() error {
-		err := runsc.PortForward(f.ctx, ctl, f.sb.ID, port, theirs)
+		err := runsc.PortForward(f.ctx, ctl, f.sb.ID(), port, theirs)
 		theirs.Close()
 		f.answered(ctl, err, &f.kernel)
 		if err != nil && !errors.Is(err, runsc.ErrNoPortForward) {
