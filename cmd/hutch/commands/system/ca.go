@@ -1,12 +1,9 @@
 package system
 
 import (
-	"crypto/x509"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -14,7 +11,6 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 // hostCADir is where Debian and Ubuntu keep the CA certificates a host's
@@ -128,27 +124,9 @@ func hostCAs(c *cli.Context, e *engine.Engine) (string, []string) {
 	if len(files) == 0 {
 		return "none added to this host's trust store (" + hostCADir + ")", nil
 	}
-	trusted := map[string]bool{}
-	cas, err := e.TrustedCAs()
+	missing, err := e.UntrustedCAFiles(files)
 	if err != nil {
 		return "", []string{err.Error()}
-	}
-	for _, ca := range cas {
-		trusted[ca.Fingerprint] = true
-	}
-	var missing []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		certs, err := policy.ParseCACerts(f, b)
-		if err != nil {
-			continue
-		}
-		if slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return !trusted[policy.Fingerprint(c)] }) {
-			missing = append(missing, f)
-		}
 	}
 	if len(missing) == 0 {
 		return fmt.Sprintf("the %d CA file(s) of %s are trusted by sandboxes", len(files), hostCADir), nil
