@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
-	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/engine"
 )
 
 var statsCommand = &cli.Command{
@@ -39,9 +39,9 @@ var statsCommand = &cli.Command{
 		fmt.Fprintln(tw, "ID\tCPU %\tCPU LIMIT\tMEM USAGE / LIMIT\tOOM KILLS\tPIDS / LIMIT\tDISK USED / LIMIT")
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%g\t%s / %s\t%d\t%d / %d\t%s / %s\n",
 			st.ID[:12], st.CPU.Percent, st.CPU.Limit,
-			policy.FormatSize(int64(st.Memory.Usage)), policy.FormatSize(int64(st.Memory.Limit)), st.Memory.OOMKills,
+			engine.FormatSize(int64(st.Memory.Usage)), engine.FormatSize(int64(st.Memory.Limit)), st.Memory.OOMKills,
 			st.Pids.Current, st.Pids.Limit,
-			policy.FormatSize(int64(st.Disk.Used)), policy.FormatSize(st.Disk.Limit))
+			engine.FormatSize(int64(st.Disk.Used)), engine.FormatSize(st.Disk.Limit))
 		return tw.Flush()
 	},
 }

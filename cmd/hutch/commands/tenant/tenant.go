@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
-	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/tenant"
 )
 
@@ -105,7 +105,7 @@ func quotaFlags(c *cli.Context) (tenant.Quota, error) {
 		dst  *int64
 	}{{"max-memory", &q.MaxMemory}, {"max-disk", &q.MaxDisk}} {
 		if s := c.String(f.name); s != "" {
-			n, err := policy.ParseSize(s)
+			n, err := engine.ParseSize(s)
 			if err != nil {
 				return q, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
 			}
@@ -146,8 +146,8 @@ var lsCommand = &cli.Command{
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name,
 				limit(q.MaxSandboxes != 0, strconv.Itoa(q.MaxSandboxes)),
 				limit(q.MaxCPUs != 0, strconv.FormatFloat(q.MaxCPUs, 'f', -1, 64)),
-				limit(q.MaxMemory != 0, policy.FormatSize(q.MaxMemory)),
-				limit(q.MaxDisk != 0, policy.FormatSize(q.MaxDisk)),
+				limit(q.MaxMemory != 0, engine.FormatSize(q.MaxMemory)),
+				limit(q.MaxDisk != 0, engine.FormatSize(q.MaxDisk)),
 				t.Created.Local().Format("2006-01-02 15:04:05"))
 		}
 		return tw.Flush()
