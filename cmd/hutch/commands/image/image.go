@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -48,18 +47,15 @@ var lsCommand = &cli.Command{
 			}
 			return clix.WriteJSON(c.App.Writer, imgs)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tSOURCE")
-		for _, img := range imgs {
+		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "DIGEST", "SIZE", "SOURCE"}, imgs, func(img engine.Image) []string {
 			src := img.Source
 			if src == img.Name {
 				src = "pull"
 			} else if src == "" {
 				src = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", img.Name, img.Digest.Encoded()[:12], engine.FormatSize(img.Size), src)
-		}
-		return tw.Flush()
+			return []string{img.Name, img.Digest.Encoded()[:12], engine.FormatSize(img.Size), src}
+		})
 	},
 }
 

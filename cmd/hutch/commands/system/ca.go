@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -78,12 +77,9 @@ var caCommand = &cli.Command{
 					}
 					return clix.WriteJSON(c.App.Writer, cas)
 				}
-				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tSUBJECT\tEXPIRES\tSHA256")
-				for _, ca := range cas {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ca.Name, ca.Subject, ca.NotAfter.Format("2006-01-02"), ca.Fingerprint[:16])
-				}
-				return tw.Flush()
+				return clix.WriteTable(c.App.Writer, 2, []string{"NAME", "SUBJECT", "EXPIRES", "SHA256"}, cas, func(ca engine.TrustedCA) []string {
+					return []string{ca.Name, ca.Subject, ca.NotAfter.Format("2006-01-02"), ca.Fingerprint[:16]}
+				})
 			},
 		},
 		{

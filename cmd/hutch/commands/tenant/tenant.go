@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -139,18 +138,15 @@ var lsCommand = &cli.Command{
 		if asJSON {
 			return clix.WriteJSON(c.App.Writer, ts)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPUS\tMEMORY\tDISK\tCREATED")
-		for _, t := range ts {
+		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "SANDBOXES", "CPUS", "MEMORY", "DISK", "CREATED"}, ts, func(t tenant.Tenant) []string {
 			q := t.Quota
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name,
+			return []string{t.Name,
 				limit(q.MaxSandboxes != 0, strconv.Itoa(q.MaxSandboxes)),
 				limit(q.MaxCPUs != 0, strconv.FormatFloat(q.MaxCPUs, 'f', -1, 64)),
 				limit(q.MaxMemory != 0, engine.FormatSize(q.MaxMemory)),
 				limit(q.MaxDisk != 0, engine.FormatSize(q.MaxDisk)),
-				t.Created.Local().Format("2006-01-02 15:04:05"))
-		}
-		return tw.Flush()
+				t.Created.Local().Format("2006-01-02 15:04:05")}
+		})
 	},
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -102,12 +101,9 @@ var lsCommand = &cli.Command{
 			}
 			return clix.WriteJSON(c.App.Writer, vs)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED\tUSED BY")
-		for _, v := range vs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Created.Local().Format(time.DateTime), usedBy(v))
-		}
-		return tw.Flush()
+		return clix.WriteTable(c.App.Writer, 2, []string{"NAME", "CREATED", "USED BY"}, vs, func(v engine.Volume) []string {
+			return []string{v.Name, v.Created.Local().Format(time.DateTime), usedBy(v)}
+		})
 	},
 }
 
