@@ -20,6 +20,7 @@ const module = "hutch.dev/hutch"
 // listedPackage is what `go list -json` says of a package.
 type listedPackage struct {
 	ImportPath string
+	Name       string
 	Dir        string
 	GoFiles    []string
 	Imports    []string
@@ -97,6 +98,22 @@ func TestImportRules(t *testing.T) {
 					t.Errorf("%s imports %s", path, d)
 				}
 			}
+		}
+		// The CLI holds flags and output; it reaches the sandbox through
+		// engine only.
+		if under(path, "cmd/hutch") {
+			for _, d := range p.Imports {
+				for _, bad := range []string{"policy", "overlay", "assembly", "runsc"} {
+					if under(d, bad) {
+						t.Errorf("%s imports %s", path, d)
+					}
+				}
+			}
+		}
+		// A package is named as its directory, so that it is imported
+		// without an alias; commands are main.
+		if p.Name != "main" && p.Name != filepath.Base(p.Dir) {
+			t.Errorf("%s is package %s, in directory %s", path, p.Name, filepath.Base(p.Dir))
 		}
 		// serve/ and mcp/ use engine's API; the sandbox's assembly is
 		// engine's business. The agent's wire formats are not: serve's

@@ -45,10 +45,17 @@ type Resolver interface {
 // ResolverProcess runs the resolver as a process of its own, detached, for
 // front ends that do not outlive their sandboxes (the CLI has no daemon):
 // Exe with Args and the configuration file's path as its last argument is
-// a program that calls hostnet.ServeResolver.
+// a program that calls ServeResolverProcess.
 type ResolverProcess struct {
 	Exe  string
 	Args []string
+}
+
+// ServeResolverProcess is the body of a ResolverProcess program: it
+// serves the resolver configured by the file cfg until ctx ends, telling
+// the process that started it once it listens.
+func ServeResolverProcess(ctx context.Context, cfg string) error {
+	return hostnet.ServeResolver(ctx, cfg, hostnet.ReadyPipe())
 }
 
 func (r ResolverProcess) start(cfg, log string) (*ResolverHandle, error) {

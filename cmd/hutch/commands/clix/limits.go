@@ -7,7 +7,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 // Limits reads the --cpus, --memory, --disk and --pids flags of c into
@@ -25,7 +24,7 @@ func Limits(c *cli.Context, req *engine.CreateRequest) error {
 		dst  *int64
 	}{{"memory", &req.Memory}, {"disk", &req.Disk}} {
 		if s := c.String(f.name); s != "" {
-			n, err := policy.ParseSize(s)
+			n, err := engine.ParseSize(s)
 			if err != nil {
 				return UsageError(fmt.Errorf("--%s: %w", f.name, err))
 			}

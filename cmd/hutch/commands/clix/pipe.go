@@ -6,12 +6,12 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"hutch.dev/hutch/runsc"
+	"hutch.dev/hutch/engine"
 )
 
 // brokenPipe receives SIGPIPE once DeferBrokenPipe has been called. What
 // it receives is not read: the kernel also raises SIGPIPE when an output
-// whose reader went ends with nothing lost (see runsc.LostOutput).
+// whose reader went ends with nothing lost (see engine.LostOutput).
 var brokenPipe = make(chan os.Signal, 1)
 
 // deferred tells whether DeferBrokenPipe has been called.
@@ -34,7 +34,7 @@ func EndIfBrokenPipe() {
 	if !deferred.Load() {
 		return
 	}
-	lost := runsc.LostOutput()
+	lost := engine.LostOutput()
 	if len(lost) == 0 {
 		return
 	}

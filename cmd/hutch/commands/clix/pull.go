@@ -14,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/overlay"
 )
 
 // PullFlag is --pull on create and run.
@@ -84,12 +83,12 @@ func RegistryProgress(c *cli.Context) (chan *client.SolveStatus, func()) {
 
 // Pull pulls ref with progress on a terminal; Ctrl-C stops it and leaves
 // nothing named.
-func Pull(c *cli.Context, e *engine.Engine, ref string) (overlay.Image, error) {
+func Pull(c *cli.Context, e *engine.Engine, ref string) (engine.Image, error) {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg, err := RegistryOptions(c)
 	if err != nil {
-		return overlay.Image{}, err
+		return engine.Image{}, err
 	}
 	ch, wait := RegistryProgress(c)
 	img, err := e.Pull(ctx, engine.PullRequest{Ref: ref, Registry: reg, Status: ch})

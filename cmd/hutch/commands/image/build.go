@@ -10,7 +10,6 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/overlay"
 )
 
 var buildCommand = &cli.Command{
@@ -30,7 +29,7 @@ var buildCommand = &cli.Command{
 		}
 		req := engine.BuildRequest{ContextDir: a[0], Dockerfile: c.String("file")}
 		if t := c.String("tag"); t != "" {
-			if req.Tag, err = overlay.ParseName(t); err != nil {
+			if req.Tag, err = engine.ParseImageName(t); err != nil {
 				return err
 			}
 		}

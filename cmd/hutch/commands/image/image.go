@@ -6,13 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
-	"hutch.dev/hutch/overlay"
-	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/engine"
 )
 
 // Command is `hutch image`.
@@ -45,22 +43,19 @@ var lsCommand = &cli.Command{
 		}
 		if asJSON {
 			if imgs == nil {
-				imgs = []overlay.Image{}
+				imgs = []engine.Image{}
 			}
 			return clix.WriteJSON(c.App.Writer, imgs)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tSOURCE")
-		for _, img := range imgs {
+		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "DIGEST", "SIZE", "SOURCE"}, imgs, func(img engine.Image) []string {
 			src := img.Source
 			if src == img.Name {
 				src = "pull"
 			} else if src == "" {
 				src = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", img.Name, img.Digest.Encoded()[:12], policy.FormatSize(img.Size), src)
-		}
-		return tw.Flush()
+			return []string{img.Name, img.Digest.Encoded()[:12], engine.FormatSize(img.Size), src}
+		})
 	},
 }
 
@@ -78,7 +73,7 @@ var rmCommand = &cli.Command{
 			return err
 		}
 		for _, n := range names {
-			name, err := overlay.ParseName(n)
+			name, err := engine.ParseImageName(n)
 			if err != nil {
 				return err
 			}
@@ -103,7 +98,7 @@ var pruneCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.App.Writer, "freed %s\n", policy.FormatSize(n))
+		fmt.Fprintf(c.App.Writer, "freed %s\n", engine.FormatSize(n))
 		return nil
 	},
 }
@@ -117,7 +112,7 @@ var importCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		name, err := overlay.ParseName(a[0])
+		name, err := engine.ParseImageName(a[0])
 		if err != nil {
 			return err
 		}
@@ -152,7 +147,7 @@ var exportCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		name, err := overlay.ParseName(a[0])
+		name, err := engine.ParseImageName(a[0])
 		if err != nil {
 			return err
 		}

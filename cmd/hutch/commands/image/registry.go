@@ -10,7 +10,6 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/overlay"
 )
 
 var pullCommand = &cli.Command{
@@ -23,7 +22,7 @@ var pullCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		if _, err := overlay.RegistryName(a[0]); err != nil {
+		if _, err := engine.ParseRegistryRef(a[0]); err != nil {
 			return err
 		}
 		e, err := clix.Engine(c)
@@ -49,11 +48,11 @@ var pushCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		name, err := overlay.ParseName(a[0])
+		name, err := engine.ParseImageName(a[0])
 		if err != nil {
 			return err
 		}
-		if _, err := overlay.RegistryName(a[1]); err != nil {
+		if _, err := engine.ParseRegistryRef(a[1]); err != nil {
 			return err
 		}
 		e, err := clix.Engine(c)

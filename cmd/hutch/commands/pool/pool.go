@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -137,13 +137,10 @@ var lsCommand = &cli.Command{
 		if asJSON {
 			return clix.WriteJSON(c.App.Writer, pools)
 		}
-		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tIMAGE\tREADY\tSIZE\tCPUS\tMEMORY\tNETWORK\tERROR")
-		for _, p := range pools {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%g\t%dMiB\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size,
-				p.CPUs, p.Memory>>20, p.Network, strings.TrimSpace(p.Error))
-		}
-		return w.Flush()
+		return clix.WriteTable(c.App.Writer, 2, []string{"NAME", "IMAGE", "READY", "SIZE", "CPUS", "MEMORY", "NETWORK", "ERROR"}, pools, func(p *engine.Pool) []string {
+			return []string{p.Name, p.Image, strconv.Itoa(p.Ready), strconv.Itoa(p.Size),
+				fmt.Sprintf("%g", p.CPUs), fmt.Sprintf("%dMiB", p.Memory>>20), p.Network, strings.TrimSpace(p.Error)}
+		})
 	},
 }
 

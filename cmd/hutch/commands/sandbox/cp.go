@@ -2,9 +2,8 @@ package sandbox
 
 import (
 	"errors"
-	"fmt"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -86,11 +85,8 @@ var psCommand = &cli.Command{
 			}
 			return clix.WriteJSON(c.App.Writer, ps)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "PID\tPPID\tUID\tTTY\tSTIME\tTIME\tCMD")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.PID, p.PPID, p.UID, p.TTY, p.STime, p.Time, p.Cmd)
-		}
-		return tw.Flush()
+		return clix.WriteTable(c.App.Writer, 2, []string{"PID", "PPID", "UID", "TTY", "STIME", "TIME", "CMD"}, ps, func(p engine.Process) []string {
+			return []string{strconv.Itoa(p.PID), strconv.Itoa(p.PPID), strconv.FormatUint(uint64(p.UID), 10), p.TTY, p.STime, p.Time, p.Cmd}
+		})
 	},
 }

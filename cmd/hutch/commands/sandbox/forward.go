@@ -12,18 +12,17 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 var publishFlag = &cli.StringSliceFlag{
 	Name: "publish", Aliases: []string{"p"},
-	Usage: "publish a sandbox port on the host: [IP:]HOSTPORT:PORT (IP defaults to " + policy.DefaultPortIP + ", which every local user can reach; works with --net none), or unix:PATH:PORT for a socket only its owner can use",
+	Usage: "publish a sandbox port on the host: [IP:]HOSTPORT:PORT (IP defaults to " + engine.DefaultPortIP + ", which every local user can reach; works with --net none), or unix:PATH:PORT for a socket only its owner can use",
 }
 
 func portMappings(specs []string) ([]engine.PortMapping, error) {
 	var out []engine.PortMapping
 	for _, s := range specs {
-		m, err := policy.ParsePortMapping(s)
+		m, err := engine.ParsePortMapping(s)
 		if err != nil {
 			return nil, clix.UsageError(err)
 		}
@@ -79,7 +78,7 @@ var portForwardCommand = &cli.Command{
 				m := l.Mapping()
 				host := m.HostAddr()
 				if m.Socket != "" {
-					host = policy.SocketPrefix + m.Socket
+					host = engine.PortSocketPrefix + m.Socket
 				}
 				fmt.Fprintf(c.App.Writer, "forwarding %s -> %d\n", host, m.Port)
 			}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -316,13 +315,9 @@ var lsCommand = &cli.Command{
 }
 
 func writeTable(w io.Writer, all []*engine.Sandbox) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
-	for _, sb := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", sb.ShortID(), sb.Name, sb.Image, sb.State,
-			time.Since(sb.Created).Round(time.Second))
-	}
-	return tw.Flush()
+	return clix.WriteTable(w, 3, []string{"ID", "NAME", "IMAGE", "STATE", "CREATED"}, all, func(sb *engine.Sandbox) []string {
+		return []string{sb.ShortID(), sb.Name, sb.Image, sb.State, time.Since(sb.Created).Round(time.Second).String() + " ago"}
+	})
 }
 
 var inspectCommand = &cli.Command{

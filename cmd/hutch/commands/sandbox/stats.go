@@ -2,12 +2,11 @@ package sandbox
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
-	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/engine"
 )
 
 var statsCommand = &cli.Command{
@@ -35,13 +34,12 @@ var statsCommand = &cli.Command{
 		if asJSON {
 			return clix.WriteJSON(c.App.Writer, st)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCPU %\tCPU LIMIT\tMEM USAGE / LIMIT\tOOM KILLS\tPIDS / LIMIT\tDISK USED / LIMIT")
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%g\t%s / %s\t%d\t%d / %d\t%s / %s\n",
-			st.ID[:12], st.CPU.Percent, st.CPU.Limit,
-			policy.FormatSize(int64(st.Memory.Usage)), policy.FormatSize(int64(st.Memory.Limit)), st.Memory.OOMKills,
-			st.Pids.Current, st.Pids.Limit,
-			policy.FormatSize(int64(st.Disk.Used)), policy.FormatSize(st.Disk.Limit))
-		return tw.Flush()
+		header := []string{"ID", "CPU %", "CPU LIMIT", "MEM USAGE / LIMIT", "OOM KILLS", "PIDS / LIMIT", "DISK USED / LIMIT"}
+		return clix.WriteTable(c.App.Writer, 3, header, []*engine.Stats{st}, func(st *engine.Stats) []string {
+			return []string{st.ID[:12], fmt.Sprintf("%.1f%%", st.CPU.Percent), fmt.Sprintf("%g", st.CPU.Limit),
+				engine.FormatSize(int64(st.Memory.Usage)) + " / " + engine.FormatSize(int64(st.Memory.Limit)), fmt.Sprintf("%d", st.Memory.OOMKills),
+				fmt.Sprintf("%d / %d", st.Pids.Current, st.Pids.Limit),
+				engine.FormatSize(int64(st.Disk.Used)) + " / " + engine.FormatSize(st.Disk.Limit)}
+		})
 	},
 }

@@ -8,7 +8,6 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 var updateCommand = &cli.Command{
@@ -53,7 +52,7 @@ var updateCommand = &cli.Command{
 			req.CPUs = &n
 		}
 		if s := c.String("memory"); s != "" {
-			n, err := policy.ParseSize(s)
+			n, err := engine.ParseSize(s)
 			if err != nil {
 				return clix.UsageError(fmt.Errorf("--memory: %w", err))
 			}

@@ -20,7 +20,6 @@ import (
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
-	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/serve"
 	"hutch.dev/hutch/serve/kube"
 	"hutch.dev/hutch/serve/kubeplace"
@@ -211,7 +210,7 @@ func kubeConfig(c *cli.Context, path string) (*kubeplace.Config, error) {
 		CPUs: c.Float64("pod-cpus"),
 	}
 	if m := c.String("pod-memory"); m != "" {
-		if kc.Memory, err = policy.ParseSize(m); err != nil {
+		if kc.Memory, err = engine.ParseSize(m); err != nil {
 			return nil, fmt.Errorf("--pod-memory %q: %w", m, err)
 		}
 	}

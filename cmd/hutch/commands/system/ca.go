@@ -1,20 +1,15 @@
 package system
 
 import (
-	"crypto/x509"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 // hostCADir is where Debian and Ubuntu keep the CA certificates a host's
@@ -82,12 +77,9 @@ var caCommand = &cli.Command{
 					}
 					return clix.WriteJSON(c.App.Writer, cas)
 				}
-				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tSUBJECT\tEXPIRES\tSHA256")
-				for _, ca := range cas {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ca.Name, ca.Subject, ca.NotAfter.Format("2006-01-02"), ca.Fingerprint[:16])
-				}
-				return tw.Flush()
+				return clix.WriteTable(c.App.Writer, 2, []string{"NAME", "SUBJECT", "EXPIRES", "SHA256"}, cas, func(ca engine.TrustedCA) []string {
+					return []string{ca.Name, ca.Subject, ca.NotAfter.Format("2006-01-02"), ca.Fingerprint[:16]}
+				})
 			},
 		},
 		{
@@ -128,27 +120,9 @@ func hostCAs(c *cli.Context, e *engine.Engine) (string, []string) {
 	if len(files) == 0 {
 		return "none added to this host's trust store (" + hostCADir + ")", nil
 	}
-	trusted := map[string]bool{}
-	cas, err := e.TrustedCAs()
+	missing, err := e.UntrustedCAFiles(files)
 	if err != nil {
 		return "", []string{err.Error()}
-	}
-	for _, ca := range cas {
-		trusted[ca.Fingerprint] = true
-	}
-	var missing []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		certs, err := policy.ParseCACerts(f, b)
-		if err != nil {
-			continue
-		}
-		if slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return !trusted[policy.Fingerprint(c)] }) {
-			missing = append(missing, f)
-		}
 	}
 	if len(missing) == 0 {
 		return fmt.Sprintf("the %d CA file(s) of %s are trusted by sandboxes", len(files), hostCADir), nil

@@ -7,7 +7,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"hutch.dev/hutch/assembly/hostnet"
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
 )
@@ -24,6 +23,6 @@ var resolverCommand = &cli.Command{
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		return hostnet.ServeResolver(ctx, a[0], hostnet.ReadyPipe())
+		return engine.RunResolver(ctx, a[0])
 	},
 }

@@ -15,7 +15,6 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 // version is set by the build (-ldflags -X).
@@ -136,7 +135,7 @@ var doctorCommand = &cli.Command{
 		})
 		check("base", func() (string, error) {
 			if img, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
-				return fmt.Sprintf("%s built (%s)", img.Name, policy.FormatSize(img.Size)), nil
+				return fmt.Sprintf("%s built (%s)", img.Name, engine.FormatSize(img.Size)), nil
 			}
 			if e.Rootless() {
 				return engine.DefaultImage + " not in your store: see images above", nil

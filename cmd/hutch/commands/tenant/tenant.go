@@ -8,12 +8,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
-	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/tenant"
 )
 
@@ -105,7 +104,7 @@ func quotaFlags(c *cli.Context) (tenant.Quota, error) {
 		dst  *int64
 	}{{"max-memory", &q.MaxMemory}, {"max-disk", &q.MaxDisk}} {
 		if s := c.String(f.name); s != "" {
-			n, err := policy.ParseSize(s)
+			n, err := engine.ParseSize(s)
 			if err != nil {
 				return q, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
 			}
@@ -139,18 +138,15 @@ var lsCommand = &cli.Command{
 		if asJSON {
 			return clix.WriteJSON(c.App.Writer, ts)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPUS\tMEMORY\tDISK\tCREATED")
-		for _, t := range ts {
+		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "SANDBOXES", "CPUS", "MEMORY", "DISK", "CREATED"}, ts, func(t tenant.Tenant) []string {
 			q := t.Quota
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name,
+			return []string{t.Name,
 				limit(q.MaxSandboxes != 0, strconv.Itoa(q.MaxSandboxes)),
 				limit(q.MaxCPUs != 0, strconv.FormatFloat(q.MaxCPUs, 'f', -1, 64)),
-				limit(q.MaxMemory != 0, policy.FormatSize(q.MaxMemory)),
-				limit(q.MaxDisk != 0, policy.FormatSize(q.MaxDisk)),
-				t.Created.Local().Format("2006-01-02 15:04:05"))
-		}
-		return tw.Flush()
+				limit(q.MaxMemory != 0, engine.FormatSize(q.MaxMemory)),
+				limit(q.MaxDisk != 0, engine.FormatSize(q.MaxDisk)),
+				t.Created.Local().Format("2006-01-02 15:04:05")}
+		})
 	},
 }
 

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
-	"hutch.dev/hutch/policy"
 )
 
 // Flag is -v/--volume of create and run.
@@ -27,20 +25,19 @@ var Flag = &cli.StringSliceFlag{
 func Mounts(vals []string) ([]engine.Mount, error) {
 	var out []engine.Mount
 	for _, s := range vals {
-		v, err := policy.ParseVolume(s)
+		m, err := engine.ParseMount(s)
 		if err != nil {
 			return nil, clix.UsageError(err)
 		}
-		src := v.Source
-		if src != "" && strings.HasPrefix(src, ".") {
-			if src, err = filepath.Abs(src); err != nil {
+		if m.Source != "" && strings.HasPrefix(m.Source, ".") {
+			if m.Source, err = filepath.Abs(m.Source); err != nil {
 				return nil, clix.UsageError(fmt.Errorf("-v %q: %w", s, err))
 			}
 		}
-		if src != "" && !filepath.IsAbs(src) {
-			return nil, clix.UsageError(fmt.Errorf("-v %q: host directory %q is not an absolute path", s, src))
+		if m.Source != "" && !filepath.IsAbs(m.Source) {
+			return nil, clix.UsageError(fmt.Errorf("-v %q: host directory %q is not an absolute path", s, m.Source))
 		}
-		out = append(out, engine.Mount{Source: src, Volume: v.Volume, Target: v.Target, ReadOnly: v.ReadOnly, Overlay: v.Overlay})
+		out = append(out, m)
 	}
 	return out, nil
 }
@@ -61,7 +58,7 @@ var createCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		if err := policy.CheckVolumeName(a[0]); err != nil {
+		if err := engine.CheckVolumeName(a[0]); err != nil {
 			return clix.UsageError(err)
 		}
 		e, err := clix.Engine(c)
@@ -104,12 +101,9 @@ var lsCommand = &cli.Command{
 			}
 			return clix.WriteJSON(c.App.Writer, vs)
 		}
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED\tUSED BY")
-		for _, v := range vs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Created.Local().Format(time.DateTime), usedBy(v))
-		}
-		return tw.Flush()
+		return clix.WriteTable(c.App.Writer, 2, []string{"NAME", "CREATED", "USED BY"}, vs, func(v engine.Volume) []string {
+			return []string{v.Name, v.Created.Local().Format(time.DateTime), usedBy(v)}
+		})
 	},
 }
 
