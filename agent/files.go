@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"hutch.dev/hutch/agent/archive"
 )
 
 // Exit statuses of the file subcommands (stat, ls, cat, write, rm, mkdir,
@@ -56,7 +58,7 @@ func fail(err error) int {
 		return StatusIsDir
 	case errors.Is(err, fs.ErrPermission):
 		return StatusPermission
-	case errors.Is(err, ErrUnsafePath):
+	case errors.Is(err, archive.ErrUnsafePath):
 		return StatusUnsafe
 	}
 	return StatusFailed

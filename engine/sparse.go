@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/archive"
 	"hutch.dev/hutch/policy"
 )
 
@@ -304,7 +305,7 @@ func copyUpper(w io.Writer, r io.Reader, check func(*tar.Header) error) error {
 // refused before any of it is read.
 func copyOutCheck(sb *record, src string) func(*tar.Header) error {
 	base := path.Dir(path.Clean(src))
-	if agent.ArchiveName(src) == "." {
+	if archive.ArchiveName(src) == "." {
 		base = path.Clean(src)
 	}
 	limit := max(sb.Disk, copyOutFloor)
