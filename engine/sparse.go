@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/agent/archive"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/policy"
 )
 
@@ -93,7 +93,7 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 	if err := agentWait(ctx, sb, p, &errBuf); err != nil {
 		return fmt.Errorf("look for sparse files: %w", err)
 	}
-	files, err := agent.ParseLargeFiles(out.Bytes())
+	files, err := wire.ParseLargeFiles(out.Bytes())
 	if err != nil {
 		return err
 	}
