@@ -264,7 +264,7 @@ func (s *session) serve(reqs <-chan *ssh.Request) {
 				if ssh.Unmarshal(req.Payload, &c) != nil || c.Name != "sftp" {
 					break
 				}
-				argv, sftpSub = []string{MountPath, "sftp-server"}, true
+				argv, sftpSub = []string{wire.MountPath, "sftp-server"}, true
 			}
 			if argv == nil {
 				break
@@ -321,14 +321,14 @@ func (s *session) signal(name string) bool {
 // user's, then what the client sent.
 func (s *session) environ() []string {
 	u := s.user
-	env := MergeEnv(os.Environ(), []string{
+	env := wire.MergeEnv(os.Environ(), []string{
 		"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name, "SHELL=" + u.shell,
 		"SSH_CONNECTION=127.0.0.1 0 127.0.0.1 22", "SSH_CLIENT=127.0.0.1 0 22",
 	})
 	if s.ptyReq != nil && s.ptyReq.Term != "" {
-		env = MergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
+		env = wire.MergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
 	}
-	return MergeEnv(env, s.env)
+	return wire.MergeEnv(env, s.env)
 }
 
 func (s *session) start(argv []string, login, sftpSub bool) error {

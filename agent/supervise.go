@@ -210,9 +210,9 @@ func superStart(c *net.UnixConn, req wire.SuperviseRequest, cred *unix.Ucred) {
 	}
 	k, err := forkSupervised(path, req, uid, gid)
 	if err != nil {
-		st := StatusNotExecutable
+		st := wire.StatusNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			st = StatusNotFound
+			st = wire.StatusNotFound
 		}
 		fail(wire.SuperviseReply{Status: st, Error: fmt.Sprintf("%s: %v", req.Args[0], err)})
 		return

@@ -14,7 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
@@ -208,7 +208,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		sb.Env = append(caEnv, sb.Env...)
 	}
 	env := append(append([]string{}, img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
-	init := specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
+	init := specs.Process{Args: []string{wire.MountPath}, Env: env, Cwd: "/"}
 	if cmd != nil {
 		// A bad --user fails here, before anything runs.
 		if err := cmd.prepare(e, sb); err != nil {
@@ -232,7 +232,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 		Hostname: sb.ShortID(),
 		Process:  init,
 		Mounts: append([]specs.Mount{{
-			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
+			Destination: wire.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
 		}}, append(netMounts, caMounts...)...),
 		NetworkNamespace: netns,
@@ -244,7 +244,7 @@ func (e *Engine) create(ctx context.Context, req CreateRequest, cmd *initCommand
 	})
 	if owners != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{
-			Destination: agent.OwnersPath, Type: "bind", Source: owners,
+			Destination: wire.OwnersPath, Type: "bind", Source: owners,
 			Options: []string{"rbind", "ro"},
 		})
 	}
@@ -482,7 +482,7 @@ func waitInit(ctx context.Context, logPath string, pid int) error {
 		if f, err := os.Open(logPath); err == nil {
 			n, _ := io.ReadFull(f, buf)
 			f.Close()
-			if agent.Started(buf[:n]) {
+			if wire.Started(buf[:n]) {
 				return nil
 			}
 		}
@@ -514,15 +514,15 @@ func readPidFile(path string) (int, error) {
 }
 
 // applyOwners has the agent give the files of sb's rootfs the owners its
-// image gives them (a rootless sandbox's: agent.OwnersPath), before any
+// image gives them (a rootless sandbox's: wire.OwnersPath), before any
 // other command runs in it.
 func (e *Engine) applyOwners(ctx context.Context, sb *record) error {
-	return e.agentAsRoot(ctx, sb, agent.CmdApplyOwners, nil, "setting the image's file owners")
+	return e.agentAsRoot(ctx, sb, wire.CmdApplyOwners, nil, "setting the image's file owners")
 }
 
 // withOwners wraps proc, a rootless sandbox's init command, so that the
 // agent sets the image's file owners first, as root, and then runs it as
 // proc's user.
 func withOwners(proc specs.Process) specs.Process {
-	return agentFirst(proc, agent.CmdApplyOwners)
+	return agentFirst(proc, wire.CmdApplyOwners)
 }

@@ -22,7 +22,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/policy"
@@ -425,7 +424,7 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 	var errBuf capBuffer
 	var p *runsc.ExecProcess
 	var proc specs.Process
-	if proc, err = e.process(sb, ExecRequest{Args: []string{agent.MountPath, mode}, User: user}); err == nil {
+	if proc, err = e.process(sb, ExecRequest{Args: []string{wire.MountPath, mode}, User: user}); err == nil {
 		// A forwarded connection waits for each frame: none is held
 		// back to gather more (a supervised command's output is).
 		p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf, Interactive: mode == "portmux"})
