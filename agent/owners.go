@@ -17,6 +17,10 @@ import (
 	"hutch.dev/hutch/agent/wire"
 )
 
+// The agent's side of a rootless sandbox's owners list (see
+// wire.OwnersPath): apply-owners sets the owners it lists inside the
+// sandbox.
+
 func init() { subcommands[wire.CmdApplyOwners] = applyOwnersMain }
 
 func applyOwnersMain(args []string) int {
