@@ -56,9 +56,12 @@ func listPackages(t *testing.T) map[string]listedPackage {
 }
 
 // under reports whether package path is dir or below it (dir relative to
-// the module).
+// the module, "" the module itself).
 func under(path, dir string) bool {
-	full := module + "/" + dir
+	full := module
+	if dir != "" {
+		full += "/" + dir
+	}
 	return path == full || strings.HasPrefix(path, full+"/")
 }
 
