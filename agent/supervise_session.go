@@ -24,7 +24,7 @@ const outputLinger = 100 * time.Millisecond
 
 // superviseMain is "supervise": the session agent of supervised
 // processes. It serves a yamux session on stdin/stdout, one request per
-// stream (see supervise_wire.go), by asking the init over SocketPath.
+// stream (see agent/wire/supervise.go), by asking the init over SocketPath.
 func superviseMain(args []string) int {
 	if len(args) != 0 {
 		return usage("supervise")
