@@ -1,5 +1,5 @@
 // Package agent is hutch's init inside a sandbox: PID 1 of every sandbox, a
-// small static program bind-mounted read-only at MountPath.
+// small static program bind-mounted read-only at wire.MountPath.
 //
 // As init it reaps orphans and exits on SIGTERM, which stops the sandbox.
 // Its "lookpath" mode tells why a command could not start (127 not found,
@@ -27,16 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// MountPath is where the agent binary appears inside a sandbox.
-const MountPath = "/.hutch/hutch-init"
-
-// Exit statuses of lookpath, the shell's conventions.
-const (
-	StatusFound         = 0
-	StatusNotExecutable = 126
-	StatusNotFound      = 127
+	"hutch.dev/hutch/agent/wire"
 )
 
 // subcommands are the agent's modes besides init and lookpath, by name;
@@ -55,10 +47,10 @@ func Main() {
 		}
 		os.Exit(LookPath(os.Args[2]))
 	}
-	if len(os.Args) > 1 && os.Args[1] == CmdWriteSecrets {
+	if len(os.Args) > 1 && os.Args[1] == wire.CmdWriteSecrets {
 		os.Exit(writeSecrets(os.Stdin))
 	}
-	if len(os.Args) > 1 && os.Args[1] == CmdWithSecrets {
+	if len(os.Args) > 1 && os.Args[1] == wire.CmdWithSecrets {
 		os.Exit(withSecrets(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "spawn" {
@@ -76,9 +68,9 @@ func LookPath(name string) int {
 		_, err := exec.LookPath(name)
 		switch {
 		case err == nil:
-			return StatusFound
+			return wire.StatusFound
 		case errors.Is(err, fs.ErrPermission):
-			return StatusNotExecutable
+			return wire.StatusNotExecutable
 		default:
 			// exec.LookPath skips files without x bits; a file that
 			// exists on PATH but is not executable is still a 126.
@@ -87,22 +79,22 @@ func LookPath(name string) int {
 					dir = "."
 				}
 				if fi, err := os.Stat(dir + "/" + name); err == nil && !fi.IsDir() {
-					return StatusNotExecutable
+					return wire.StatusNotExecutable
 				}
 			}
-			return StatusNotFound
+			return wire.StatusNotFound
 		}
 	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return StatusNotFound
+		return wire.StatusNotFound
 	case err != nil:
-		return StatusNotExecutable
+		return wire.StatusNotExecutable
 	case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
-		return StatusNotExecutable
+		return wire.StatusNotExecutable
 	}
-	return StatusFound
+	return wire.StatusFound
 }
 
 // initLoop is PID 1: it reaps every child that is reparented to it and

@@ -10,24 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/fsnotify/fsnotify"
-)
 
-// Exit statuses of the file subcommands (stat, ls, cat, write, rm, mkdir,
-// watch, tar-in, tar-out): the error's kind, so that the host maps it back
-// without reading the message. The message is one line on stderr.
-const (
-	StatusFailed     = 1
-	StatusUsage      = 2
-	StatusNotExist   = 3
-	StatusExist      = 4
-	StatusNotDir     = 5
-	StatusIsDir      = 6
-	StatusPermission = 7
-	StatusUnsafe     = 8
-	StatusNotEmpty   = 9
+	"hutch.dev/hutch/agent/archive"
+	"hutch.dev/hutch/agent/wire"
 )
 
 func init() {
@@ -45,48 +32,30 @@ func fail(err error) int {
 	fmt.Fprintln(os.Stderr, err)
 	switch {
 	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it also is
-		return StatusNotEmpty
+		return wire.StatusNotEmpty
 	case errors.Is(err, fs.ErrNotExist):
-		return StatusNotExist
+		return wire.StatusNotExist
 	case errors.Is(err, fs.ErrExist):
-		return StatusExist
+		return wire.StatusExist
 	case errors.Is(err, syscall.ENOTDIR):
-		return StatusNotDir
+		return wire.StatusNotDir
 	case errors.Is(err, syscall.EISDIR):
-		return StatusIsDir
+		return wire.StatusIsDir
 	case errors.Is(err, fs.ErrPermission):
-		return StatusPermission
-	case errors.Is(err, ErrUnsafePath):
-		return StatusUnsafe
+		return wire.StatusPermission
+	case errors.Is(err, archive.ErrUnsafePath):
+		return wire.StatusUnsafe
 	}
-	return StatusFailed
+	return wire.StatusFailed
 }
 
 func usage(u string) int {
 	fmt.Fprintln(os.Stderr, "usage: hutch-init "+u)
-	return StatusUsage
+	return wire.StatusUsage
 }
 
-// FileInfo describes a file in a sandbox.
-type FileInfo struct {
-	Name    string      `json:"name"`
-	Path    string      `json:"path"`
-	Size    int64       `json:"size"`
-	Mode    fs.FileMode `json:"mode"`
-	ModTime time.Time   `json:"modTime"`
-	IsDir   bool        `json:"isDir"`
-	// Link is a symlink's target.
-	Link string `json:"link,omitempty"`
-	UID  uint32 `json:"uid"`
-	GID  uint32 `json:"gid"`
-	// Owner and Group name UID and GID in the sandbox's /etc/passwd and
-	// /etc/group, when they are there.
-	Owner string `json:"owner,omitempty"`
-	Group string `json:"group,omitempty"`
-}
-
-func fileInfo(p string, fi fs.FileInfo) FileInfo {
-	out := FileInfo{
+func fileInfo(p string, fi fs.FileInfo) wire.FileInfo {
+	out := wire.FileInfo{
 		Name: fi.Name(), Path: p, Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime(), IsDir: fi.IsDir(),
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -106,7 +75,7 @@ func writeJSON(v any) int {
 	return 0
 }
 
-// statMain is "stat PATH": its FileInfo (of a symlink itself) as JSON.
+// statMain is "stat PATH": its wire.FileInfo (of a symlink itself) as JSON.
 func statMain(args []string) int {
 	if len(args) != 1 {
 		return usage("stat PATH")
@@ -118,16 +87,17 @@ func statMain(args []string) int {
 	return writeJSON(fileInfo(args[0], fi))
 }
 
-// lsMain is "ls [-d DEPTH] [--] DIR": the FileInfo of each entry, as a
-// JSON array; with DEPTH > 1, also of the entries of its subdirectories
-// down to that many levels (depth first, by name; symlinks not followed).
+// lsMain is "ls [-d DEPTH] [--] DIR": the wire.FileInfo of each entry,
+// as a JSON array; with DEPTH > 1, also of the entries of its
+// subdirectories down to that many levels (depth first, by name; symlinks
+// not followed).
 func lsMain(args []string) int {
 	fl := newFlags("ls")
 	depth := fl.Uint("d", 1, "levels to list")
 	if fl.Parse(args) != nil || fl.NArg() != 1 || *depth < 1 {
 		return usage("ls [-d DEPTH] DIR")
 	}
-	out := []FileInfo{}
+	out := []wire.FileInfo{}
 	if err := listDir(fl.Arg(0), *depth, &out); err != nil {
 		return fail(err)
 	}
@@ -253,14 +223,6 @@ func mkdirMain(args []string) int {
 	return 0
 }
 
-// WatchEvent is one change that "watch" reports, one JSON object a line.
-// The first line has Op "ready": the watches are in place.
-type WatchEvent struct {
-	Path string `json:"path"`
-	// Op is create, write, remove, rename or chmod (or ready).
-	Op string `json:"op"`
-}
-
 // watchMain is "watch [-r] PATH": changes of PATH (with -r, of the whole
 // tree under it, including directories created later) as JSON lines on
 // stdout, until killed.
@@ -298,7 +260,7 @@ func watchMain(args []string) int {
 		return fail(err)
 	}
 	enc := json.NewEncoder(os.Stdout)
-	if err := enc.Encode(WatchEvent{Op: "ready", Path: args[0]}); err != nil {
+	if err := enc.Encode(wire.WatchEvent{Op: "ready", Path: args[0]}); err != nil {
 		return 0
 	}
 	for {
@@ -319,7 +281,7 @@ func watchMain(args []string) int {
 				name string
 			}{{fsnotify.Create, "create"}, {fsnotify.Write, "write"}, {fsnotify.Remove, "remove"}, {fsnotify.Rename, "rename"}, {fsnotify.Chmod, "chmod"}} {
 				if ev.Has(op.op) {
-					if err := enc.Encode(WatchEvent{Path: ev.Name, Op: op.name}); err != nil {
+					if err := enc.Encode(wire.WatchEvent{Path: ev.Name, Op: op.name}); err != nil {
 						return 0 // the reader is gone
 					}
 				}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 func init() {
@@ -81,7 +83,7 @@ func mkdirOwned(dir string, perm fs.FileMode, owner ownerFlag) error {
 
 // listDir appends the entries of dir, and of its subdirectories down to
 // depth levels, to out.
-func listDir(dir string, depth uint, out *[]FileInfo) error {
+func listDir(dir string, depth uint, out *[]wire.FileInfo) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err

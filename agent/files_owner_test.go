@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 func TestOwnerFlag(t *testing.T) {
@@ -29,7 +31,7 @@ func TestListDirDepth(t *testing.T) {
 		os.WriteFile(filepath.Join(d, p), nil, 0o644)
 	}
 	list := func(depth uint) string {
-		var out []FileInfo
+		var out []wire.FileInfo
 		if err := listDir(d, depth, &out); err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +50,7 @@ func TestListDirDepth(t *testing.T) {
 	if got := list(9); got != "a a/b a/b/c a/b/c/deep a/f z" {
 		t.Errorf("depth 9: %s", got)
 	}
-	var out []FileInfo
+	var out []wire.FileInfo
 	if err := listDir(filepath.Join(d, "z"), 1, &out); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("listing a file: %v, want ENOTDIR", err)
 	}

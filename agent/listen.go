@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"hutch.dev/hutch/agent/agentnet"
+	"hutch.dev/hutch/agent/wire"
 )
 
 // The agent's network endpoint: "hutch-init listen" is the init of a
@@ -88,7 +89,7 @@ func (l *listener) start() error {
 		return err
 	}
 	w.Close()
-	cmd := exec.Command(MountPath, "listen-serve")
+	cmd := exec.Command(wire.MountPath, "listen-serve")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err

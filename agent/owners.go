@@ -13,27 +13,15 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
-// A rootless sandbox's image is unpacked on the host as one user's files,
-// root's inside the sandbox; the image store keeps the owners the image
-// gives its files in a list instead, which the engine mounts read-only at
-// OwnersPath. CmdApplyOwners sets them once, as root inside the sandbox
-// and before anything else runs there: the chown changes gVisor's rootfs
-// overlay (a copy-up of the file's metadata), never the host's file.
-//
-// The list has one line per entry, "UID GID MODE PATH": decimal IDs, the
-// octal permission bits (a chown clears setuid and setgid, so they are set
-// again) and the absolute path quoted as Go quotes strings.
-const (
-	OwnersPath = "/.hutch/owners"
-	// CmdApplyOwners is "apply-owners [--user UID:GID] [-- CMD [ARG...]]":
-	// it sets the owners OwnersPath lists, then runs CMD as UID:GID, if
-	// given, in its place.
-	CmdApplyOwners = "apply-owners"
-)
+// The agent's side of a rootless sandbox's owners list (see
+// wire.OwnersPath): apply-owners sets the owners it lists inside the
+// sandbox.
 
-func init() { subcommands[CmdApplyOwners] = applyOwnersMain }
+func init() { subcommands[wire.CmdApplyOwners] = applyOwnersMain }
 
 func applyOwnersMain(args []string) int {
 	uid, gid := -1, -1
@@ -52,7 +40,7 @@ func applyOwnersMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: hutch-init apply-owners [--user UID:GID] [-- CMD [ARG...]]")
 		return 2
 	}
-	f, err := os.Open(OwnersPath)
+	f, err := os.Open(wire.OwnersPath)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "hutch-init: apply-owners: %v\n", errnoOf(err))
 		return 1
@@ -94,7 +82,7 @@ func ApplyOwners(root string, r io.Reader, mounts []string, warn io.Writer) erro
 	for n := 1; sc.Scan(); n++ {
 		uid, gid, mode, p, err := parseOwnerLine(sc.Text())
 		if err != nil {
-			return fmt.Errorf("%s line %d: %w", OwnersPath, n, err)
+			return fmt.Errorf("%s line %d: %w", wire.OwnersPath, n, err)
 		}
 		if why := ownerPathRefused(p, mounts); why != "" {
 			fmt.Fprintf(warn, "hutch-init: apply-owners: %q skipped: %s\n", p, why)
@@ -221,21 +209,21 @@ func execAs(uid, gid int, args []string) int {
 		}
 	}
 	switch LookPath(args[0]) {
-	case StatusNotFound:
+	case wire.StatusNotFound:
 		fmt.Fprintf(os.Stderr, "hutch: %s: command not found\n", args[0])
-		return StatusNotFound
-	case StatusNotExecutable:
+		return wire.StatusNotFound
+	case wire.StatusNotExecutable:
 		fmt.Fprintf(os.Stderr, "hutch: %s: permission denied\n", args[0])
-		return StatusNotExecutable
+		return wire.StatusNotExecutable
 	}
 	p := args[0]
 	if !strings.Contains(p, "/") {
 		var err error
 		if p, err = exec.LookPath(args[0]); err != nil {
-			return StatusNotFound
+			return wire.StatusNotFound
 		}
 	}
 	err := syscall.Exec(p, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "hutch-init: exec %s: %v\n", args[0], err)
-	return StatusNotExecutable
+	return wire.StatusNotExecutable
 }

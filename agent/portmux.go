@@ -7,23 +7,15 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 
 	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 func init() { subcommands["portmux"] = portmuxMain }
-
-// PortMuxConfig is the yamux configuration of both ends of a port
-// forwarder's stream.
-func PortMuxConfig() *yamux.Config {
-	c := yamux.DefaultConfig()
-	c.LogOutput = io.Discard
-	c.MaxStreamWindowSize = 1 << 20
-	return c
-}
 
 // stdio is the agent's stdin and stdout as one stream; out, if set,
 // stands for stdout when writing.
@@ -37,48 +29,6 @@ func (s stdio) Write(p []byte) (int, error) {
 	return s.out.Write(p)
 }
 func (stdio) Close() error { os.Stdin.Close(); return os.Stdout.Close() }
-
-// yamux's frame header (github.com/hashicorp/yamux, const.go): version,
-// type, flags, stream ID, length.
-const (
-	frameHeaderSize = 12
-	frameTypeData   = 0
-)
-
-// yamuxFrames writes each yamux data frame in one write. yamux writes a
-// frame's header and its body in two; each write to a host pipe is a
-// system call in gVisor, and each wakes the reader on the other side.
-// Only yamux's send loop writes to it, one frame after the other.
-type yamuxFrames struct {
-	w    io.Writer
-	hdr  []byte // a data frame's header, waiting for its body
-	buf  []byte
-	held bool
-}
-
-// CoalesceFrames returns a writer for a yamux session's connection that
-// writes each data frame's header and body to w at once.
-func CoalesceFrames(w io.Writer) io.Writer {
-	return &yamuxFrames{w: w, hdr: make([]byte, frameHeaderSize)}
-}
-
-func (f *yamuxFrames) Write(p []byte) (int, error) {
-	if f.held {
-		f.held = false
-		f.buf = append(append(f.buf[:0], f.hdr...), p...)
-		if _, err := f.w.Write(f.buf); err != nil {
-			return 0, err
-		}
-		return len(p), nil
-	}
-	if len(p) == frameHeaderSize && p[1] == frameTypeData && binary.BigEndian.Uint32(p[8:]) > 0 {
-		// A body follows at once (yamux's sendLoop).
-		copy(f.hdr, p)
-		f.held = true
-		return len(p), nil
-	}
-	return f.w.Write(p)
-}
 
 // portmuxMain is "portmux": the sandbox's end of port forwarding. It
 // serves a yamux session on stdin/stdout; every stream opens with a port
@@ -95,16 +45,16 @@ func portmuxMain(args []string) int {
 	if len(args) != 0 {
 		return usage("portmux")
 	}
-	conn := io.ReadWriteCloser(stdio{out: CoalesceFrames(os.Stdout)})
+	conn := io.ReadWriteCloser(stdio{out: wire.CoalesceFrames(os.Stdout)})
 	if in, out, ok := pollableStdio(); ok {
 		runtime.GOMAXPROCS(1)
 		conn = struct {
 			io.Reader
 			io.Writer
 			io.Closer
-		}{in, CoalesceFrames(out), closers{in, out}}
+		}{in, wire.CoalesceFrames(out), closers{in, out}}
 	}
-	return serveSession(conn, PortMuxConfig(), serveStream)
+	return serveSession(conn, wire.PortMuxConfig(), serveStream)
 }
 
 // pollableStdio returns stdin and stdout made non-blocking, so that Go's
@@ -154,7 +104,7 @@ func serveStream(st net.Conn) {
 		st.Close() // the host sees the connection closed at once
 		return
 	}
-	Join(c, st)
+	wire.Join(c, st)
 }
 
 // dialLoopback connects to port on 127.0.0.1. In gVisor every system
@@ -233,51 +183,4 @@ func (c *loopConn) CloseWrite() error {
 		return err
 	}
 	return os.NewSyscallError("shutdown", serr)
-}
-
-// HalfCloser is a connection that can end its writing alone, as TCP and
-// UNIX stream connections can.
-type HalfCloser interface {
-	net.Conn
-	CloseWrite() error
-}
-
-// Join copies between a connection and a stream both ways, passing on
-// each direction's end as a half close, and closes both when both
-// directions are done.
-func Join(c HalfCloser, st io.ReadWriteCloser) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		copyBuffered(st, c)
-		// yamux's Close is a half close: it sends FIN, and reading
-		// goes on until the other side's.
-		st.Close()
-	}()
-	go func() {
-		defer wg.Done()
-		copyBuffered(c, st)
-		c.CloseWrite()
-	}()
-	wg.Wait()
-	c.Close()
-	st.Close()
-}
-
-// joinBuf is the size of Join's buffers: a yamux frame carries at most
-// one read, and every frame costs the agent a write to its stdout, a
-// host pipe, which is a slow system call in gVisor; a smaller buffer
-// gives more frames.
-const joinBuf = 256 << 10
-
-var joinBufs = sync.Pool{New: func() any { return new([joinBuf]byte) }}
-
-// copyBuffered copies src to dst through a buffer of joinBuf bytes,
-// whatever ReadFrom or WriteTo either has (a TCP connection's copy with
-// a yamux stream would use 32 KiB).
-func copyBuffered(dst io.Writer, src io.Reader) {
-	buf := joinBufs.Get().(*[joinBuf]byte)
-	defer joinBufs.Put(buf)
-	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf[:]) //nolint:errcheck // either end may go away
 }

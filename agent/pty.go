@@ -14,6 +14,7 @@ import (
 	"github.com/creack/pty"
 
 	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/agent/wire"
 )
 
 // The agent's "pty" mode runs a command on a terminal of the sandbox's
@@ -29,40 +30,27 @@ import (
 
 func init() { subcommands["pty"] = ptyMain }
 
-// CmdPty is the name of the agent's pty mode.
-const CmdPty = "pty"
-
 // ptyOutputLinger bounds how long the output of an ended command is
 // still read while a background child of it keeps the terminal open.
 const ptyOutputLinger = time.Second
-
-// PtyArgs are the agent's arguments that run argv on a terminal of
-// rows x cols (zero: the pty's default size).
-func PtyArgs(rows, cols uint16, argv []string) []string {
-	args := []string{MountPath, CmdPty}
-	if rows > 0 && cols > 0 {
-		args = append(args, "--size", fmt.Sprintf("%dx%d", rows, cols))
-	}
-	return append(append(args, "--"), argv...)
-}
 
 func ptyMain(args []string) int {
 	var rows, cols uint16
 	for len(args) > 0 && args[0] != "--" {
 		if args[0] != "--size" || len(args) < 2 {
-			return usage(CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
+			return usage(wire.CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
 		}
 		r, c, ok := strings.Cut(args[1], "x")
 		rn, err1 := strconv.ParseUint(r, 10, 16)
 		cn, err2 := strconv.ParseUint(c, 10, 16)
 		if !ok || err1 != nil || err2 != nil {
-			return usage(CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
+			return usage(wire.CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
 		}
 		rows, cols = uint16(rn), uint16(cn)
 		args = args[2:]
 	}
 	if len(args) < 2 {
-		return usage(CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
+		return usage(wire.CmdPty + " [--size ROWSxCOLS] -- CMD [ARG...]")
 	}
 	argv := args[1:]
 	dir, err := os.Getwd()
@@ -98,9 +86,9 @@ func ptyMain(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "hutch: %s: %v\n", argv[0], err)
 		if errors.Is(err, syscall.ENOENT) {
-			return StatusNotFound
+			return wire.StatusNotFound
 		}
-		return StatusNotExecutable
+		return wire.StatusNotExecutable
 	}
 	pgid := cmd.Process.Pid // the session's leader leads its process group
 

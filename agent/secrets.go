@@ -12,33 +12,15 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"hutch.dev/hutch/agent/wire"
 )
-
-// SecretsDir is the tmpfs (in gVisor's memory) that holds a sandbox's
-// secrets, one file per secret, mode 0400, owned by root.
-const SecretsDir = "/run/secrets"
-
-// Subcommands of the agent for secrets.
-const (
-	// CmdWriteSecrets reads SecretFiles as JSON on stdin and writes them
-	// into SecretsDir.
-	CmdWriteSecrets = "write-secrets"
-	// CmdWithSecrets runs a command with the secrets in its environment:
-	// hutch-init with-secrets [--user UID:GID] -- CMD [ARG...]
-	CmdWithSecrets = "with-secrets"
-)
-
-// SecretFile is one secret as hutch hands it to write-secrets.
-type SecretFile struct {
-	Name  string `json:"name"`
-	Value []byte `json:"value"`
-}
 
 var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 
 // writeSecrets is the write-secrets subcommand. It never prints a value.
 func writeSecrets(stdin io.Reader) int {
-	var secrets []SecretFile
+	var secrets []wire.SecretFile
 	if err := json.NewDecoder(stdin).Decode(&secrets); err != nil {
 		fmt.Fprintln(os.Stderr, "hutch-init: write-secrets: bad input")
 		return 2
@@ -48,12 +30,12 @@ func writeSecrets(stdin io.Reader) int {
 			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: bad name %q\n", s.Name)
 			return 2
 		}
-		tmp := filepath.Join(SecretsDir, "."+s.Name+".tmp")
+		tmp := filepath.Join(wire.SecretsDir, "."+s.Name+".tmp")
 		if err := os.WriteFile(tmp, s.Value, 0o400); err != nil {
 			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
 			return 1
 		}
-		if err := os.Rename(tmp, filepath.Join(SecretsDir, s.Name)); err != nil {
+		if err := os.Rename(tmp, filepath.Join(wire.SecretsDir, s.Name)); err != nil {
 			fmt.Fprintf(os.Stderr, "hutch-init: write-secrets: %s: %v\n", s.Name, errnoOf(err))
 			return 1
 		}
@@ -112,9 +94,9 @@ func withSecrets(args []string) int {
 		return 2
 	}
 	args = args[1:]
-	secrets, err := SecretsEnv(SecretsDir)
+	secrets, err := SecretsEnv(wire.SecretsDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "hutch-init: reading %s: %v\n", SecretsDir, errnoOf(err))
+		fmt.Fprintf(os.Stderr, "hutch-init: reading %s: %v\n", wire.SecretsDir, errnoOf(err))
 		return 126
 	}
 	env := append(os.Environ(), secrets...)
@@ -123,18 +105,18 @@ func withSecrets(args []string) int {
 			return st
 		}
 	}
-	if st := LookPath(args[0]); st != StatusFound {
+	if st := LookPath(args[0]); st != wire.StatusFound {
 		return st
 	}
 	path := args[0]
 	if !strings.Contains(path, "/") {
 		if path, err = exec.LookPath(args[0]); err != nil {
-			return StatusNotFound
+			return wire.StatusNotFound
 		}
 	}
 	err = syscall.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "hutch-init: exec %s: %v\n", args[0], err)
-	return StatusNotExecutable
+	return wire.StatusNotExecutable
 }
 
 // becomeUser drops this process to uid:gid with no supplementary groups;

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 // Shells are the shells "shell" tries, in order.
@@ -23,7 +25,7 @@ func shellMain(args []string) int {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "hutch: no shell in this image (tried %s)\n", strings.Join(Shells, ", "))
-	return StatusNotFound
+	return wire.StatusNotFound
 }
 
 // execOrStatus replaces the agent with argv, or says why it cannot and
@@ -37,11 +39,11 @@ func execOrStatus(argv []string) int {
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	code := LookPath(argv[0])
-	if code == StatusFound {
-		code = StatusNotExecutable
+	if code == wire.StatusFound {
+		code = wire.StatusNotExecutable
 	}
 	what := "not executable"
-	if code == StatusNotFound {
+	if code == wire.StatusNotFound {
 		what = "command not found"
 	}
 	fmt.Fprintf(os.Stderr, "hutch: %s: %s (%v)\n", argv[0], what, err)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 // SocketPath is the unix socket inside the sandbox on which the init takes
@@ -56,19 +58,6 @@ func logLine(source, text string) {
 	logMu.Lock()
 	defer logMu.Unlock()
 	fmt.Fprintf(sandboxLog, "%s %s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), source, text)
-}
-
-// Started reports whether log, the beginning of a sandbox log, holds the
-// line the init writes once it is ready: no longer dumpable (see initLoop)
-// and listening for spawn requests, or having failed to listen.
-func Started(log []byte) bool {
-	for _, line := range bytes.Split(log, []byte("\n")) {
-		f := strings.SplitN(string(line), " ", 3)
-		if len(f) == 3 && f[1] == "init" && (f[2] == "started" || strings.HasPrefix(f[2], "cannot take spawn requests")) {
-			return true
-		}
-	}
-	return false
 }
 
 // children are the spawned processes the init has not reaped yet.
@@ -190,9 +179,9 @@ func spawn(req spawnRequest, cred *unix.Ucred) (int, int, error) {
 	children.mu.Unlock()
 	if err != nil {
 		r.Close()
-		st := StatusNotExecutable
+		st := wire.StatusNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			st = StatusNotFound
+			st = wire.StatusNotFound
 		}
 		return 0, st, fmt.Errorf("%s: %w", req.Args[0], err)
 	}
@@ -240,20 +229,20 @@ func resolve(name string, env []string, dir string) (string, int, error) {
 		}
 	}
 	if found != "" {
-		return "", StatusNotExecutable, fmt.Errorf("%s: permission denied", name)
+		return "", wire.StatusNotExecutable, fmt.Errorf("%s: permission denied", name)
 	}
-	return "", StatusNotFound, fmt.Errorf("%s: command not found", name)
+	return "", wire.StatusNotFound, fmt.Errorf("%s: command not found", name)
 }
 
 func checkExec(p, name string) (int, error) {
 	fi, err := os.Stat(p)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return StatusNotFound, fmt.Errorf("%s: no such file or directory", name)
+		return wire.StatusNotFound, fmt.Errorf("%s: no such file or directory", name)
 	case err != nil:
-		return StatusNotExecutable, fmt.Errorf("%s: %w", name, err)
+		return wire.StatusNotExecutable, fmt.Errorf("%s: %w", name, err)
 	case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
-		return StatusNotExecutable, fmt.Errorf("%s: permission denied", name)
+		return wire.StatusNotExecutable, fmt.Errorf("%s: permission denied", name)
 	}
 	return 0, nil
 }

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +17,16 @@ import (
 	"github.com/creack/pty"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 // The agent's SSH server. "sshd" serves one SSH connection on its stdin
 // and stdout: the host runs it as root with one `runsc exec` per
 // connection (`hutch ssh-proxy`, an OpenSSH ProxyCommand), so it needs no
 // network and no sshd in the image. Before the SSH stream, the host sends
-// an SSHConfig frame (WriteSSHConfig): the sandbox's host key and the
-// public keys allowed in. Keys never touch the sandbox's filesystem.
+// a wire.SSHConfig frame (wire.WriteSSHConfig): the sandbox's host key
+// and the public keys allowed in. Keys never touch the sandbox's filesystem.
 //
 // A session runs as the SSH user, a user of the sandbox's /etc/passwd,
 // with that user's login shell: exec, shell, pty (allocated here from
@@ -38,49 +38,6 @@ import (
 func init() {
 	subcommands["sshd"] = sshdMain
 	subcommands["sftp-server"] = sftpMain
-}
-
-// SSHConfig is what the host sends the agent's SSH server before the
-// connection's bytes.
-type SSHConfig struct {
-	// HostKey is the sandbox's private host key, PEM (OpenSSH format).
-	HostKey []byte `json:"hostKey"`
-	// AuthorizedKeys are the public keys allowed in, in authorized_keys
-	// format.
-	AuthorizedKeys []string `json:"authorizedKeys"`
-}
-
-// maxSSHConfig bounds the config frame.
-const maxSSHConfig = 1 << 20
-
-// WriteSSHConfig writes c as a frame: a 4-byte big-endian length, then
-// JSON.
-func WriteSSHConfig(w io.Writer, c SSHConfig) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
-	_, err = w.Write(append(hdr[:], b...))
-	return err
-}
-
-func readSSHConfig(r io.Reader) (SSHConfig, error) {
-	var c SSHConfig
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return c, fmt.Errorf("read ssh config: %w", err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxSSHConfig {
-		return c, fmt.Errorf("ssh config of %d bytes is too large", n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return c, fmt.Errorf("read ssh config: %w", err)
-	}
-	return c, json.Unmarshal(b, &c)
 }
 
 // stdioConn is the agent's stdin and stdout as a net.Conn.
@@ -102,7 +59,7 @@ func sshdMain(args []string) int {
 	if len(args) != 0 {
 		return usage("sshd")
 	}
-	cfg, err := readSSHConfig(os.Stdin)
+	cfg, err := wire.ReadSSHConfig(os.Stdin)
 	if err != nil {
 		return fail(err)
 	}
@@ -146,7 +103,7 @@ func sshdMain(args []string) int {
 	return 0
 }
 
-func serverConfig(cfg SSHConfig) (*ssh.ServerConfig, error) {
+func serverConfig(cfg wire.SSHConfig) (*ssh.ServerConfig, error) {
 	hk, err := ssh.ParsePrivateKey(cfg.HostKey)
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
@@ -307,7 +264,7 @@ func (s *session) serve(reqs <-chan *ssh.Request) {
 				if ssh.Unmarshal(req.Payload, &c) != nil || c.Name != "sftp" {
 					break
 				}
-				argv, sftpSub = []string{MountPath, "sftp-server"}, true
+				argv, sftpSub = []string{wire.MountPath, "sftp-server"}, true
 			}
 			if argv == nil {
 				break
@@ -364,14 +321,14 @@ func (s *session) signal(name string) bool {
 // user's, then what the client sent.
 func (s *session) environ() []string {
 	u := s.user
-	env := MergeEnv(os.Environ(), []string{
+	env := wire.MergeEnv(os.Environ(), []string{
 		"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name, "SHELL=" + u.shell,
 		"SSH_CONNECTION=127.0.0.1 0 127.0.0.1 22", "SSH_CLIENT=127.0.0.1 0 22",
 	})
 	if s.ptyReq != nil && s.ptyReq.Term != "" {
-		env = MergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
+		env = wire.MergeEnv(env, []string{"TERM=" + s.ptyReq.Term})
 	}
-	return MergeEnv(env, s.env)
+	return wire.MergeEnv(env, s.env)
 }
 
 func (s *session) start(argv []string, login, sftpSub bool) error {
@@ -527,12 +484,12 @@ func directTCPIP(nc ssh.NewChannel) {
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	Join(c.(*net.TCPConn), channelStream{ch})
+	wire.Join(c.(*net.TCPConn), channelStream{ch})
 	ch.Close()
 }
 
-// channelStream is a channel whose Close is a half close, as Join wants;
-// the full close follows when both directions are done.
+// channelStream is a channel whose Close is a half close, as wire.Join
+// wants; the full close follows when both directions are done.
 type channelStream struct{ ssh.Channel }
 
 func (c channelStream) Close() error {

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 // The init's side of supervised processes. A client (the session agent,
-// or any process of the sandbox) sends a SuperviseRequest over SocketPath
-// as a message: a length (4 bytes, big endian) and JSON; the first byte
-// is thus 0, which tells it from a spawn request ('{'). Creds come from
+// or any process of the sandbox) sends a wire.SuperviseRequest over
+// SocketPath as a message: a length (4 bytes, big endian) and JSON; the
+// first byte is thus 0, which tells it from a spawn request ('{'). Creds come from
 // SO_PEERCRED as for spawn: only a root client may name another user, or
 // act on another user's process.
 //
@@ -26,13 +28,13 @@ import (
 // a session of its own, keeps the pipes' parent ends and answers with
 // duplicates of them (SCM_RIGHTS). The connection then stays open: it is
 // the client's attachment. While it is open the client reads the output
-// itself, and the init sends it an ExitInfo message when the command
+// itself, and the init sends it a wire.ExitInfo message when the command
 // ends; the client may send {"op":"close-stdin"}. When it closes (the
 // client went away, as a `runsc exec` process does on restore), the init
 // reads and discards the output so that the command never blocks on a
 // full pipe, and keeps its input open. Attach makes a new attachment to
 // a running process (the last attachment wins). The init keeps the exit
-// status of the last MaxFinished ended processes.
+// status of the last wire.MaxFinished ended processes.
 
 // opCloseStdin is the one message a client sends on an attachment.
 const opCloseStdin = "close-stdin"
@@ -60,7 +62,7 @@ type superChild struct {
 	att *net.UnixConn
 	// reading counts drainers inside a read.
 	reading  int
-	exit     *ExitInfo
+	exit     *wire.ExitInfo
 	timer    *time.Timer
 	timedOut bool
 }
@@ -73,7 +75,7 @@ var starting = new(net.UnixConn)
 var supervised struct {
 	mu       sync.Mutex // guards running and finished
 	running  map[int]*superChild
-	finished []*superChild // oldest first, at most MaxFinished
+	finished []*superChild // oldest first, at most wire.MaxFinished
 }
 
 // writeMsg sends v as one message, with fds if any.
@@ -128,9 +130,9 @@ func readMsg(c *net.UnixConn, have []byte, v any) ([]int, error) {
 		}
 	}
 	size := binary.BigEndian.Uint32(hdr)
-	if size > MaxRequest {
+	if size > wire.MaxRequest {
 		closeFds(fds)
-		return nil, errFrameTooLarge
+		return nil, wire.ErrFrameTooLarge
 	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(c, body); err != nil {
@@ -153,41 +155,41 @@ func closeFds(fds []int) {
 // handleSupervise serves one supervise request whose first bytes are
 // first. For start and attach it keeps c as the attachment.
 func handleSupervise(c *net.UnixConn, first []byte, cred *unix.Ucred) {
-	var req SuperviseRequest
+	var req wire.SuperviseRequest
 	if _, err := readMsg(c, first, &req); err != nil {
-		writeMsg(c, SuperviseReply{Error: "bad supervise request: " + err.Error(), Kind: KindInvalid}) //nolint:errcheck
+		writeMsg(c, wire.SuperviseReply{Error: "bad supervise request: " + err.Error(), Kind: wire.KindInvalid}) //nolint:errcheck
 		c.Close()
 		return
 	}
 	switch req.Op {
-	case OpStart:
+	case wire.OpStart:
 		superStart(c, req, cred)
-	case OpAttach:
+	case wire.OpAttach:
 		superAttach(c, req, cred)
-	case OpSignal:
+	case wire.OpSignal:
 		writeMsg(c, superSignal(req, cred)) //nolint:errcheck // the client may be gone
 		c.Close()
-	case OpList:
+	case wire.OpList:
 		writeMsg(c, superList(cred)) //nolint:errcheck // the client may be gone
 		c.Close()
 	default:
-		writeMsg(c, SuperviseReply{Error: fmt.Sprintf("unknown operation %q", req.Op), Kind: KindInvalid}) //nolint:errcheck
+		writeMsg(c, wire.SuperviseReply{Error: fmt.Sprintf("unknown operation %q", req.Op), Kind: wire.KindInvalid}) //nolint:errcheck
 		c.Close()
 	}
 }
 
 // superStart starts req and attaches c to it.
-func superStart(c *net.UnixConn, req SuperviseRequest, cred *unix.Ucred) {
-	fail := func(r SuperviseReply) {
+func superStart(c *net.UnixConn, req wire.SuperviseRequest, cred *unix.Ucred) {
+	fail := func(r wire.SuperviseReply) {
 		writeMsg(c, attachMsg{SuperviseReply: r}) //nolint:errcheck // the client may be gone
 		c.Close()
 	}
 	if len(req.Args) == 0 {
-		fail(SuperviseReply{Error: "start: no command given", Kind: KindInvalid})
+		fail(wire.SuperviseReply{Error: "start: no command given", Kind: wire.KindInvalid})
 		return
 	}
-	if len(req.Meta) > MaxMeta {
-		fail(SuperviseReply{Error: fmt.Sprintf("start: metadata of %d bytes, at most %d allowed", len(req.Meta), MaxMeta), Kind: KindInvalid})
+	if len(req.Meta) > wire.MaxMeta {
+		fail(wire.SuperviseReply{Error: fmt.Sprintf("start: metadata of %d bytes, at most %d allowed", len(req.Meta), wire.MaxMeta), Kind: wire.KindInvalid})
 		return
 	}
 	uid, gid := req.UID, req.GID
@@ -197,31 +199,31 @@ func superStart(c *net.UnixConn, req SuperviseRequest, cred *unix.Ucred) {
 	}
 	if req.Check != "" {
 		if _, st, err := resolve(req.Check, req.Env, req.Dir); err != nil {
-			fail(SuperviseReply{Status: st, Error: err.Error()})
+			fail(wire.SuperviseReply{Status: st, Error: err.Error()})
 			return
 		}
 	}
 	path, st, err := resolve(req.Args[0], req.Env, req.Dir)
 	if err != nil {
-		fail(SuperviseReply{Status: st, Error: err.Error()})
+		fail(wire.SuperviseReply{Status: st, Error: err.Error()})
 		return
 	}
 	k, err := forkSupervised(path, req, uid, gid)
 	if err != nil {
-		st := StatusNotExecutable
+		st := wire.StatusNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			st = StatusNotFound
+			st = wire.StatusNotFound
 		}
-		fail(SuperviseReply{Status: st, Error: fmt.Sprintf("%s: %v", req.Args[0], err)})
+		fail(wire.SuperviseReply{Status: st, Error: fmt.Sprintf("%s: %v", req.Args[0], err)})
 		return
 	}
 	logLine("init", fmt.Sprintf("started %d (supervised): %s", k.pid, req.Args[0]))
-	k.attach(c, SuperviseReply{Pid: k.pid, Args: k.args})
+	k.attach(c, wire.SuperviseReply{Pid: k.pid, Args: k.args})
 }
 
 // forkSupervised forks path as a child of the init with pipes for its
 // standard streams, and registers it.
-func forkSupervised(path string, req SuperviseRequest, uid, gid uint32) (*superChild, error) {
+func forkSupervised(path string, req wire.SuperviseRequest, uid, gid uint32) (*superChild, error) {
 	var child [3]int // the child's stdin, stdout, stderr
 	var parent [3]int
 	for i := range parent {
@@ -343,7 +345,7 @@ func (k *superChild) drain(i int) {
 // attach makes c the process's attachment, replacing any other, and
 // sends it r with the parent ends of the pipes still open. It then
 // serves c until it closes.
-func (k *superChild) attach(c *net.UnixConn, r SuperviseReply) {
+func (k *superChild) attach(c *net.UnixConn, r wire.SuperviseReply) {
 	k.mu.Lock()
 	old := k.att
 	k.att = c
@@ -392,10 +394,10 @@ func (k *superChild) attach(c *net.UnixConn, r SuperviseReply) {
 // attachMsg is the init's answer to start and attach: the reply, which
 // of the descriptors follow, and the exit if the process has ended.
 type attachMsg struct {
-	SuperviseReply
-	Stdout bool      `json:"stdout,omitempty"`
-	Stderr bool      `json:"stderr,omitempty"`
-	Exit   *ExitInfo `json:"exit,omitempty"`
+	wire.SuperviseReply
+	Stdout bool           `json:"stdout,omitempty"`
+	Stderr bool           `json:"stderr,omitempty"`
+	Exit   *wire.ExitInfo `json:"exit,omitempty"`
 }
 
 // serveAttachment takes close-stdin messages on c until it closes, then
@@ -435,19 +437,19 @@ func (k *superChild) detach(c *net.UnixConn) {
 }
 
 // superAttach attaches c to a process.
-func superAttach(c *net.UnixConn, req SuperviseRequest, cred *unix.Ucred) {
+func superAttach(c *net.UnixConn, req wire.SuperviseRequest, cred *unix.Ucred) {
 	k, r := findSupervised(req.Pid, cred)
 	if k == nil {
 		writeMsg(c, attachMsg{SuperviseReply: r}) //nolint:errcheck // the client may be gone
 		c.Close()
 		return
 	}
-	k.attach(c, SuperviseReply{Pid: k.pid, Args: k.args})
+	k.attach(c, wire.SuperviseReply{Pid: k.pid, Args: k.args})
 }
 
 // findSupervised finds process pid for a client with cred: a running one
 // first, else the last that ended.
-func findSupervised(pid int, cred *unix.Ucred) (*superChild, SuperviseReply) {
+func findSupervised(pid int, cred *unix.Ucred) (*superChild, wire.SuperviseReply) {
 	supervised.mu.Lock()
 	k := supervised.running[pid]
 	if k == nil {
@@ -461,16 +463,16 @@ func findSupervised(pid int, cred *unix.Ucred) (*superChild, SuperviseReply) {
 	supervised.mu.Unlock()
 	switch {
 	case k == nil:
-		return nil, SuperviseReply{Error: fmt.Sprintf("no supervised process %d", pid), Kind: KindNotFound}
+		return nil, wire.SuperviseReply{Error: fmt.Sprintf("no supervised process %d", pid), Kind: wire.KindNotFound}
 	case cred.Uid != 0 && cred.Uid != k.uid:
-		return nil, SuperviseReply{Error: fmt.Sprintf("process %d belongs to another user", pid), Kind: KindDenied}
+		return nil, wire.SuperviseReply{Error: fmt.Sprintf("process %d belongs to another user", pid), Kind: wire.KindDenied}
 	}
-	return k, SuperviseReply{}
+	return k, wire.SuperviseReply{}
 }
 
-func superSignal(req SuperviseRequest, cred *unix.Ucred) SuperviseReply {
+func superSignal(req wire.SuperviseRequest, cred *unix.Ucred) wire.SuperviseReply {
 	if req.Signal <= 0 || req.Signal >= 65 {
-		return SuperviseReply{Error: fmt.Sprintf("signal %d: no such signal", req.Signal), Kind: KindInvalid}
+		return wire.SuperviseReply{Error: fmt.Sprintf("signal %d: no such signal", req.Signal), Kind: wire.KindInvalid}
 	}
 	k, r := findSupervised(req.Pid, cred)
 	if k == nil {
@@ -479,18 +481,18 @@ func superSignal(req SuperviseRequest, cred *unix.Ucred) SuperviseReply {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.exit != nil {
-		return SuperviseReply{Error: fmt.Sprintf("process %d has exited", req.Pid), Kind: KindNotFound}
+		return wire.SuperviseReply{Error: fmt.Sprintf("process %d has exited", req.Pid), Kind: wire.KindNotFound}
 	}
 	// Not reaped yet (reaping sets exit under mu): the PID is still its.
 	if err := syscall.Kill(k.pid, syscall.Signal(req.Signal)); err != nil {
-		return SuperviseReply{Error: fmt.Sprintf("signal process %d: %v", req.Pid, err), Kind: KindNotFound}
+		return wire.SuperviseReply{Error: fmt.Sprintf("signal process %d: %v", req.Pid, err), Kind: wire.KindNotFound}
 	}
-	return SuperviseReply{Pid: k.pid}
+	return wire.SuperviseReply{Pid: k.pid}
 }
 
 // superList lists the processes a client with cred may see: its own, or
 // all for root.
-func superList(cred *unix.Ucred) SuperviseReply {
+func superList(cred *unix.Ucred) wire.SuperviseReply {
 	supervised.mu.Lock()
 	all := make([]*superChild, 0, len(supervised.running)+len(supervised.finished))
 	for _, k := range supervised.running {
@@ -498,13 +500,13 @@ func superList(cred *unix.Ucred) SuperviseReply {
 	}
 	all = append(all, supervised.finished...)
 	supervised.mu.Unlock()
-	r := SuperviseReply{Procs: []SupervisedProc{}}
+	r := wire.SuperviseReply{Procs: []wire.SupervisedProc{}}
 	for _, k := range all {
 		if cred.Uid != 0 && cred.Uid != k.uid {
 			continue
 		}
 		k.mu.Lock()
-		r.Procs = append(r.Procs, SupervisedProc{Pid: k.pid, UID: k.uid, Args: k.args, Meta: k.meta, Exit: k.exit})
+		r.Procs = append(r.Procs, wire.SupervisedProc{Pid: k.pid, UID: k.uid, Args: k.args, Meta: k.meta, Exit: k.exit})
 		k.mu.Unlock()
 	}
 	return r
@@ -519,17 +521,17 @@ func supervisedExited(pid int, ws syscall.WaitStatus) bool {
 	if k != nil {
 		delete(supervised.running, pid)
 		supervised.finished = append(supervised.finished, k)
-		if len(supervised.finished) > MaxFinished {
-			supervised.finished = supervised.finished[len(supervised.finished)-MaxFinished:]
+		if len(supervised.finished) > wire.MaxFinished {
+			supervised.finished = supervised.finished[len(supervised.finished)-wire.MaxFinished:]
 		}
 	}
 	supervised.mu.Unlock()
 	if k == nil {
 		return false
 	}
-	x := &ExitInfo{Code: ws.ExitStatus()}
+	x := &wire.ExitInfo{Code: ws.ExitStatus()}
 	if ws.Signaled() {
-		x = &ExitInfo{Code: -1, Signal: int(ws.Signal())}
+		x = &wire.ExitInfo{Code: -1, Signal: int(ws.Signal())}
 	}
 	k.mu.Lock()
 	x.TimedOut = k.timedOut
@@ -552,7 +554,7 @@ func supervisedExited(pid int, ws syscall.WaitStatus) bool {
 		go func() {
 			att.SetWriteDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
 			writeMsg(att, struct {
-				Exit *ExitInfo `json:"exit"`
+				Exit *wire.ExitInfo `json:"exit"`
 			}{x}) //nolint:errcheck // a client that went away detached
 		}()
 	}

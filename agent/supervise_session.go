@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 func init() { subcommands["supervise"] = superviseMain }
@@ -21,22 +22,14 @@ func init() { subcommands["supervise"] = superviseMain }
 // later is not waited for.
 const outputLinger = 100 * time.Millisecond
 
-// SuperviseMuxConfig is the yamux configuration of both ends of a
-// supervisor session.
-func SuperviseMuxConfig() *yamux.Config {
-	c := PortMuxConfig()
-	c.AcceptBacklog = 1024
-	return c
-}
-
 // superviseMain is "supervise": the session agent of supervised
 // processes. It serves a yamux session on stdin/stdout, one request per
-// stream (see supervise_wire.go), by asking the init over SocketPath.
+// stream (see agent/wire/supervise.go), by asking the init over SocketPath.
 func superviseMain(args []string) int {
 	if len(args) != 0 {
 		return usage("supervise")
 	}
-	return serveSession(stdio{out: CoalesceFrames(os.Stdout)}, SuperviseMuxConfig(), serveSuperviseStream)
+	return serveSession(stdio{out: wire.CoalesceFrames(os.Stdout)}, wire.SuperviseMuxConfig(), serveSuperviseStream)
 }
 
 // frameWriter writes whole frames on a stream from several goroutines.
@@ -48,7 +41,7 @@ type frameWriter struct {
 func (f *frameWriter) frame(kind byte, payload []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return WriteFrame(f.w, kind, payload)
+	return wire.WriteFrame(f.w, kind, payload)
 }
 
 func (f *frameWriter) json(kind byte, v any) error {
@@ -62,50 +55,50 @@ func (f *frameWriter) json(kind byte, v any) error {
 func serveSuperviseStream(st net.Conn) {
 	defer st.Close()
 	w := &frameWriter{w: st}
-	kind, payload, err := ReadFrame(st, MaxRequest)
+	kind, payload, err := wire.ReadFrame(st, wire.MaxRequest)
 	if err != nil {
 		return
 	}
-	var req SuperviseRequest
-	if kind != FrameRequest || json.Unmarshal(payload, &req) != nil {
-		w.json(FrameReply, SuperviseReply{Error: "bad request frame", Kind: KindInvalid}) //nolint:errcheck
+	var req wire.SuperviseRequest
+	if kind != wire.FrameRequest || json.Unmarshal(payload, &req) != nil {
+		w.json(wire.FrameReply, wire.SuperviseReply{Error: "bad request frame", Kind: wire.KindInvalid}) //nolint:errcheck
 		return
 	}
 	nc, err := dialInit(SocketPath, initStartWait)
 	if err != nil {
-		w.json(FrameReply, SuperviseReply{Error: "cannot reach the sandbox's init: " + err.Error()}) //nolint:errcheck
+		w.json(wire.FrameReply, wire.SuperviseReply{Error: "cannot reach the sandbox's init: " + err.Error()}) //nolint:errcheck
 		return
 	}
 	c := nc.(*net.UnixConn)
 	defer c.Close()
 	if err := writeMsg(c, req); err != nil {
-		w.json(FrameReply, SuperviseReply{Error: "init: " + err.Error()}) //nolint:errcheck
+		w.json(wire.FrameReply, wire.SuperviseReply{Error: "init: " + err.Error()}) //nolint:errcheck
 		return
 	}
 	switch req.Op {
-	case OpStart, OpAttach:
+	case wire.OpStart, wire.OpAttach:
 		relay(st, w, c)
 	default:
-		var r SuperviseReply
+		var r wire.SuperviseReply
 		fds, err := readMsg(c, nil, &r)
 		closeFds(fds)
 		if err != nil {
-			r = SuperviseReply{Error: "no reply from init: " + err.Error()}
+			r = wire.SuperviseReply{Error: "no reply from init: " + err.Error()}
 		}
-		w.json(FrameReply, r) //nolint:errcheck // the host may be gone
+		w.json(wire.FrameReply, r) //nolint:errcheck // the host may be gone
 	}
 }
 
 // relay serves an attachment: it passes the init's reply on, then the
 // process's output to the host and the host's input to the process,
-// until the process has ended and its output is drained (a FrameExit),
-// or the host detaches, or the init drops the attachment.
+// until the process has ended and its output is drained (a
+// wire.FrameExit), or the host detaches, or the init drops the attachment.
 func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 	var m attachMsg
 	fds, err := readMsg(c, nil, &m)
 	if err != nil {
 		closeFds(fds)
-		w.json(FrameReply, SuperviseReply{Error: "no reply from init: " + err.Error()}) //nolint:errcheck
+		w.json(wire.FrameReply, wire.SuperviseReply{Error: "no reply from init: " + err.Error()}) //nolint:errcheck
 		return
 	}
 	var outs []*os.File
@@ -128,7 +121,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 			defer f.Close()
 		}
 	}
-	if err := w.json(FrameReply, m.SuperviseReply); err != nil || m.SuperviseReply.Pid == 0 {
+	if err := w.json(wire.FrameReply, m.SuperviseReply); err != nil || m.SuperviseReply.Pid == 0 {
 		return
 	}
 
@@ -141,7 +134,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 	)
 	leave := func() { once.Do(func() { close(gone) }) }
 	exited := make(chan struct{})
-	markExit := func(x *ExitInfo) {
+	markExit := func(x *wire.ExitInfo) {
 		exitMu.Lock()
 		if exit == nil {
 			exit = x
@@ -160,7 +153,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 	for _, o := range []struct {
 		f    *os.File
 		kind byte
-	}{{stdout, FrameStdout}, {stderr, FrameStderr}} {
+	}{{stdout, wire.FrameStdout}, {stderr, wire.FrameStderr}} {
 		if o.f == nil {
 			continue
 		}
@@ -168,7 +161,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, maxData)
+			buf := make([]byte, wire.MaxData)
 			for {
 				n, err := o.f.Read(buf)
 				if n > 0 {
@@ -201,17 +194,17 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 	go func() {
 		defer leave()
 		for {
-			kind, payload, err := ReadFrame(st, maxData)
+			kind, payload, err := wire.ReadFrame(st, wire.MaxData)
 			if err != nil {
 				return
 			}
 			switch kind {
-			case FrameStdin:
+			case wire.FrameStdin:
 				if stdin != nil {
 					stdin.SetWriteDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck
 					stdin.Write(payload)                                     //nolint:errcheck // a process that does not read loses it
 				}
-			case FrameStdinEOF:
+			case wire.FrameStdinEOF:
 				if stdin != nil {
 					stdin.Close()
 					stdin = nil
@@ -227,7 +220,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 	go func() {
 		for {
 			var msg struct {
-				Exit *ExitInfo `json:"exit"`
+				Exit *wire.ExitInfo `json:"exit"`
 			}
 			fds, err := readMsg(c, nil, &msg)
 			closeFds(fds)
@@ -250,7 +243,7 @@ func relay(st net.Conn, w *frameWriter, c *net.UnixConn) {
 			exitMu.Lock()
 			x := *exit
 			exitMu.Unlock()
-			w.json(FrameExit, x) //nolint:errcheck // the host may be gone
+			w.json(wire.FrameExit, x) //nolint:errcheck // the host may be gone
 		case <-gone:
 		}
 	case <-gone:

@@ -9,29 +9,29 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/policy"
 )
 
 // AgentMount gives a container the sandbox's agent: the hutch-init binary
-// at path, bind-mounted read-only at agent.MountPath (gVisor makes the
+// at path, bind-mounted read-only at wire.MountPath (gVisor makes the
 // mount point, a file, on the container's root). A mount the spec already
 // has there is replaced.
 func AgentMount(path string) policy.SpecOpt {
 	return func(s *specs.Spec) error {
-		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == agent.MountPath })
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == wire.MountPath })
 		s.Mounts = append(s.Mounts, specs.Mount{
-			Destination: agent.MountPath, Type: "bind", Source: path,
+			Destination: wire.MountPath, Type: "bind", Source: path,
 			Options: []string{"rbind", "ro"},
 		})
 		return nil
 	}
 }
 
-// HasAgent reports whether s mounts the agent at agent.MountPath.
+// HasAgent reports whether s mounts the agent at wire.MountPath.
 func HasAgent(s *specs.Spec) bool {
 	return s != nil && slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
-		return m.Destination == agent.MountPath && m.Type == "bind"
+		return m.Destination == wire.MountPath && m.Type == "bind"
 	})
 }
 

@@ -19,12 +19,19 @@ const module = "hutch.dev/hutch"
 
 // listedPackage is what `go list -json` says of a package.
 type listedPackage struct {
-	ImportPath string
-	Name       string
-	Dir        string
-	GoFiles    []string
-	Imports    []string
-	Deps       []string
+	ImportPath   string
+	Name         string
+	Dir          string
+	GoFiles      []string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+	Deps         []string
+}
+
+// allImports are p's imports, its tests' included.
+func (p listedPackage) allImports() []string {
+	return slices.Concat(p.Imports, p.TestImports, p.XTestImports)
 }
 
 // listPackages lists the module's packages (tests excluded).
@@ -57,15 +64,22 @@ func listPackages(t *testing.T) map[string]listedPackage {
 }
 
 // under reports whether package path is dir or below it (dir relative to
-// the module).
+// the module, "" the module itself).
 func under(path, dir string) bool {
-	full := module + "/" + dir
+	full := module
+	if dir != "" {
+		full += "/" + dir
+	}
 	return path == full || strings.HasPrefix(path, full+"/")
 }
 
-// DESIGN.md's import rules, checked on the module as it is.
+// The module's import rules, checked on the module as it is.
 func TestImportRules(t *testing.T) {
+	// The agent's wire packages: all the host knows of the agent, the
+	// protocol it speaks to it and the tar stream of cp.
 	wire := map[string]bool{
+		module + "/agent/wire":     true,
+		module + "/agent/archive":  true,
 		module + "/agent/agentnet": true,
 		module + "/agent/ptywire":  true,
 	}
@@ -74,13 +88,34 @@ func TestImportRules(t *testing.T) {
 		t.Fatalf("go list found only %d packages", len(pkgs))
 	}
 	for w := range wire {
-		for _, d := range pkgs[w].Imports {
-			if under(d, "") {
-				t.Errorf("wire format %s imports %s", w, d)
+		if _, ok := pkgs[w]; !ok {
+			t.Errorf("no package %s", w)
+		}
+		for _, d := range pkgs[w].allImports() {
+			if under(d, "") && !wire[d] {
+				t.Errorf("wire package %s imports %s", w, d)
 			}
 		}
 	}
 	for path, p := range pkgs {
+		// The agent runs inside the sandbox: it imports nothing of the
+		// host.
+		if under(path, "agent") {
+			for _, d := range p.allImports() {
+				if under(d, "") && !under(d, "agent") {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
+		// The host knows the agent only through its wire packages;
+		// cmd/hutch-init is the agent's binary.
+		if !under(path, "agent") && path != module+"/cmd/hutch-init" {
+			for _, d := range p.allImports() {
+				if under(d, "agent") && !wire[d] {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
 		// runsc runs what it is given.
 		if under(path, "runsc") {
 			for _, d := range p.Deps {
@@ -116,9 +151,10 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s is package %s, in directory %s", path, p.Name, filepath.Base(p.Dir))
 		}
 		// serve/ and mcp/ use engine's API; the sandbox's assembly is
-		// engine's business. The agent's wire formats are not: serve's
+		// engine's business. The agent's wire packages are not: serve's
 		// Kubernetes placement speaks them to a pod's agent itself
-		// (docs/decisions/0025); they run and import nothing of hutch.
+		// (docs/decisions/0025); they run nothing and import nothing of
+		// hutch but each other.
 		if under(path, "serve") || under(path, "mcp") {
 			for _, d := range p.Imports {
 				if wire[d] {

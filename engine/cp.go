@@ -9,12 +9,12 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/archive"
 )
 
 // A copy between the host and a sandbox is a tar stream between hutch and
 // the sandbox's agent (tar-out, tar-in) through `runsc exec`, never held in
-// memory. Both ends extract with agent.Extract, which refuses names with
+// memory. Both ends extract with archive.Extract, which refuses names with
 // "..", absolute names, and every symlink below the destination: the
 // stream from a sandbox cannot make hutch write outside the destination on
 // the host. Directories are copied recursively; modes and modification
@@ -29,7 +29,7 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 	if err := checkSandboxPath(src); err != nil {
 		return err
 	}
-	dir, rename, err := agent.CopyTarget(hostDst)
+	dir, rename, err := archive.CopyTarget(hostDst)
 	if err != nil {
 		return hostPathError(err)
 	}
@@ -51,7 +51,7 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 		pw.Close()
 		waited <- err
 	}()
-	xerr := agent.Extract(pr, dir, agent.ExtractOptions{Rename: rename, NoSetID: true, Check: copyOutCheck(sb, src)})
+	xerr := archive.Extract(pr, dir, archive.ExtractOptions{Rename: rename, NoSetID: true, Check: copyOutCheck(sb, src)})
 	if xerr != nil {
 		cancel() // stop the sandbox's side
 	}
@@ -78,7 +78,7 @@ func (e *Engine) CopyToSandbox(ctx context.Context, ref, hostSrc, dst string) er
 	pr, pw := io.Pipe()
 	tarred := make(chan error, 1)
 	go func() {
-		err := agent.WriteTar(pw, hostSrc, agent.ArchiveName(hostSrc))
+		err := archive.WriteTar(pw, hostSrc, archive.ArchiveName(hostSrc))
 		pw.CloseWithError(err)
 		tarred <- err
 	}()
@@ -105,7 +105,7 @@ func hostPathError(err error) error {
 		return nil
 	case errors.Is(err, os.ErrNotExist):
 		return &agentError{msg: err.Error(), kind: errdefs.ErrNotFound}
-	case errors.Is(err, agent.ErrUnsafePath):
+	case errors.Is(err, archive.ErrUnsafePath):
 		return fmt.Errorf("refused: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	return err

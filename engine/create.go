@@ -15,7 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/engine/workspace"
 	"hutch.dev/hutch/overlay"
@@ -286,7 +286,7 @@ func (c *creation) provision(ctx context.Context) error {
 func (c *creation) assemble(ctx context.Context) error {
 	e, sb, pr := c.e, c.sb, c.pr
 	env := append(append([]string{}, c.img.Config.Config.Env...), "HOSTNAME="+sb.ShortID())
-	c.init = specs.Process{Args: []string{agent.MountPath}, Env: env, Cwd: "/"}
+	c.init = specs.Process{Args: []string{wire.MountPath}, Env: env, Cwd: "/"}
 	if c.cmd != nil {
 		// A bad --user fails here, before anything runs.
 		if err := c.cmd.prepare(e, sb); err != nil {
@@ -310,7 +310,7 @@ func (c *creation) assemble(ctx context.Context) error {
 		Hostname: sb.ShortID(),
 		Process:  c.init,
 		Mounts: append([]specs.Mount{{
-			Destination: agent.MountPath, Type: "bind", Source: e.opts.InitPath,
+			Destination: wire.MountPath, Type: "bind", Source: e.opts.InitPath,
 			Options: []string{"rbind", "ro"},
 		}}, append(netMounts, c.caMounts...)...),
 		NetworkNamespace: netns,
@@ -322,7 +322,7 @@ func (c *creation) assemble(ctx context.Context) error {
 	})
 	if c.owners != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{
-			Destination: agent.OwnersPath, Type: "bind", Source: c.owners,
+			Destination: wire.OwnersPath, Type: "bind", Source: c.owners,
 			Options: []string{"rbind", "ro"},
 		})
 	}
@@ -571,7 +571,7 @@ func waitInit(ctx context.Context, logPath string, pid int) error {
 		if f, err := os.Open(logPath); err == nil {
 			n, _ := io.ReadFull(f, buf)
 			f.Close()
-			if agent.Started(buf[:n]) {
+			if wire.Started(buf[:n]) {
 				return nil
 			}
 		}
@@ -603,15 +603,15 @@ func readPidFile(path string) (int, error) {
 }
 
 // applyOwners has the agent give the files of sb's rootfs the owners its
-// image gives them (a rootless sandbox's: agent.OwnersPath), before any
+// image gives them (a rootless sandbox's: wire.OwnersPath), before any
 // other command runs in it.
 func (e *Engine) applyOwners(ctx context.Context, sb *record) error {
-	return e.agentAsRoot(ctx, sb, agent.CmdApplyOwners, nil, "setting the image's file owners")
+	return e.agentAsRoot(ctx, sb, wire.CmdApplyOwners, nil, "setting the image's file owners")
 }
 
 // withOwners wraps proc, a rootless sandbox's init command, so that the
 // agent sets the image's file owners first, as root, and then runs it as
 // proc's user.
 func withOwners(proc specs.Process) specs.Process {
-	return agentFirst(proc, agent.CmdApplyOwners)
+	return agentFirst(proc, wire.CmdApplyOwners)
 }

@@ -15,7 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
 )
@@ -159,7 +159,7 @@ func (e *Engine) stoppedUnder(sb *record, cmd string) (int, error) {
 // directory and user, why proc's command could not start.
 func (e *Engine) whyNotStarted(ctx context.Context, sb *record, proc specs.Process) int {
 	probe := proc
-	probe.Args = []string{agent.MountPath, "lookpath", proc.Args[0]}
+	probe.Args = []string{wire.MountPath, "lookpath", proc.Args[0]}
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, probe, runsc.ExecOpts{})
 	if err != nil {
 		return ExitNotExecutable
@@ -169,7 +169,7 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *record, proc specs.Proce
 	case err != nil:
 		// Even the probe could not start: the directory or user is bad.
 		return ExitNotExecutable
-	case code == agent.StatusNotFound:
+	case code == wire.StatusNotFound:
 		return ExitNotFound
 	}
 	return ExitNotExecutable
@@ -177,7 +177,7 @@ func (e *Engine) whyNotStarted(ctx context.Context, sb *record, proc specs.Proce
 
 // process renders req as the OCI process to exec in sb.
 func (e *Engine) process(sb *record, req ExecRequest) (specs.Process, error) {
-	env := agent.MergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
+	env := wire.MergeEnv(sb.ImageEnv, []string{"HOSTNAME=" + sb.ShortID()}, sb.Env, req.Env)
 	cwd := firstNonEmpty(req.Workdir, sb.Workdir, sb.ImageWorkdir, "/")
 	// Without --user, the image's USER, as docker runs it.
 	user, err := e.resolveUser(sb, firstNonEmpty(req.User, sb.ImageUser))
@@ -191,7 +191,7 @@ func (e *Engine) process(sb *record, req ExecRequest) (specs.Process, error) {
 	if h := e.homeOf(sb, user.UID); h != "" {
 		home = h
 	}
-	env = agent.MergeEnv([]string{"HOME=" + home}, env)
+	env = wire.MergeEnv([]string{"HOME=" + home}, env)
 	caps := append([]string(nil), runsc.DefaultCapabilities...)
 	pc := &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	if user.UID != 0 {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/runsc"
 )
 
@@ -27,7 +27,7 @@ import (
 // ErrPermissionDenied, ErrFailedPrecondition (directory not empty).
 
 // FileInfo describes a file in a sandbox.
-type FileInfo = agent.FileInfo
+type FileInfo = wire.FileInfo
 
 // FileEvent is a change Watch reports: Op is create, write, remove,
 // rename or chmod.
@@ -81,17 +81,17 @@ func agentStatusError(sb *record, code int, stderr string) error {
 
 // AgentPath is where the sandbox agent is in every sandbox and pod hutch
 // runs, for placements that run it themselves (pods/exec).
-const AgentPath = agent.MountPath
+const AgentPath = wire.MountPath
 
 // AgentError is the error of an agent run in sandbox id that exited with
 // code and wrote stderr: of the errdefs kind the status stands for (not
 // found, exists, permission denied, ...), saying the agent's last line.
 func AgentError(id string, code int, stderr string) error {
 	kinds := map[int]error{
-		agent.StatusNotExist: errdefs.ErrNotFound, agent.StatusExist: errdefs.ErrAlreadyExists,
-		agent.StatusNotDir: errdefs.ErrInvalidArgument, agent.StatusIsDir: errdefs.ErrInvalidArgument,
-		agent.StatusUnsafe: errdefs.ErrInvalidArgument, agent.StatusUsage: errdefs.ErrInvalidArgument,
-		agent.StatusPermission: errdefs.ErrPermissionDenied, agent.StatusNotEmpty: errdefs.ErrFailedPrecondition,
+		wire.StatusNotExist: errdefs.ErrNotFound, wire.StatusExist: errdefs.ErrAlreadyExists,
+		wire.StatusNotDir: errdefs.ErrInvalidArgument, wire.StatusIsDir: errdefs.ErrInvalidArgument,
+		wire.StatusUnsafe: errdefs.ErrInvalidArgument, wire.StatusUsage: errdefs.ErrInvalidArgument,
+		wire.StatusPermission: errdefs.ErrPermissionDenied, wire.StatusNotEmpty: errdefs.ErrFailedPrecondition,
 	}
 	kind, ok := kinds[code]
 	if !ok {
@@ -122,7 +122,7 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 func (e *Engine) agentProcess(ctx context.Context, sb *record, args []string, stdin io.Reader, stdout io.Writer, errBuf *capBuffer) (*runsc.ExecProcess, error) {
 	// As root whatever the image's user (the agent acts for the host),
 	// unless ctx says whom the operation acts as (ActingAs).
-	proc, err := e.process(sb, ExecRequest{Args: append([]string{agent.MountPath}, args...), User: agentUser(ctx)})
+	proc, err := e.process(sb, ExecRequest{Args: append([]string{wire.MountPath}, args...), User: agentUser(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (e *Engine) Watch(ctx context.Context, ref string, req WatchRequest) (<-cha
 		waited <- err
 	}()
 	sc := bufio.NewScanner(pr)
-	var first agent.WatchEvent
+	var first wire.WatchEvent
 	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &first) != nil || first.Op != "ready" {
 		pr.Close()
 		if err := <-waited; err != nil {
@@ -308,7 +308,7 @@ func (e *Engine) Watch(ctx context.Context, ref string, req WatchRequest) (<-cha
 		defer close(ch)
 		defer pr.Close()
 		for sc.Scan() {
-			var ev agent.WatchEvent
+			var ev wire.WatchEvent
 			if json.Unmarshal(sc.Bytes(), &ev) != nil {
 				continue
 			}

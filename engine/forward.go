@@ -18,7 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/engine/forward"
 	"hutch.dev/hutch/policy"
@@ -74,7 +74,7 @@ func (f forwardee) ControlSocket() (string, error) {
 }
 
 func (f forwardee) PortMux(ctx context.Context) (*yamux.Session, func(), error) {
-	return f.e.agentSession(ctx, f.sb, "portmux", "", agent.PortMuxConfig())
+	return f.e.agentSession(ctx, f.sb, "portmux", "", wire.PortMuxConfig())
 }
 
 // directAddr is the address the host reaches sb at, or "".
@@ -121,7 +121,7 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 	var errBuf capBuffer
 	var p *runsc.ExecProcess
 	var proc specs.Process
-	if proc, err = e.process(sb, ExecRequest{Args: []string{agent.MountPath, mode}, User: user}); err == nil {
+	if proc, err = e.process(sb, ExecRequest{Args: []string{wire.MountPath, mode}, User: user}); err == nil {
 		// A forwarded connection waits for each frame: none is held
 		// back to gather more (a supervised command's output is).
 		p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf, Interactive: mode == "portmux"})
@@ -137,7 +137,7 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 		outW.Close()
 		inR.Close()
 	}()
-	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: agent.CoalesceFrames(inW), closers: []io.Closer{inW, outR}}, cfg)
+	sess, err := yamux.Client(&pipeConn{Reader: outR, Writer: wire.CoalesceFrames(inW), closers: []io.Closer{inW, outR}}, cfg)
 	if err != nil {
 		cancel()
 		return nil, nil, err

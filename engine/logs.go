@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/runsc"
 )
 
@@ -164,7 +164,7 @@ func lastLine(b, line []byte) int {
 // out. Its output goes to the sandbox's log.
 func (e *Engine) spawn(ctx context.Context, sb *record, proc specs.Process, out io.Writer) (int, error) {
 	args := proc.Args
-	proc.Args = append([]string{agent.MountPath, "spawn", "--"}, args...)
+	proc.Args = append([]string{wire.MountPath, "spawn", "--"}, args...)
 	var stdout, stderr bytes.Buffer
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
@@ -177,7 +177,7 @@ func (e *Engine) spawn(ctx context.Context, sb *record, proc specs.Process, out 
 		return ExitNotExecutable, fmt.Errorf("%s: %s", args[0], strings.TrimSpace(stderr.String()))
 	case err != nil:
 		return -1, err
-	case code == agent.StatusNotFound || code == agent.StatusNotExecutable:
+	case code == wire.StatusNotFound || code == wire.StatusNotExecutable:
 		return code, fmt.Errorf("%s", strings.TrimSpace(stderr.String()))
 	case code != 0:
 		return -1, fmt.Errorf("start %s in the background: %s: %w", args[0], strings.TrimSpace(stderr.String()), errdefs.ErrUnavailable)

@@ -13,7 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/runsc"
 )
@@ -21,7 +21,7 @@ import (
 // Secrets reach a sandbox without touching the host's disk: hutch reads them
 // (from a file or its environment) at create, pipes them to the agent
 // inside the sandbox, which writes them to a tmpfs in gVisor's memory
-// (agent.SecretsDir), and every later exec reads them from there into the
+// (wire.SecretsDir), and every later exec reads them from there into the
 // command's environment (agent with-secrets). hutch keeps only their names.
 
 // Secret is a secret given by value (CreateRequest.SecretValues): the form
@@ -70,7 +70,7 @@ func loadSecrets(refs []string, values []Secret) ([]policy.Secret, error) {
 // secretsMount is the tmpfs that holds a sandbox's secrets.
 func secretsMount() specs.Mount {
 	return specs.Mount{
-		Destination: agent.SecretsDir, Type: "tmpfs", Source: "tmpfs",
+		Destination: wire.SecretsDir, Type: "tmpfs", Source: "tmpfs",
 		Options: []string{"nosuid", "nodev", "noexec", "mode=0755", "size=8m"},
 	}
 }
@@ -87,15 +87,15 @@ func secretNames(secrets []policy.Secret) []string {
 // writeSecrets hands the secrets to the sandbox's agent through a pipe.
 // Its error never holds a value: the agent prints none.
 func (e *Engine) writeSecrets(ctx context.Context, sb *record, secrets []policy.Secret) error {
-	files := make([]agent.SecretFile, 0, len(secrets))
+	files := make([]wire.SecretFile, 0, len(secrets))
 	for _, s := range secrets {
-		files = append(files, agent.SecretFile{Name: s.Name, Value: s.Value})
+		files = append(files, wire.SecretFile{Name: s.Name, Value: s.Value})
 	}
 	payload, err := json.Marshal(files)
 	if err != nil {
 		return err
 	}
-	return e.agentAsRoot(ctx, sb, agent.CmdWriteSecrets, bytes.NewReader(payload), "writing secrets into the sandbox")
+	return e.agentAsRoot(ctx, sb, wire.CmdWriteSecrets, bytes.NewReader(payload), "writing secrets into the sandbox")
 }
 
 // agentAsRoot runs the agent's cmd in sb as root with all of runsc's
@@ -106,7 +106,7 @@ func (e *Engine) agentAsRoot(ctx context.Context, sb *record, cmd string, stdin 
 	var stderr bytes.Buffer
 	caps := append([]string(nil), runsc.DefaultCapabilities...)
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, specs.Process{
-		Args: []string{agent.MountPath, cmd}, Cwd: "/",
+		Args: []string{wire.MountPath, cmd}, Cwd: "/",
 		Env:          []string{"PATH=/usr/bin:/bin"},
 		Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
 	}, runsc.ExecOpts{Stdin: stdin, Stderr: &stderr})
@@ -123,13 +123,13 @@ func (e *Engine) agentAsRoot(ctx context.Context, sb *record, cmd string, stdin 
 // its environment. The agent starts as root to read them and drops to
 // proc's user itself.
 func withSecrets(proc specs.Process) specs.Process {
-	return agentFirst(proc, agent.CmdWithSecrets)
+	return agentFirst(proc, wire.CmdWithSecrets)
 }
 
 // agentFirst wraps proc so that the agent's cmd runs first, as root with
 // root's capabilities, and then becomes proc as proc's user.
 func agentFirst(proc specs.Process, cmd string) specs.Process {
-	args := []string{agent.MountPath, cmd}
+	args := []string{wire.MountPath, cmd}
 	if proc.User.UID != 0 || proc.User.GID != 0 {
 		args = append(args, "--user", fmt.Sprintf("%d:%d", proc.User.UID, proc.User.GID))
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/archive"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/policy"
 )
 
@@ -92,7 +93,7 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 	if err := agentWait(ctx, sb, p, &errBuf); err != nil {
 		return fmt.Errorf("look for sparse files: %w", err)
 	}
-	files, err := agent.ParseLargeFiles(out.Bytes())
+	files, err := wire.ParseLargeFiles(out.Bytes())
 	if err != nil {
 		return err
 	}
@@ -304,7 +305,7 @@ func copyUpper(w io.Writer, r io.Reader, check func(*tar.Header) error) error {
 // refused before any of it is read.
 func copyOutCheck(sb *record, src string) func(*tar.Header) error {
 	base := path.Dir(path.Clean(src))
-	if agent.ArchiveName(src) == "." {
+	if archive.ArchiveName(src) == "." {
 		base = path.Clean(src)
 	}
 	limit := max(sb.Disk, copyOutFloor)

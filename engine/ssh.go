@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/crypto/ssh"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 )
 
 // SSH into a sandbox: the SSH server is the sandbox's agent ("sshd"),
@@ -126,7 +126,7 @@ func (e *Engine) SSHProxy(ctx context.Context, ref string, o SSHProxyOptions) er
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		err := agent.WriteSSHConfig(pw, agent.SSHConfig{HostKey: key, AuthorizedKeys: o.AuthorizedKeys})
+		err := wire.WriteSSHConfig(pw, wire.SSHConfig{HostKey: key, AuthorizedKeys: o.AuthorizedKeys})
 		if err == nil {
 			_, err = io.Copy(pw, o.Stdin)
 		}

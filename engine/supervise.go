@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/hashicorp/yamux"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 )
 
 // Supervised commands are children of the sandbox's init, started over
@@ -24,7 +24,7 @@ import (
 // session that started them: when it ends (Close, or the sandbox was
 // paused) they go on, their output discarded and their input kept open,
 // and a later session lists them and attaches to them again. The init
-// keeps the exit status of the last agent.MaxFinished that ended.
+// keeps the exit status of the last wire.MaxFinished that ended.
 //
 // A supervised command with ExecRequest.TTY runs on a terminal of the
 // sandbox's own devpts, through the agent's pty mode (see tty.go): its
@@ -144,7 +144,7 @@ func (s *Supervisor) startLocked() error {
 	if s.stop != nil {
 		s.stop()
 	}
-	sess, stop, err := s.e.agentSession(s.ctx, s.sb, "supervise", s.sessionUser, agent.SuperviseMuxConfig())
+	sess, stop, err := s.e.agentSession(s.ctx, s.sb, "supervise", s.sessionUser, wire.SuperviseMuxConfig())
 	if err != nil {
 		return err
 	}
@@ -161,13 +161,13 @@ type streamWriter struct {
 func (w *streamWriter) frame(kind byte, payload []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return agent.WriteFrame(w.st, kind, payload)
+	return wire.WriteFrame(w.st, kind, payload)
 }
 
 // request opens a stream, sends req on it and reads the reply. The
 // stream is left open for what follows the reply.
-func (s *Supervisor) request(ctx context.Context, req agent.SuperviseRequest) (*yamux.Stream, agent.SuperviseReply, error) {
-	var r agent.SuperviseReply
+func (s *Supervisor) request(ctx context.Context, req wire.SuperviseRequest) (*yamux.Stream, wire.SuperviseReply, error) {
+	var r wire.SuperviseReply
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, r, err
@@ -178,16 +178,16 @@ func (s *Supervisor) request(ctx context.Context, req agent.SuperviseRequest) (*
 	}
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
-	if err := agent.WriteFrame(st, agent.FrameRequest, b); err != nil {
+	if err := wire.WriteFrame(st, wire.FrameRequest, b); err != nil {
 		st.Close()
 		return nil, r, s.sessionError(ctx, err)
 	}
-	kind, payload, err := agent.ReadFrame(st, agent.MaxRequest)
+	kind, payload, err := wire.ReadFrame(st, wire.MaxRequest)
 	if err != nil {
 		st.Close()
 		return nil, r, s.sessionError(ctx, err)
 	}
-	if kind != agent.FrameReply || json.Unmarshal(payload, &r) != nil {
+	if kind != wire.FrameReply || json.Unmarshal(payload, &r) != nil {
 		st.Close()
 		return nil, r, fmt.Errorf("supervisor of sandbox %s: a malformed reply: %w", s.sb.ShortID(), errdefs.ErrUnknown)
 	}
@@ -202,14 +202,14 @@ func (s *Supervisor) sessionError(ctx context.Context, err error) error {
 }
 
 // replyError is the error a reply reports.
-func replyError(r agent.SuperviseReply) error {
+func replyError(r wire.SuperviseReply) error {
 	var kind error = errdefs.ErrUnavailable
 	switch r.Kind {
-	case agent.KindNotFound:
+	case wire.KindNotFound:
 		kind = errdefs.ErrNotFound
-	case agent.KindDenied:
+	case wire.KindDenied:
 		kind = errdefs.ErrPermissionDenied
-	case agent.KindInvalid:
+	case wire.KindInvalid:
 		kind = errdefs.ErrInvalidArgument
 	}
 	msg := r.Error
@@ -220,7 +220,7 @@ func replyError(r agent.SuperviseReply) error {
 }
 
 // Start starts req as a supervised command, with meta (at most
-// agent.MaxMeta bytes, returned by List) kept with it, and returns once
+// wire.MaxMeta bytes, returned by List) kept with it, and returns once
 // it runs or once it is known that it could not start: Wait then says
 // why, with the statuses Exec reports. The user, environment and
 // working directory are resolved as for Exec; req.Timeout is enforced
@@ -232,15 +232,15 @@ func (s *Supervisor) Start(ctx context.Context, req ExecRequest, meta []byte) (*
 	switch {
 	case req.Detach:
 		return nil, fmt.Errorf("start: a supervised command is already in the background: %w", errdefs.ErrInvalidArgument)
-	case len(meta) > agent.MaxMeta:
-		return nil, fmt.Errorf("start: metadata of %d bytes, at most %d allowed: %w", len(meta), agent.MaxMeta, errdefs.ErrInvalidArgument)
+	case len(meta) > wire.MaxMeta:
+		return nil, fmt.Errorf("start: metadata of %d bytes, at most %d allowed: %w", len(meta), wire.MaxMeta, errdefs.ErrInvalidArgument)
 	}
 	sb, proc, err := s.e.prepareExec(ctx, s.sb.ID, req)
 	if err != nil {
 		return nil, err
 	}
-	areq := agent.SuperviseRequest{
-		Op: agent.OpStart, Args: proc.Args, Env: proc.Env, Dir: proc.Cwd,
+	areq := wire.SuperviseRequest{
+		Op: wire.OpStart, Args: proc.Args, Env: proc.Env, Dir: proc.Cwd,
 		UID: proc.User.UID, GID: proc.User.GID,
 		Stdin: req.Stdin != nil || req.TTY, Timeout: req.Timeout, Meta: meta,
 	}
@@ -279,7 +279,7 @@ func (s *Supervisor) Attach(ctx context.Context, pid int, req AttachRequest) (*C
 	if pid <= 0 {
 		return nil, fmt.Errorf("attach: PID %d: %w", pid, errdefs.ErrInvalidArgument)
 	}
-	st, r, err := s.request(ctx, agent.SuperviseRequest{Op: agent.OpAttach, Pid: pid})
+	st, r, err := s.request(ctx, wire.SuperviseRequest{Op: wire.OpAttach, Pid: pid})
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +302,7 @@ func (s *Supervisor) Attach(ctx context.Context, pid int, req AttachRequest) (*C
 // List lists the supervised commands of the sandbox: those that run, and
 // the last that ended.
 func (s *Supervisor) List(ctx context.Context) ([]SupervisedProcess, error) {
-	st, r, err := s.request(ctx, agent.SuperviseRequest{Op: agent.OpList})
+	st, r, err := s.request(ctx, wire.SuperviseRequest{Op: wire.OpList})
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +328,7 @@ func (s *Supervisor) List(ctx context.Context) ([]SupervisedProcess, error) {
 func (s *Supervisor) signal(pid int, sig syscall.Signal) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	st, r, err := s.request(ctx, agent.SuperviseRequest{Op: agent.OpSignal, Pid: pid, Signal: int(sig)})
+	st, r, err := s.request(ctx, wire.SuperviseRequest{Op: wire.OpSignal, Pid: pid, Signal: int(sig)})
 	if err != nil {
 		return err
 	}
@@ -379,12 +379,12 @@ func (p *Command) relay(stdin io.Reader, stdout, stderr io.Writer, hasStdin bool
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := stdin.Read(buf)
-				if n > 0 && w.frame(agent.FrameStdin, buf[:n]) != nil {
+				if n > 0 && w.frame(wire.FrameStdin, buf[:n]) != nil {
 					return
 				}
 				if err != nil {
 					if errors.Is(err, io.EOF) {
-						w.frame(agent.FrameStdinEOF, nil) //nolint:errcheck // the command may be gone
+						w.frame(wire.FrameStdinEOF, nil) //nolint:errcheck // the command may be gone
 					}
 					return
 				}
@@ -398,18 +398,18 @@ func (p *Command) relay(stdin io.Reader, stdout, stderr io.Writer, hasStdin bool
 		stderr = io.Discard
 	}
 	for {
-		kind, payload, err := agent.ReadFrame(w.st, agent.MaxRequest)
+		kind, payload, err := wire.ReadFrame(w.st, wire.MaxRequest)
 		if err != nil {
 			p.code, p.err = p.detached()
 			return
 		}
 		switch kind {
-		case agent.FrameStdout:
+		case wire.FrameStdout:
 			stdout.Write(payload) //nolint:errcheck // as runsc exec, a failing writer loses output
-		case agent.FrameStderr:
+		case wire.FrameStderr:
 			stderr.Write(payload) //nolint:errcheck // as runsc exec, a failing writer loses output
-		case agent.FrameExit:
-			var x agent.ExitInfo
+		case wire.FrameExit:
+			var x wire.ExitInfo
 			if err := json.Unmarshal(payload, &x); err != nil {
 				p.code, p.err = -1, fmt.Errorf("%s: a malformed exit status from the supervisor: %w", p.req.Args[0], errdefs.ErrUnknown)
 				return
@@ -421,7 +421,7 @@ func (p *Command) relay(stdin io.Reader, stdout, stderr io.Writer, hasStdin bool
 }
 
 // supervisedResult turns a supervised command's end into Exec's status.
-func (p *Command) supervisedResult(x agent.ExitInfo) (int, error) {
+func (p *Command) supervisedResult(x wire.ExitInfo) (int, error) {
 	cmd := p.req.Args[0]
 	if x.TimedOut {
 		return ExitTimeout, fmt.Errorf("%s: %w after %s and was killed", cmd, ErrTimeout, p.req.Timeout)

@@ -11,8 +11,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/runsc"
 )
 
@@ -22,7 +22,7 @@ type WinSize = runsc.WinSize
 // ShellCommand is the command of an interactive shell in a sandbox: the
 // image's /bin/bash if it has one, else /bin/sh, as a login shell. Run it
 // with ExecRequest.TTY.
-var ShellCommand = []string{agent.MountPath, "shell"}
+var ShellCommand = []string{wire.MountPath, "shell"}
 
 // A command with a terminal runs on a pty of the sandbox's own devpts:
 // the sandbox's agent ("hutch-init pty", a plain exec with the command's
@@ -44,7 +44,7 @@ func ptyProcess(proc specs.Process, size WinSize) specs.Process {
 	if !hasTerm {
 		proc.Env = append(append([]string(nil), proc.Env...), "TERM=xterm")
 	}
-	proc.Args = agent.PtyArgs(size.Rows, size.Cols, proc.Args)
+	proc.Args = wire.PtyArgs(size.Rows, size.Cols, proc.Args)
 	return proc
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"hutch.dev/hutch/agent"
 	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/runsc"
 )
@@ -54,7 +54,7 @@ func agentPtyProcess(p specs.Process) specs.Process {
 	if p.ConsoleSize != nil {
 		rows, cols = uint16(p.ConsoleSize.Height), uint16(p.ConsoleSize.Width)
 	}
-	p.Args = agent.PtyArgs(rows, cols, p.Args)
+	p.Args = wire.PtyArgs(rows, cols, p.Args)
 	p.Terminal, p.ConsoleSize = false, nil
 	return p
 }

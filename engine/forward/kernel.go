@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/urpc"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/runsc"
 )
 
@@ -47,7 +47,7 @@ func (f *forwarder) kernelForward(c net.Conn, port uint16) bool {
 	}
 	stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
 	defer stop()
-	joinConns(c.(agent.HalfCloser), sc)
+	joinConns(c.(wire.HalfCloser), sc)
 	return true
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/hashicorp/yamux"
 
-	"hutch.dev/hutch/agent"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/runsc"
 )
 
@@ -130,7 +130,7 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 		if err == nil {
 			stop := context.AfterFunc(f.ctx, func() { c.Close(); sc.Close() })
 			defer stop()
-			joinConns(c.(agent.HalfCloser), sc.(*net.TCPConn))
+			joinConns(c.(wire.HalfCloser), sc.(*net.TCPConn))
 			return
 		}
 		// Refused: nothing listens on the sandbox's address, maybe
@@ -156,17 +156,17 @@ func (f *forwarder) handle(c net.Conn, port uint16) {
 	stop := context.AfterFunc(f.ctx, func() { c.Close(); st.Close() })
 	defer stop()
 	// TCP and UNIX listeners both give connections that half close.
-	agent.Join(c.(agent.HalfCloser), st)
+	wire.Join(c.(wire.HalfCloser), st)
 }
 
 // joinConns copies between two connections both ways, passing on each
 // direction's end as a half close, and closes both when both directions
 // are done. Between two TCP connections the kernel moves the data
 // (splice(2)).
-func joinConns(a, b agent.HalfCloser) {
+func joinConns(a, b wire.HalfCloser) {
 	var wg sync.WaitGroup
 	wg.Add(2)
-	pass := func(dst, src agent.HalfCloser) {
+	pass := func(dst, src wire.HalfCloser) {
 		defer wg.Done()
 		io.Copy(dst, src) //nolint:errcheck // either end may go away
 		dst.CloseWrite()

@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"encoding/binary"
@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // Supervised processes are commands the host starts, over one long-lived
-// agent session, as children of the init (see supervise.go). The host
-// speaks to the session ("hutch-init supervise", run as root through runsc
-// exec) over a yamux session on its stdin and stdout: every request is a
-// stream of its own, made of frames. A frame is a kind byte, a payload
+// agent session, as children of the init (see the agent's supervise.go).
+// The host speaks to the session ("hutch-init supervise", run as root
+// through runsc exec) over a yamux session on its stdin and stdout: every
+// request is a stream of its own, made of frames. A frame is a kind byte, a payload
 // length (4 bytes, big endian) and the payload.
 //
 // A stream opens with a FrameRequest carrying a SuperviseRequest as JSON
@@ -57,8 +59,8 @@ const (
 	MaxMeta = 16 << 10
 	// MaxRequest bounds a request frame (arguments and environment).
 	MaxRequest = 1 << 20
-	// maxData is the largest output or input frame.
-	maxData = 32 << 10
+	// MaxData is the largest output or input frame.
+	MaxData = 32 << 10
 	// MaxFinished is how many ended supervised processes the init keeps
 	// the exit status of.
 	MaxFinished = 256
@@ -139,7 +141,8 @@ func (x ExitInfo) Status() int {
 	return x.Code
 }
 
-var errFrameTooLarge = errors.New("frame too large")
+// ErrFrameTooLarge is the error of a frame longer than its bound.
+var ErrFrameTooLarge = errors.New("frame too large")
 
 // WriteFrame writes one frame.
 func WriteFrame(w io.Writer, kind byte, payload []byte) error {
@@ -159,11 +162,19 @@ func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
 	if int64(n) > int64(max) {
-		return 0, nil, fmt.Errorf("%w: %d bytes of kind %q", errFrameTooLarge, n, hdr[0])
+		return 0, nil, fmt.Errorf("%w: %d bytes of kind %q", ErrFrameTooLarge, n, hdr[0])
 	}
 	payload := make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
 		return 0, nil, err
 	}
 	return hdr[0], payload, nil
+}
+
+// SuperviseMuxConfig is the yamux configuration of both ends of a
+// supervisor session.
+func SuperviseMuxConfig() *yamux.Config {
+	c := PortMuxConfig()
+	c.AcceptBacklog = 1024
+	return c
 }

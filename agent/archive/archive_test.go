@@ -1,4 +1,4 @@
-package agent
+package archive
 
 import (
 	"archive/tar"

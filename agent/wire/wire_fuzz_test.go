@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func FuzzReadFrame(f *testing.F) {
 		for {
 			kind, payload, err := ReadFrame(r, MaxMeta)
 			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errFrameTooLarge) {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrFrameTooLarge) {
 					t.Fatalf("unexpected error kind: %v", err)
 				}
 				return

@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ func TestSSHConfigFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.WriteString("SSH-2.0-client\r\n")
-	got, err := readSSHConfig(&b)
+	got, err := ReadSSHConfig(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestSSHConfigFrameRefused(t *testing.T) {
 		"too large": binary.BigEndian.AppendUint32(nil, maxSSHConfig+1),
 		"not json":  append(binary.BigEndian.AppendUint32(nil, 3), "abc"...),
 	} {
-		if _, err := readSSHConfig(bytes.NewReader(in)); err == nil {
+		if _, err := ReadSSHConfig(bytes.NewReader(in)); err == nil {
 			t.Errorf("%s: read without error", name)
 		}
 	}

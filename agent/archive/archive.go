@@ -1,4 +1,8 @@
-package agent
+// Package archive is the tar stream of `hutch cp`. It runs on both sides
+// of the copy: inside the sandbox (as the agent's tar-out and tar-in) and
+// on the host (hutch itself), so that one extractor, written to distrust
+// its archive, handles both.
+package archive
 
 import (
 	"archive/tar"
@@ -15,15 +19,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// The copy functions here run on both sides of `hutch cp`: inside the
-// sandbox (as the agent's tar-out and tar-in) and on the host (hutch itself),
-// so that one extractor, written to distrust its archive, handles both.
-
-func init() {
-	subcommands["tar-out"] = tarOutMain
-	subcommands["tar-in"] = tarInMain
-}
 
 // ErrUnsafePath is an archive entry or a destination that would lead
 // outside the destination directory.
@@ -373,38 +368,6 @@ func (x *extractor) setMeta(name string, hdr *tar.Header) error {
 		return &fs.PathError{Op: "set times", Path: full, Err: err}
 	}
 	return nil
-}
-
-// tarOutMain is "tar-out SRC": SRC as a tar stream on stdout.
-func tarOutMain(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: hutch-init tar-out SRC")
-		return 2
-	}
-	if _, err := os.Lstat(args[0]); err != nil {
-		return fail(err)
-	}
-	if err := WriteTar(os.Stdout, args[0], ArchiveName(args[0])); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// tarInMain is "tar-in DST": the tar stream on stdin extracted to DST as
-// CopyTarget resolves it.
-func tarInMain(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: hutch-init tar-in DST")
-		return 2
-	}
-	dir, rename, err := CopyTarget(args[0])
-	if err != nil {
-		return fail(err)
-	}
-	if err := Extract(os.Stdin, dir, ExtractOptions{Rename: rename}); err != nil {
-		return fail(err)
-	}
-	return 0
 }
 
 // sparseBlock is the unit writeSparse leaves as a hole when it is all
