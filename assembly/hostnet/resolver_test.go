@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,15 +18,15 @@ import (
 
 // fakeUpstream answers every A query with addr and the given TTL, from a
 // loopback socket, and counts the queries it saw.
-func fakeUpstream(t *testing.T, addr string, ttl uint32) (string, *int) {
+func fakeUpstream(t *testing.T, addr string, ttl uint32) (string, *atomic.Int64) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int
+	var n atomic.Int64
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		n++
+		n.Add(1)
 		m := new(dns.Msg)
 		m.SetReply(q)
 		if q.Question[0].Qtype == dns.TypeA {
@@ -94,12 +95,12 @@ func TestResolverRefusesNonQueries(t *testing.T) {
 		"axfr": {new(dns.Msg).SetAxfr("example.com."), dns.RcodeRefused},
 		"ixfr": {new(dns.Msg).SetIxfr("example.com.", 1, "ns.example.com.", "root.example.com."), dns.RcodeRefused},
 	} {
-		before := *seen
+		before := seen.Load()
 		m := ask(r, tc.q)
 		if m == nil || m.Rcode != tc.want {
 			t.Errorf("%s: reply %v, want rcode %s", name, m, dns.RcodeToString[tc.want])
 		}
-		if *seen != before {
+		if seen.Load() != before {
 			t.Errorf("%s reached the upstream", name)
 		}
 	}
@@ -251,16 +252,30 @@ func TestResolverBounds(t *testing.T) {
 	close(release)
 	wg.Wait()
 
+	// A flood of queries is refused past the rate limit. The askers run
+	// at once and until enough are refused, so that a slow machine still
+	// asks faster than queryRate; what reached the upstream is bounded by
+	// the burst plus what the rate allowed in the time the flood took.
 	up2, seen := fakeUpstream(t, "203.0.113.9", 30)
 	r = newTestResolver(t, ResolverConfig{Upstreams: []string{up2}, Mode: policy.NetOpen})
-	refused := 0
-	for i := 0; i < queryBurst+100; i++ {
-		if m := ask(r, new(dns.Msg).SetQuestion("flood.example.com.", dns.TypeA)); m != nil && m.Rcode == dns.RcodeRefused {
-			refused++
-		}
+	var refused, sent atomic.Int64
+	start := time.Now()
+	for i := 0; i < maxInFlight/4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for refused.Load() < 50 && sent.Add(1) <= 50_000 && time.Since(start) < 20*time.Second {
+				if m := ask(r, new(dns.Msg).SetQuestion("flood.example.com.", dns.TypeA)); m != nil && m.Rcode == dns.RcodeRefused {
+					refused.Add(1)
+				}
+			}
+		}()
 	}
-	if refused < 50 || *seen > queryBurst+50 {
-		t.Fatalf("%d queries in a burst: %d refused, %d reached the upstream", queryBurst+100, refused, *seen)
+	wg.Wait()
+	elapsed := time.Since(start)
+	allowed := queryBurst + int64(queryRate*elapsed.Seconds()) + 50
+	if refused.Load() < 50 || seen.Load() > allowed {
+		t.Fatalf("a flood of %d queries in %s: %d refused, %d reached the upstream (at most %d may)", sent.Load(), elapsed, refused.Load(), seen.Load(), allowed)
 	}
 }
 
