@@ -171,7 +171,7 @@ func TestContainerdPodCgroupLimits(t *testing.T) {
 	// and the limit the host holds it to.
 	var cg string
 	for _, p := range processesMentioning(pod) {
-		if !strings.Contains(p, "runsc") {
+		if !strings.Contains(p, "runsc-sandbox") {
 			continue
 		}
 		pid := strings.TrimSuffix(strings.Fields(p)[1], ":")

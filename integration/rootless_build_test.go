@@ -123,7 +123,7 @@ func TestRootlessBuild(t *testing.T) {
 	}
 	defer c.Wait()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if strings.Contains(strings.Join(processesMentioning(buildkit), "\n"), "runsc") {
+		if strings.Contains(strings.Join(processesMentioning(buildkit), "\n"), "runsc-sandbox") {
 			break
 		}
 		if time.Now().After(deadline) {
