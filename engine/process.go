@@ -71,15 +71,17 @@ func (e *Engine) Start(ctx context.Context, ref string, req ExecRequest) (*Comma
 		p.pty = newPtyRelay(req.Stdin, resize)
 		opts = p.pty.execOpts(req)
 	}
+	begin, stopSignals := holdSignals(p, req.Signals, req.Started)
 	p.ep, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, opts)
 	if err != nil {
+		stopSignals()
 		cancel()
 		if p.pty != nil {
 			p.pty.close()
 		}
 		return nil, err
 	}
-	stopSignals := forwardSignals(p, req.Signals, req.Started)
+	begin()
 	go func() {
 		defer close(p.done)
 		defer cancel()
@@ -196,20 +198,36 @@ func (p *Command) Done() <-chan struct{} {
 	return p.done
 }
 
-// forwardSignals delivers sigs to p until stop is called, and then calls
-// started (if set).
+// forwardSignals delivers sigs to the running command p until stop is
+// called, and calls started once it does.
 func forwardSignals(p *Command, sigs <-chan os.Signal, started func()) (stop func()) {
+	begin, stop := holdSignals(p, sigs, started)
+	begin()
+	return stop
+}
+
+// holdSignals takes sigs for command p from now on, and calls started at
+// once, so that a caller sends the command the signals that come while it
+// is still being started: it may already run, and print, before the call
+// that starts it returns. They are delivered once begin is called; stop
+// ends the forwarding, and a command that never began gets none.
+func holdSignals(p *Command, sigs <-chan os.Signal, started func()) (begin, stop func()) {
 	if sigs == nil {
 		if started != nil {
 			started()
 		}
-		return func() {}
+		return func() {}, func() {}
 	}
-	done := make(chan struct{})
+	ready, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		for {
 			select {
 			case s := <-sigs:
+				select {
+				case <-ready:
+				case <-done:
+					return
+				}
 				p.Signal(s) //nolint:errcheck // the process may have exited
 			case <-done:
 				return
@@ -219,5 +237,5 @@ func forwardSignals(p *Command, sigs <-chan os.Signal, started func()) (stop fun
 	if started != nil {
 		started()
 	}
-	return func() { close(done) }
+	return func() { close(ready) }, func() { close(done) }
 }
