@@ -77,6 +77,11 @@ type logLines struct {
 	partial []byte
 	// last is the last line written to out, its newline included.
 	last []byte
+	// afterCut: a cut was seen and nothing the init wrote back after it
+	// has been read yet (the reader found the file emptied, before the
+	// write-back): what is read next still starts with lines this reader
+	// may have written already.
+	afterCut bool
 }
 
 // copy writes the whole lines f holds past what has been written, and
@@ -86,8 +91,8 @@ func (l *logLines) copy(final bool) error {
 	if err != nil {
 		return err
 	}
-	cut := l.rewritten(fi.Size())
-	if cut {
+	cut := l.afterCut || l.rewritten(fi.Size())
+	if cut && !l.afterCut {
 		// The lines read so far are gone from the file; the newest of
 		// them are written again after the note.
 		l.off, l.partial = 0, nil
@@ -103,6 +108,8 @@ func (l *logLines) copy(final bool) error {
 		i := bytes.LastIndexByte(b, '\n')
 		b, l.partial = b[:i+1], append([]byte(nil), b[i+1:]...)
 	}
+	// Until a whole line of the write-back is read, the cut is not over.
+	l.afterCut = cut && len(b) == 0
 	if cut && l.last != nil {
 		// Written back after a cut: what this reader has written
 		// already, up to the last line it wrote. Lines lost to the
