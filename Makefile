@@ -44,7 +44,9 @@ $(BIN)/hutch-init: $(GO_SOURCES)
 # wake-up, does not hold the sandbox's other control calls while it
 # connects, and ends its connections before a checkpoint and starts none
 # during one, under a name of the call that says so (0033), and takes a
-# connected host socket (the client's own connection) under another (0034).
+# connected host socket (the client's own connection) under another (0034);
+# hostfiles.patch, the gofer mount options nosetid and owner_from_parent
+# (0042).
 # The module is vendored in a scratch copy to apply them; the module cache
 # stays untouched.
 RUNSC_PATCHES := $(sort $(wildcard tools/runsc/*.patch))

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/policy"
+	"hutch.dev/hutch/runsc"
 )
 
 // Mount is a directory of the host, or a named volume, mounted into a
@@ -289,9 +290,12 @@ func (e *Engine) resolveMounts(ms []Mount) ([]specs.Mount, error) {
 		if m.ReadOnly {
 			mode = "ro"
 		}
+		opts := []string{"rbind", mode, "nosuid", "nodev", runsc.MountNoSetID}
+		if m.Volume == "" {
+			opts = append(opts, runsc.MountOwnerFromParent)
+		}
 		out = append(out, specs.Mount{
-			Destination: m.Target, Type: "bind", Source: src,
-			Options: []string{"rbind", mode, "nosuid", "nodev"},
+			Destination: m.Target, Type: "bind", Source: src, Options: opts,
 		})
 	}
 	return out, nil

@@ -101,6 +101,19 @@ func TestContainerdVolumeMounts(t *testing.T) {
 		seen(t, a, "/v/pair", "from-b\n")
 	})
 
+	t.Run("a container's set-ID bits never reach the host", func(t *testing.T) {
+		c.crictlOK("exec", "-s", a, "sh", "-c", "echo x > /v/suid && chmod 6755 /v/suid && mkdir /v/sgid && chmod 2777 /v/sgid")
+		for _, name := range []string{"suid", "sgid"} {
+			fi, err := os.Stat(filepath.Join(shared, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("%s on the host is %v: a set-ID bit from the container", name, fi.Mode())
+			}
+		}
+	})
+
 	c.crictlOK("rmp", "-f", pod)
 	c.assertClean(pod, a, b)
 }

@@ -18,6 +18,20 @@ var DefaultCapabilities = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// Options of a bind mount that the pinned runsc's gofer filesystem takes
+// (tools/runsc/hostfiles.patch). They decide what a sandbox, root inside
+// included, can leave on a host directory that other host users reach.
+const (
+	// MountNoSetID drops setuid and setgid bits from every file the
+	// sandbox creates or chmods on the mount. ("nosuid" only stops the
+	// sandbox honouring them; the host would still run them.)
+	MountNoSetID = "nosetid"
+	// MountOwnerFromParent makes a file the sandbox creates belong to the
+	// owner and group of its directory on the host, whoever creates it,
+	// and refuses a change of owner or group with EPERM.
+	MountOwnerFromParent = "owner_from_parent"
+)
+
 // SpecConfig describes the sandbox that Spec renders. The caller owns every
 // path in it.
 type SpecConfig struct {

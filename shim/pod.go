@@ -179,7 +179,7 @@ func (p *pod) adjustSpec(spec *specs.Spec, root bool) error {
 	if root {
 		opts = assembly.SandboxOpts(p.policy.request())
 	}
-	opts = append(opts, assembly.PodSeccomp(own), assembly.MaskedPaths(empty))
+	opts = append(opts, assembly.PodSeccomp(own), assembly.MaskedPaths(empty), assembly.NoSetIDMounts())
 	if p.agent != "" {
 		opts = append(opts, assembly.AgentMount(p.agent))
 	}
