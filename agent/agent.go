@@ -40,7 +40,7 @@ func Main() {
 	if len(os.Args) > 1 && subcommands[os.Args[1]] != nil {
 		os.Exit(subcommands[os.Args[1]](os.Args[2:]))
 	}
-	if len(os.Args) > 1 && os.Args[1] == "lookpath" {
+	if len(os.Args) > 1 && os.Args[1] == wire.ModeLookPath {
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: hutch-init lookpath NAME")
 			os.Exit(2)
@@ -53,7 +53,7 @@ func Main() {
 	if len(os.Args) > 1 && os.Args[1] == wire.CmdWithSecrets {
 		os.Exit(withSecrets(os.Args[2:]))
 	}
-	if len(os.Args) > 1 && os.Args[1] == "spawn" {
+	if len(os.Args) > 1 && os.Args[1] == wire.ModeSpawn {
 		os.Exit(spawnClient(os.Args[2:]))
 	}
 	os.Exit(initLoop())

@@ -18,13 +18,13 @@ import (
 )
 
 func init() {
-	subcommands["stat"] = statMain
-	subcommands["ls"] = lsMain
-	subcommands["cat"] = catMain
-	subcommands["write"] = writeMain
-	subcommands["rm"] = rmMain
-	subcommands["mkdir"] = mkdirMain
-	subcommands["watch"] = watchMain
+	subcommands[wire.ModeStat] = statMain
+	subcommands[wire.ModeLs] = lsMain
+	subcommands[wire.ModeCat] = catMain
+	subcommands[wire.ModeWrite] = writeMain
+	subcommands[wire.ModeRm] = rmMain
+	subcommands[wire.ModeMkdir] = mkdirMain
+	subcommands[wire.ModeWatch] = watchMain
 }
 
 // fail prints err and returns the status of its kind.

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	subcommands["mv"] = mvMain
+	subcommands[wire.ModeMv] = mvMain
 }
 
 // newFlags is the option parser of a file subcommand: options come

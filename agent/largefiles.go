@@ -17,7 +17,7 @@ import (
 // the agent for such files before it exports.
 
 func init() {
-	subcommands["large-files"] = largeFilesMain
+	subcommands[wire.ModeLargeFiles] = largeFilesMain
 }
 
 // largeFilesSkip are the trees large-files does not walk: kernel

@@ -32,8 +32,8 @@ import (
 // it), the init, which keeps the key, starts it again.
 
 func init() {
-	subcommands["listen"] = listenInit
-	subcommands["listen-serve"] = listenServe
+	subcommands[wire.ModeListen] = listenInit
+	subcommands[wire.ModeListenServe] = listenServe
 }
 
 // listenInit is "hutch-init listen": the init, with the endpoint on.

@@ -15,7 +15,7 @@ import (
 	"hutch.dev/hutch/agent/wire"
 )
 
-func init() { subcommands["portmux"] = portmuxMain }
+func init() { subcommands[wire.ModePortMux] = portmuxMain }
 
 // stdio is the agent's stdin and stdout as one stream; out, if set,
 // stands for stdout when writing.

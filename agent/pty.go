@@ -28,7 +28,7 @@ import (
 // N), 126 or 127 when CMD cannot be executed. The end of its stdin (the
 // host went away) hangs the terminal up, as closing a terminal does.
 
-func init() { subcommands["pty"] = ptyMain }
+func init() { subcommands[wire.ModePty] = ptyMain }
 
 // ptyOutputLinger bounds how long the output of an ended command is
 // still read while a background child of it keeps the terminal open.

@@ -14,7 +14,7 @@ import (
 var Shells = []string{"/bin/bash", "/bin/sh"}
 
 func init() {
-	subcommands["shell"] = shellMain
+	subcommands[wire.ModeShell] = shellMain
 }
 
 // shellMain is "shell": the image's shell, as an interactive login shell.

@@ -36,8 +36,8 @@ import (
 // agent forwarding and X11 are refused.
 
 func init() {
-	subcommands["sshd"] = sshdMain
-	subcommands["sftp-server"] = sftpMain
+	subcommands[wire.ModeSSHD] = sshdMain
+	subcommands[wire.ModeSFTPServer] = sftpMain
 }
 
 // stdioConn is the agent's stdin and stdout as a net.Conn.

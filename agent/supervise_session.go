@@ -15,7 +15,7 @@ import (
 	"hutch.dev/hutch/agent/wire"
 )
 
-func init() { subcommands["supervise"] = superviseMain }
+func init() { subcommands[wire.ModeSupervise] = superviseMain }
 
 // outputLinger is how long a session keeps reading a process's output
 // after it ended, while more comes: what a background child of it writes

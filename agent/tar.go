@@ -5,11 +5,12 @@ import (
 	"os"
 
 	"hutch.dev/hutch/agent/archive"
+	"hutch.dev/hutch/agent/wire"
 )
 
 func init() {
-	subcommands["tar-out"] = tarOutMain
-	subcommands["tar-in"] = tarInMain
+	subcommands[wire.ModeTarOut] = tarOutMain
+	subcommands[wire.ModeTarIn] = tarInMain
 }
 
 // tarOutMain is "tar-out SRC": SRC as a tar stream on stdout.

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/agent/archive"
+	"hutch.dev/hutch/agent/wire"
 )
 
 // A copy between the host and a sandbox is a tar stream between hutch and
@@ -41,7 +42,7 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 	defer cancel()
 	pr, pw := io.Pipe()
 	var errBuf capBuffer
-	p, err := e.agentProcess(ctx, sb, []string{"tar-out", src}, nil, pw, &errBuf)
+	p, err := e.agentProcess(ctx, sb, []string{wire.ModeTarOut, src}, nil, pw, &errBuf)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func (e *Engine) CopyToSandbox(ctx context.Context, ref, hostSrc, dst string) er
 		tarred <- err
 	}()
 	var errBuf capBuffer
-	p, err := e.agentProcess(ctx, sb, []string{"tar-in", dst}, pr, nil, &errBuf)
+	p, err := e.agentProcess(ctx, sb, []string{wire.ModeTarIn, dst}, pr, nil, &errBuf)
 	if err != nil {
 		pr.Close()
 		<-tarred

@@ -159,7 +159,7 @@ func (e *Engine) stoppedUnder(sb *record, cmd string) (int, error) {
 // directory and user, why proc's command could not start.
 func (e *Engine) whyNotStarted(ctx context.Context, sb *record, proc specs.Process) int {
 	probe := proc
-	probe.Args = []string{wire.MountPath, "lookpath", proc.Args[0]}
+	probe.Args = []string{wire.MountPath, wire.ModeLookPath, proc.Args[0]}
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, probe, runsc.ExecOpts{})
 	if err != nil {
 		return ExitNotExecutable

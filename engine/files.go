@@ -162,7 +162,7 @@ func (e *Engine) ReadFile(ctx context.Context, ref, path string, w io.Writer) er
 	if err := checkSandboxPath(path); err != nil {
 		return err
 	}
-	return e.agentRun(ctx, ref, []string{"cat", path}, nil, w)
+	return e.agentRun(ctx, ref, []string{wire.ModeCat, path}, nil, w)
 }
 
 // WriteFileRequest is a file to write in a sandbox.
@@ -192,7 +192,7 @@ func (e *Engine) WriteFile(ctx context.Context, ref string, req WriteFileRequest
 	if data == nil {
 		data = strings.NewReader("")
 	}
-	args := []string{"write"}
+	args := []string{wire.ModeWrite}
 	if req.Parents {
 		args = append(args, "-p")
 	}
@@ -207,7 +207,7 @@ func (e *Engine) Stat(ctx context.Context, ref, path string) (FileInfo, error) {
 		return fi, err
 	}
 	var out bytes.Buffer
-	if err := e.agentRun(ctx, ref, []string{"stat", path}, nil, &out); err != nil {
+	if err := e.agentRun(ctx, ref, []string{wire.ModeStat, path}, nil, &out); err != nil {
 		return fi, err
 	}
 	err := json.Unmarshal(out.Bytes(), &fi)
@@ -220,7 +220,7 @@ func (e *Engine) ReadDir(ctx context.Context, ref, path string) ([]FileInfo, err
 		return nil, err
 	}
 	var out bytes.Buffer
-	if err := e.agentRun(ctx, ref, []string{"ls", path}, nil, &out); err != nil {
+	if err := e.agentRun(ctx, ref, []string{wire.ModeLs, path}, nil, &out); err != nil {
 		return nil, err
 	}
 	var fis []FileInfo
@@ -234,9 +234,9 @@ func (e *Engine) RemoveFile(ctx context.Context, ref, path string, recursive boo
 	if err := checkSandboxPath(path); err != nil {
 		return err
 	}
-	args := []string{"rm", path}
+	args := []string{wire.ModeRm, path}
 	if recursive {
-		args = []string{"rm", "-r", path}
+		args = []string{wire.ModeRm, "-r", path}
 	}
 	return e.agentRun(ctx, ref, args, nil, nil)
 }
@@ -251,9 +251,9 @@ func (e *Engine) Mkdir(ctx context.Context, ref, path string, mode fs.FileMode, 
 	if mode.Perm() == 0 {
 		mode = 0o755
 	}
-	args := []string{"mkdir", path, strconv.FormatUint(uint64(mode.Perm()), 8)}
+	args := []string{wire.ModeMkdir, path, strconv.FormatUint(uint64(mode.Perm()), 8)}
 	if parents {
-		args = append([]string{"mkdir", "-p"}, args[1:]...)
+		args = append([]string{wire.ModeMkdir, "-p"}, args[1:]...)
 	}
 	return e.agentRun(ctx, ref, args, nil, nil)
 }
@@ -278,9 +278,9 @@ func (e *Engine) Watch(ctx context.Context, ref string, req WatchRequest) (<-cha
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"watch", req.Path}
+	args := []string{wire.ModeWatch, req.Path}
 	if req.Recursive {
-		args = []string{"watch", "-r", req.Path}
+		args = []string{wire.ModeWatch, "-r", req.Path}
 	}
 	pr, pw := io.Pipe()
 	var errBuf capBuffer

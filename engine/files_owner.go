@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/containerd/errdefs"
+
+	"hutch.dev/hutch/agent/wire"
 )
 
 // Owner is the user and group that own what a file operation creates in a
@@ -84,7 +86,7 @@ func (e *Engine) MakeDir(ctx context.Context, ref string, req MkdirRequest) erro
 	if mode == 0 {
 		mode = 0o755
 	}
-	args := []string{"mkdir"}
+	args := []string{wire.ModeMkdir}
 	if req.Parents {
 		args = append(args, "-p")
 	}
@@ -109,7 +111,7 @@ func (e *Engine) Move(ctx context.Context, ref string, req MoveRequest) error {
 			return err
 		}
 	}
-	args := append(append([]string{"mv"}, req.Owner.args()...), "--", req.Source, req.Destination)
+	args := append(append([]string{wire.ModeMv}, req.Owner.args()...), "--", req.Source, req.Destination)
 	return e.agentRun(ctx, ref, args, nil, nil)
 }
 
@@ -124,7 +126,7 @@ func (e *Engine) ListDir(ctx context.Context, ref, path string, depth int) ([]Fi
 		return nil, fmt.Errorf("list %s: depth %d: must be at least 1: %w", path, depth, errdefs.ErrInvalidArgument)
 	}
 	var out bytes.Buffer
-	if err := e.agentRun(ctx, ref, []string{"ls", "-d", strconv.Itoa(depth), "--", path}, nil, &out); err != nil {
+	if err := e.agentRun(ctx, ref, []string{wire.ModeLs, "-d", strconv.Itoa(depth), "--", path}, nil, &out); err != nil {
 		return nil, err
 	}
 	var fis []FileInfo

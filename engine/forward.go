@@ -74,7 +74,7 @@ func (f forwardee) ControlSocket() (string, error) {
 }
 
 func (f forwardee) PortMux(ctx context.Context) (*yamux.Session, func(), error) {
-	return f.e.agentSession(ctx, f.sb, "portmux", "", wire.PortMuxConfig())
+	return f.e.agentSession(ctx, f.sb, wire.ModePortMux, "", wire.PortMuxConfig())
 }
 
 // directAddr is the address the host reaches sb at, or "".
@@ -124,7 +124,7 @@ func (e *Engine) agentSession(ctx context.Context, sb *record, mode, user string
 	if proc, err = e.process(sb, ExecRequest{Args: []string{wire.MountPath, mode}, User: user}); err == nil {
 		// A forwarded connection waits for each frame: none is held
 		// back to gather more (a supervised command's output is).
-		p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf, Interactive: mode == "portmux"})
+		p, err = e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdin: inR, Stdout: outW, Stderr: &errBuf, Interactive: mode == wire.ModePortMux})
 	}
 	if err != nil {
 		cancel()

@@ -171,7 +171,7 @@ func lastLine(b, line []byte) int {
 // out. Its output goes to the sandbox's log.
 func (e *Engine) spawn(ctx context.Context, sb *record, proc specs.Process, out io.Writer) (int, error) {
 	args := proc.Args
-	proc.Args = append([]string{wire.MountPath, "spawn", "--"}, args...)
+	proc.Args = append([]string{wire.MountPath, wire.ModeSpawn, "--"}, args...)
 	var stdout, stderr bytes.Buffer
 	p, err := e.runscFor(sb).Exec(ctx, sb.ID, proc, runsc.ExecOpts{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {

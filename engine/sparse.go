@@ -86,7 +86,7 @@ func (e *Engine) checkLargeFiles(ctx context.Context, sb *record) error {
 	var out limitedBuffer
 	out.max = 1 << 20
 	var errBuf capBuffer
-	p, err := e.agentProcess(ctx, sb, []string{"large-files", fmt.Sprint(sb.Disk)}, nil, &out, &errBuf)
+	p, err := e.agentProcess(ctx, sb, []string{wire.ModeLargeFiles, fmt.Sprint(sb.Disk)}, nil, &out, &errBuf)
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func (e *Engine) SSHProxy(ctx context.Context, ref string, o SSHProxyOptions) er
 	}()
 	var errBuf capBuffer
 	// As root: the agent changes to the SSH user per session.
-	p, err := e.agentProcess(ctx, sb, []string{"sshd"}, pr, writerOnly{o.Stdout}, &errBuf)
+	p, err := e.agentProcess(ctx, sb, []string{wire.ModeSSHD}, pr, writerOnly{o.Stdout}, &errBuf)
 	if err != nil {
 		pr.Close()
 		return err

@@ -144,7 +144,7 @@ func (s *Supervisor) startLocked() error {
 	if s.stop != nil {
 		s.stop()
 	}
-	sess, stop, err := s.e.agentSession(s.ctx, s.sb, "supervise", s.sessionUser, wire.SuperviseMuxConfig())
+	sess, stop, err := s.e.agentSession(s.ctx, s.sb, wire.ModeSupervise, s.sessionUser, wire.SuperviseMuxConfig())
 	if err != nil {
 		return err
 	}

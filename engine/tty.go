@@ -22,7 +22,7 @@ type WinSize = runsc.WinSize
 // ShellCommand is the command of an interactive shell in a sandbox: the
 // image's /bin/bash if it has one, else /bin/sh, as a login shell. Run it
 // with ExecRequest.TTY.
-var ShellCommand = []string{wire.MountPath, "shell"}
+var ShellCommand = []string{wire.MountPath, wire.ModeShell}
 
 // A command with a terminal runs on a pty of the sandbox's own devpts:
 // the sandbox's agent ("hutch-init pty", a plain exec with the command's

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/agent/ptywire"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/kube"
 	"hutch.dev/hutch/serve/placement"
@@ -50,7 +51,7 @@ func kubeExecArgs(req engine.ExecRequest) []string {
 // kubePtyArgs runs argv through the agent's pty mode on a terminal of
 // size (zero: the pty's default).
 func kubePtyArgs(size engine.WinSize, argv []string) []string {
-	args := []string{engine.AgentPath, "pty"}
+	args := []string{engine.AgentPath, wire.ModePty}
 	if size.Rows > 0 && size.Cols > 0 {
 		args = append(args, "--size", strconv.Itoa(int(size.Rows))+"x"+strconv.Itoa(int(size.Cols)))
 	}
@@ -300,7 +301,7 @@ func (k *Placement) Processes() placement.Processes {
 	return placement.Processes{
 		Start: k.start,
 		Stat: func(ctx context.Context, id, path string) error {
-			return k.agentRun(ctx, id, []string{"stat", path}, nil, nil)
+			return k.agentRun(ctx, id, []string{wire.ModeStat, path}, nil, nil)
 		},
 		Home: func(ctx context.Context, id, _ string) (string, error) {
 			return k.home(ctx, id), nil
@@ -326,11 +327,11 @@ type podFiles struct {
 func (f podFiles) Home(ctx context.Context) (string, error) { return f.k.home(ctx, f.id), nil }
 
 func (f podFiles) Read(ctx context.Context, path string, w io.Writer) error {
-	return f.k.agentRun(ctx, f.id, []string{"cat", path}, nil, w)
+	return f.k.agentRun(ctx, f.id, []string{wire.ModeCat, path}, nil, w)
 }
 
 func (f podFiles) Write(ctx context.Context, path string, data io.Reader) error {
-	return f.k.agentRun(ctx, f.id, []string{"write", "-p", "--", path, "644"}, data, nil)
+	return f.k.agentRun(ctx, f.id, []string{wire.ModeWrite, "-p", "--", path, "644"}, data, nil)
 }
 
 // NamesDownloads is false: a pod's downloads carry no

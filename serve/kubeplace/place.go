@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/agent/agentnet"
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/policy"
@@ -76,7 +77,7 @@ const (
 	kubeShimMemory = "dev.hutch.memory"
 	// kubeAgentListen is the agent's mode as the init of a pod with a
 	// network endpoint.
-	kubeAgentListen = "listen"
+	kubeAgentListen = wire.ModeListen
 )
 
 // kubeSweepInterval is how often a server on Kubernetes deletes the pods
