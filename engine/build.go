@@ -107,6 +107,48 @@ func (e *Engine) BuildBase(ctx context.Context, req BaseRequest) (overlay.Image,
 	return img, nil
 }
 
+// DefaultImageNeed is what a create needs done about the default image
+// before it can start.
+type DefaultImageNeed int
+
+const (
+	// DefaultImageReady: the create names another image, or the store
+	// holds the default one.
+	DefaultImageReady DefaultImageNeed = iota
+	// DefaultImageQuick: BuildBase takes it from the shared store, or
+	// refuses at once with what is missing; no build to show.
+	DefaultImageQuick
+	// DefaultImageBuild: BuildBase builds it, which takes minutes; the
+	// caller should say so and show the build's progress.
+	DefaultImageBuild
+)
+
+// NeedDefaultImage tells what a create of req needs done about the default
+// image, after checking req itself (ValidateCreate), so that a bad
+// request fails before any build.
+func (e *Engine) NeedDefaultImage(ctx context.Context, req CreateRequest) (DefaultImageNeed, error) {
+	if req.Image != "" {
+		return DefaultImageReady, nil
+	}
+	if err := e.ValidateCreate(req); err != nil {
+		return DefaultImageReady, err
+	}
+	if _, err := e.Images().Get(ctx, DefaultImage); err == nil {
+		return DefaultImageReady, nil
+	}
+	if e.rootless {
+		if s, err := e.SharedStore(); err == nil {
+			if _, err := s.Get(ctx, DefaultImage); err == nil {
+				return DefaultImageQuick, nil
+			}
+		}
+		if e.BuilderCheck() != nil {
+			return DefaultImageQuick, nil
+		}
+	}
+	return DefaultImageBuild, nil
+}
+
 // StopBuilder stops the buildkitd hutch runs for this root, if it runs.
 func (e *Engine) StopBuilder(ctx context.Context) error {
 	return e.builder().Daemon.Stop(ctx)

@@ -52,27 +52,14 @@ func Progress(c *cli.Context, w io.Writer) (chan *client.SolveStatus, func(), er
 // req names no image and the store lacks the default, saying so first: the
 // first sandbox on a fresh host. req's own errors come first.
 func EnsureDefaultImage(c *cli.Context, e *engine.Engine, req engine.CreateRequest) error {
-	if req.Image != "" {
-		return nil
-	}
-	if err := e.ValidateCreate(req); err != nil {
+	switch need, err := e.NeedDefaultImage(c.Context, req); {
+	case err != nil:
 		return err
-	}
-	if _, err := e.Images().Get(c.Context, engine.DefaultImage); err == nil {
+	case need == engine.DefaultImageReady:
 		return nil
-	}
-	if e.Rootless() {
-		// Taken from the shared store, or refused with what is missing:
-		// no progress to show. Otherwise built below like root's.
-		shared := false
-		if s, err := e.SharedStore(); err == nil {
-			_, gerr := s.Get(c.Context, engine.DefaultImage)
-			shared = gerr == nil
-		}
-		if shared || e.BuilderCheck() != nil {
-			_, err := e.BuildBase(c.Context, engine.BaseRequest{})
-			return err
-		}
+	case need == engine.DefaultImageQuick:
+		_, err := e.BuildBase(c.Context, engine.BaseRequest{})
+		return err
 	}
 	w := c.App.ErrWriter
 	if w == nil {
