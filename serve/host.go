@@ -109,6 +109,9 @@ func (h *hostPlacement) Prepare(ctx context.Context, req placement.CreateRequest
 	if onTimeout == engine.OnTimeoutPause {
 		labels[placement.LabelAutoPause] = "true"
 	}
+	if req.AutoResume {
+		labels[placement.LabelAutoResume] = "true"
+	}
 	var env []string
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {
@@ -254,6 +257,27 @@ func (h *hostPlacement) tenantImages(ctx context.Context, tenantName string) (ma
 		}
 	}
 	return out, nil
+}
+
+// SnapshotsUsage counts the tenant's own images; each takes the disk of
+// the layer its snapshot added, its last (the ones below are its
+// template's: shared, or another snapshot's, counted there). The store
+// keeps a layer once, however many images hold it.
+func (h *hostPlacement) SnapshotsUsage(ctx context.Context, tenantName string) (tenant.Usage, error) {
+	imgs, err := h.tenantImages(ctx, tenantName)
+	if err != nil {
+		return tenant.Usage{}, err
+	}
+	var u tenant.Usage
+	seen := map[string]bool{}
+	for _, img := range imgs {
+		u.Snapshots++
+		if n := len(img.Layers); n > 0 && !seen[img.Layers[n-1].Digest.String()] {
+			seen[img.Layers[n-1].Digest.String()] = true
+			u.Disk += img.Layers[n-1].Size
+		}
+	}
+	return u, nil
 }
 
 func (h *hostPlacement) ListSnapshots(ctx context.Context, tenantName, sandboxID, name string) ([]string, error) {
