@@ -42,12 +42,13 @@ type hostPlacement struct {
 
 var _ placement.Placement = (*hostPlacement)(nil)
 
-// newHostPlacement places sandboxes with eng.
-func newHostPlacement(eng *engine.Engine, log *slog.Logger) *hostPlacement {
+// newHostPlacement places sandboxes with eng; its filesystem service
+// keeps watches within limits.
+func newHostPlacement(eng *engine.Engine, log *slog.Logger, limits WatchLimits) *hostPlacement {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng), dialers: map[string]*engine.PortDialer{}}
+	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng, limits), dialers: map[string]*engine.PortDialer{}}
 }
 
 // Unsupported: the engine does every call; of a create's fields it

@@ -62,6 +62,9 @@ type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
 	// 1 MiB.
 	MaxBodyBytes int64
+	// Watches bounds the filesystem watches one tenant and one sandbox
+	// may hold open; zero: DefaultTenantWatchers, DefaultSandboxWatchers.
+	Watches WatchLimits
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:
@@ -86,6 +89,9 @@ type Server struct {
 	// locks serializes the resumes of each sandbox (and what the
 	// placement serializes with them).
 	locks *placement.Locks
+
+	// logReads bounds each tenant's log reads in flight.
+	logReads inFlight
 
 	stop    context.CancelFunc
 	stopCtx context.Context
@@ -116,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 		// Warm pools this server claims from refill in its own
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
-		place = newHostPlacement(cfg.Engine, cfg.Logger)
+		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches)
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -148,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  newMetrics(),
 		reserved: map[string]tenant.Usage{},
 		locks:    locks,
+		logReads: inFlight{what: "log reads", max: maxLogReads},
 		stop:     cancel, stopCtx: ctx,
 	}
 	s.metrics.sandboxes = s.countSandboxes
