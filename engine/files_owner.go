@@ -125,15 +125,48 @@ func (e *Engine) ListDir(ctx context.Context, ref, path string, depth int) ([]Fi
 	if depth < 1 {
 		return nil, fmt.Errorf("list %s: depth %d: must be at least 1: %w", path, depth, errdefs.ErrInvalidArgument)
 	}
-	var out bytes.Buffer
-	if err := e.agentRun(ctx, ref, []string{wire.ModeLs, "-d", strconv.Itoa(depth), "--", path}, nil, &out); err != nil {
+	// The agent's answer is bounded: a tree of millions of files at a
+	// great depth would otherwise all be held here.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &listingBuffer{max: MaxListing, over: cancel}
+	err := e.agentRun(ctx, ref, []string{wire.ModeLs, "-d", strconv.Itoa(depth), "--", path}, nil, out)
+	if out.full {
+		return nil, fmt.Errorf("list %s to depth %d: the listing passes %s: list a smaller tree or to a lower depth: %w", path, depth, FormatSize(MaxListing), errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
 		return nil, err
 	}
 	var fis []FileInfo
-	if err := json.Unmarshal(out.Bytes(), &fis); err != nil {
+	if err := json.Unmarshal(out.buf.Bytes(), &fis); err != nil {
 		return nil, fmt.Errorf("list %s: the sandbox agent's answer: %w", path, err)
 	}
 	return fis, nil
+}
+
+// MaxListing bounds the agent's answer to ListDir, its entries in JSON
+// (about 250 bytes each).
+const MaxListing = 32 << 20
+
+// listingBuffer keeps up to max bytes; past them it calls over (which
+// ends the agent) and keeps nothing more.
+type listingBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	full bool
+	over func()
+}
+
+func (l *listingBuffer) Write(p []byte) (int, error) {
+	if l.full || l.buf.Len()+len(p) > l.max {
+		if !l.full {
+			l.full = true
+			l.buf = bytes.Buffer{}
+			l.over()
+		}
+		return 0, fmt.Errorf("listing larger than %d bytes", l.max)
+	}
+	return l.buf.Write(p)
 }
 
 type actingKey struct{}

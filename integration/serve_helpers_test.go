@@ -35,6 +35,8 @@ type server struct {
 	tenants string
 	audit   string
 	logPath string
+	// flags are more flags of hutch serve.
+	flags   []string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool
@@ -139,11 +141,11 @@ func (s *server) start() error {
 		return err
 	}
 	defer logf.Close()
-	s.cmd = s.env.cmd(nil, "--root", s.root, "serve",
+	s.cmd = s.env.cmd(nil, append([]string{"--root", s.root, "serve",
 		"--listen", s.addr(),
 		"--tenants", s.tenants,
 		"--domain", serveDomain,
-		"--audit-log", s.audit)
+		"--audit-log", s.audit}, s.flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start hutch serve: %w", err)

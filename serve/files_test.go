@@ -118,7 +118,7 @@ func newFSEnv(t *testing.T) *fsEnv {
 			t.Errorf("remove sandbox: %v", err)
 		}
 	})
-	fs := newFilesystemService(eng)
+	fs := newFilesystemService(eng, WatchLimits{})
 	t.Cleanup(fs.Close)
 	mux := http.NewServeMux()
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(fs))

@@ -22,10 +22,17 @@ import (
 	"hutch.dev/hutch/serve/envdpb/filesystempb"
 )
 
-// Limits of the polling watchers (CreateWatcher, GetWatcherEvents).
+// Limits of the watches: WatchDir streams and polling watchers
+// (CreateWatcher, GetWatcherEvents). Each holds a process of the agent in
+// its sandbox and one on the host.
 const (
-	// maxWatchers bounds the watchers open at once, across sandboxes.
+	// maxWatchers bounds the watches open at once, across tenants; each
+	// tenant and each sandbox has its own bound below it (WatchLimits).
 	maxWatchers = 1024
+	// DefaultTenantWatchers and DefaultSandboxWatchers are the bounds of
+	// one tenant's and one sandbox's watches open at once.
+	DefaultTenantWatchers  = 128
+	DefaultSandboxWatchers = 16
 	// maxWatcherEvents bounds the events a watcher keeps between polls;
 	// later ones are dropped until the next poll.
 	maxWatcherEvents = 10000
@@ -37,20 +44,78 @@ const (
 // for a keepalive message every so many seconds.
 const keepaliveHeader = "Keepalive-Ping-Interval"
 
+// WatchLimits bound the watches (WatchDir streams and polling watchers)
+// open at once: one tenant's and one sandbox's, so that no tenant can take
+// the server's every watch (maxWatchers) from the others. Zero: the
+// defaults.
+type WatchLimits struct {
+	Tenant, Sandbox int
+}
+
 // filesystemService is envd's Filesystem service over the engine's files
 // API: paths are resolved for the acting user (relative ones against the
 // user's home directory), and what it creates belongs to that user.
 type filesystemService struct {
-	eng *engine.Engine
+	eng    *engine.Engine
+	limits WatchLimits
 
-	// mu guards watchers.
-	mu       sync.Mutex
-	watchers map[string]*watcher
+	// mu guards watchers and the counts of the watches open: all of
+	// them, by tenant and by sandbox.
+	mu        sync.Mutex
+	watchers  map[string]*watcher
+	open      int
+	byTenant  map[string]int
+	bySandbox map[string]int
 }
 
 // newFilesystemService serves the files of eng's sandboxes.
-func newFilesystemService(eng *engine.Engine) *filesystemService {
-	return &filesystemService{eng: eng, watchers: map[string]*watcher{}}
+func newFilesystemService(eng *engine.Engine, limits WatchLimits) *filesystemService {
+	if limits.Tenant <= 0 {
+		limits.Tenant = DefaultTenantWatchers
+	}
+	if limits.Sandbox <= 0 {
+		limits.Sandbox = DefaultSandboxWatchers
+	}
+	return &filesystemService{eng: eng, limits: limits, watchers: map[string]*watcher{},
+		byTenant: map[string]int{}, bySandbox: map[string]int{}}
+}
+
+// takeWatchLocked counts a new watch of t, unless the server, t's tenant
+// or t's sandbox has all the watches it may hold open
+// (ErrResourceExhausted).
+func (s *filesystemService) takeWatchLocked(t target) error {
+	s.sweepLocked(time.Now())
+	switch {
+	case s.open >= maxWatchers:
+		return fmt.Errorf("%d watches are open, the most this server keeps: %w", maxWatchers, errdefs.ErrResourceExhausted)
+	case s.byTenant[t.Tenant] >= s.limits.Tenant:
+		return fmt.Errorf("the tenant has %d watches open (WatchDir streams and watchers), the most it may: remove one first: %w", s.byTenant[t.Tenant], errdefs.ErrResourceExhausted)
+	case s.bySandbox[t.SandboxID] >= s.limits.Sandbox:
+		return fmt.Errorf("sandbox %s has %d watches open (WatchDir streams and watchers), the most one sandbox may: remove one first: %w", t.SandboxID, s.bySandbox[t.SandboxID], errdefs.ErrResourceExhausted)
+	}
+	s.open++
+	s.byTenant[t.Tenant]++
+	s.bySandbox[t.SandboxID]++
+	return nil
+}
+
+// giveWatchLocked uncounts a watch of t.
+func (s *filesystemService) giveWatchLocked(t target) {
+	s.open--
+	if s.byTenant[t.Tenant]--; s.byTenant[t.Tenant] <= 0 {
+		delete(s.byTenant, t.Tenant)
+	}
+	if s.bySandbox[t.SandboxID]--; s.bySandbox[t.SandboxID] <= 0 {
+		delete(s.bySandbox, t.SandboxID)
+	}
+}
+
+// dropLocked forgets watcher id, which no longer counts.
+func (s *filesystemService) dropLocked(id string) {
+	if w, ok := s.watchers[id]; ok {
+		delete(s.watchers, id)
+		s.giveWatchLocked(w.target)
+	}
 }
 
 // actor is the user a request acts as, in its sandbox.
@@ -240,7 +305,12 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	return connect.NewResponse(&filesystempb.MoveResponse{Entry: e}), nil
 }
 
-// ListDir lists a directory down to the requested depth (1 if unset).
+// maxListDepth bounds ListDir's depth; the engine bounds the listing's
+// size (engine.MaxListing).
+const maxListDepth = 32
+
+// ListDir lists a directory down to the requested depth (1 if unset, at
+// most maxListDepth).
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
 	a, err := s.actorOf(ctx, requestUser(req.Header()))
 	if err != nil {
@@ -251,6 +321,9 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		return nil, connectError(err)
 	}
 	depth := max(int(req.Msg.GetDepth()), 1)
+	if depth > maxListDepth {
+		return nil, connectError(fmt.Errorf("depth %d: at most %d: list deeper trees from a subdirectory: %w", req.Msg.GetDepth(), maxListDepth, errdefs.ErrInvalidArgument))
+	}
 	fis, err := s.eng.ListDir(a.acting(ctx), a.sandboxID, p, depth)
 	if err != nil {
 		return nil, connectError(err)
@@ -354,6 +427,18 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		return connectError(err)
 	}
 	spec := watchSpec{dir: dir, recursive: req.Msg.GetRecursive(), includeEntry: req.Msg.GetIncludeEntry()}
+	tg := targetOf(ctx)
+	s.mu.Lock()
+	err = s.takeWatchLocked(tg)
+	s.mu.Unlock()
+	if err != nil {
+		return connectError(err)
+	}
+	defer func() {
+		s.mu.Lock()
+		s.giveWatchLocked(tg)
+		s.mu.Unlock()
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events, err := s.startWatch(ctx, a, spec)
@@ -443,7 +528,7 @@ func (s *filesystemService) sweepLocked(now time.Time) {
 		stale := w.ended && now.Sub(w.lastPoll) > watcherLinger
 		w.mu.Unlock()
 		if stale {
-			delete(s.watchers, id)
+			s.dropLocked(id)
 		}
 	}
 }
@@ -461,12 +546,12 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	}
 	spec := watchSpec{dir: dir, recursive: req.Msg.GetRecursive(), includeEntry: req.Msg.GetIncludeEntry()}
 
+	tg := targetOf(ctx)
 	s.mu.Lock()
-	s.sweepLocked(time.Now())
-	full := len(s.watchers) >= maxWatchers
+	err = s.takeWatchLocked(tg)
 	s.mu.Unlock()
-	if full {
-		return nil, connectError(fmt.Errorf("%d watchers are open, the most this server keeps: %w", maxWatchers, errdefs.ErrResourceExhausted))
+	if err != nil {
+		return nil, connectError(err)
 	}
 
 	// The watch outlives this request: it ends with RemoveWatcher.
@@ -474,12 +559,15 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	events, err := s.startWatch(wctx, a, spec)
 	if err != nil {
 		cancel()
+		s.mu.Lock()
+		s.giveWatchLocked(tg)
+		s.mu.Unlock()
 		return nil, connectError(err)
 	}
 	var raw [12]byte
 	rand.Read(raw[:]) //nolint:errcheck // never fails
 	id := hex.EncodeToString(raw[:])
-	w := &watcher{target: targetOf(ctx), cancel: cancel, lastPoll: time.Now()}
+	w := &watcher{target: tg, cancel: cancel, lastPoll: time.Now()}
 	s.mu.Lock()
 	s.watchers[id] = w
 	s.mu.Unlock()
@@ -519,7 +607,7 @@ func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 	}
 	if ended {
 		s.mu.Lock()
-		delete(s.watchers, id)
+		s.dropLocked(id)
 		s.mu.Unlock()
 	}
 	if events == nil {
@@ -536,7 +624,7 @@ func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Requ
 		return nil, connectError(err)
 	}
 	s.mu.Lock()
-	delete(s.watchers, id)
+	s.dropLocked(id)
 	s.mu.Unlock()
 	w.cancel()
 	return connect.NewResponse(&filesystempb.RemoveWatcherResponse{}), nil
@@ -548,6 +636,6 @@ func (s *filesystemService) Close() {
 	defer s.mu.Unlock()
 	for id, w := range s.watchers {
 		w.cancel()
-		delete(s.watchers, id)
+		s.dropLocked(id)
 	}
 }

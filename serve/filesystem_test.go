@@ -135,7 +135,7 @@ func TestKeepaliveInterval(t *testing.T) {
 }
 
 func TestEventNames(t *testing.T) {
-	s := newFilesystemService(nil)
+	s := newFilesystemService(nil, WatchLimits{})
 	for _, tc := range []struct {
 		dir, path, op, name string
 		typ                 filesystempb.EventType
@@ -162,6 +162,9 @@ func addWatcher(s *filesystemService, id string, tg target, events <-chan engine
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watcher{target: tg, cancel: cancel, lastPoll: time.Now()}
 	s.mu.Lock()
+	if err := s.takeWatchLocked(tg); err != nil {
+		panic(err)
+	}
 	s.watchers[id] = w
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -184,7 +187,7 @@ func poll(t *testing.T, s *filesystemService, tg target, id string) ([]*filesyst
 }
 
 func TestWatcherTable(t *testing.T) {
-	s := newFilesystemService(nil)
+	s := newFilesystemService(nil, WatchLimits{})
 	mine := target{Tenant: "t1", SandboxID: "sb1"}
 	events := make(chan engine.FileEvent)
 	w, done := addWatcher(s, "w1", mine, events)
@@ -236,7 +239,7 @@ func TestWatcherTable(t *testing.T) {
 }
 
 func TestRemoveWatcherStopsWatch(t *testing.T) {
-	s := newFilesystemService(nil)
+	s := newFilesystemService(nil, WatchLimits{})
 	tg := target{Tenant: "t", SandboxID: "sb"}
 	w, _ := addWatcher(s, "w", tg, make(chan engine.FileEvent))
 	stopped := make(chan struct{})
@@ -256,7 +259,7 @@ func TestRemoveWatcherStopsWatch(t *testing.T) {
 }
 
 func TestSweepForgetsStaleEndedWatchers(t *testing.T) {
-	s := newFilesystemService(nil)
+	s := newFilesystemService(nil, WatchLimits{})
 	now := time.Now()
 	s.watchers["ended-old"] = &watcher{ended: true, lastPoll: now.Add(-2 * watcherLinger), cancel: func() {}}
 	s.watchers["ended-new"] = &watcher{ended: true, lastPoll: now, cancel: func() {}}
@@ -269,5 +272,47 @@ func TestSweepForgetsStaleEndedWatchers(t *testing.T) {
 	}
 	if len(s.watchers) != 2 {
 		t.Errorf("watchers left: %d, want 2", len(s.watchers))
+	}
+}
+
+// Watches are bounded per sandbox and per tenant below the server's bound,
+// so that one tenant holding all it may leaves others room; a watch given
+// back makes room again.
+func TestWatchLimits(t *testing.T) {
+	s := newFilesystemService(nil, WatchLimits{Tenant: 3, Sandbox: 2})
+	take := func(tenant, sb string) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.takeWatchLocked(target{Tenant: tenant, SandboxID: sb})
+	}
+	for _, c := range []struct {
+		tenant, sb string
+		want       string // "" = taken
+	}{
+		{"a", "a1", ""}, {"a", "a1", ""},
+		{"a", "a1", "sandbox a1 has 2 watches open"},
+		{"a", "a2", ""},
+		{"a", "a3", "the tenant has 3 watches open"},
+		{"b", "b1", ""}, {"b", "b1", ""},
+	} {
+		err := take(c.tenant, c.sb)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errdefs.IsResourceExhausted(err)) {
+			t.Errorf("watch of %s in %s: %v, want %q", c.tenant, c.sb, err, c.want)
+		}
+	}
+	s.mu.Lock()
+	s.giveWatchLocked(target{Tenant: "a", SandboxID: "a1"})
+	s.mu.Unlock()
+	if err := take("a", "a3"); err != nil {
+		t.Errorf("a watch after one was given back: %v", err)
+	}
+	s = newFilesystemService(nil, WatchLimits{Tenant: maxWatchers + 1, Sandbox: maxWatchers + 1})
+	for i := range maxWatchers {
+		if err := take("a", "a1"); err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+	}
+	if err := take("b", "b1"); err == nil || !strings.Contains(err.Error(), "the most this server keeps") {
+		t.Errorf("a watch past the server's bound: %v", err)
 	}
 }

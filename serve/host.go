@@ -42,12 +42,13 @@ type hostPlacement struct {
 
 var _ placement.Placement = (*hostPlacement)(nil)
 
-// newHostPlacement places sandboxes with eng.
-func newHostPlacement(eng *engine.Engine, log *slog.Logger) *hostPlacement {
+// newHostPlacement places sandboxes with eng; its filesystem service
+// keeps watches within limits.
+func newHostPlacement(eng *engine.Engine, log *slog.Logger, limits WatchLimits) *hostPlacement {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng), dialers: map[string]*engine.PortDialer{}}
+	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng, limits), dialers: map[string]*engine.PortDialer{}}
 }
 
 // Unsupported: the engine does every call; of a create's fields it
@@ -108,6 +109,9 @@ func (h *hostPlacement) Prepare(ctx context.Context, req placement.CreateRequest
 	}
 	if onTimeout == engine.OnTimeoutPause {
 		labels[placement.LabelAutoPause] = "true"
+	}
+	if req.AutoResume {
+		labels[placement.LabelAutoResume] = "true"
 	}
 	var env []string
 	keys := make([]string, 0, len(req.Env))
@@ -254,6 +258,27 @@ func (h *hostPlacement) tenantImages(ctx context.Context, tenantName string) (ma
 		}
 	}
 	return out, nil
+}
+
+// SnapshotsUsage counts the tenant's own images; each takes the disk of
+// the layer its snapshot added, its last (the ones below are its
+// template's: shared, or another snapshot's, counted there). The store
+// keeps a layer once, however many images hold it.
+func (h *hostPlacement) SnapshotsUsage(ctx context.Context, tenantName string) (tenant.Usage, error) {
+	imgs, err := h.tenantImages(ctx, tenantName)
+	if err != nil {
+		return tenant.Usage{}, err
+	}
+	var u tenant.Usage
+	seen := map[string]bool{}
+	for _, img := range imgs {
+		u.Snapshots++
+		if n := len(img.Layers); n > 0 && !seen[img.Layers[n-1].Digest.String()] {
+			seen[img.Layers[n-1].Digest.String()] = true
+			u.Disk += img.Layers[n-1].Size
+		}
+	}
+	return u, nil
 }
 
 func (h *hostPlacement) ListSnapshots(ctx context.Context, tenantName, sandboxID, name string) ([]string, error) {

@@ -80,6 +80,11 @@ func (s *Server) snapshotSandbox(r *http.Request, tenantName string) (int, any, 
 	} else if exists {
 		return 0, nil, fmt.Errorf("snapshot %q already exists: %w", id, errdefs.ErrConflict)
 	}
+	release, err := s.admit(r.Context(), tenantName, snapshotUsage(sb))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
 	if err := s.place.Snapshot(context.WithoutCancel(r.Context()), sb.ID, tenantName, id); err != nil {
 		return 0, nil, err
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 	"hutch.dev/hutch/serve/tenant"
 )
 
-// admit checks that tenant may take want on top of what its sandboxes and
-// the creates in flight hold, and reserves it until release. Running
-// sandboxes count for every quota; paused ones hold only their disk; the
-// tenant's volumes hold the disk their files take.
+// admit checks that tenant may take want on top of what its sandboxes,
+// its snapshots and the calls in flight hold, and reserves it until
+// release. Every call that starts a sandbox (create, resume, fork) or
+// keeps one (snapshot) is admitted here, under createMu, before it acts.
+// Running sandboxes count for every quota; paused ones hold only their
+// disk; the tenant's volumes and snapshots hold the disk their files
+// take, and its snapshots count for max-snapshots.
 func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage) (release func(), err error) {
 	if s.cfg.Tenants == nil {
 		return func() {}, nil
@@ -37,12 +41,9 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		// This server's creates in flight are in reserved already.
 		case sb.State == engine.StateRunning,
 			sb.State == engine.StateCreating && !sb.CreatingHere():
-			used.Sandboxes++
-			used.CPUs += sb.CPUs
-			used.Memory += sb.Memory
-			used.Disk += sb.Disk
+			used = used.Add(placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk))
 		case sb.State == engine.StatePaused:
-			used.Disk += sb.Disk
+			used.Disk += placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk).Disk
 		}
 	}
 	if q.MaxDisk > 0 {
@@ -52,23 +53,36 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		}
 		used.Disk += vd
 	}
+	if q.MaxDisk > 0 || q.MaxSnapshots > 0 {
+		su, err := s.place.SnapshotsUsage(ctx, tenantName)
+		if err != nil {
+			return nil, err
+		}
+		used.Disk += su.Disk
+		used.Snapshots += su.Snapshots
+	}
 	if err := q.Admit(used, want); err != nil {
 		return nil, err
 	}
-	r := s.reserved[tenantName]
-	r.Sandboxes += want.Sandboxes
-	r.CPUs += want.CPUs
-	r.Memory += want.Memory
-	r.Disk += want.Disk
-	s.reserved[tenantName] = r
+	s.reserved[tenantName] = s.reserved[tenantName].Add(want)
 	return func() {
 		s.createMu.Lock()
 		defer s.createMu.Unlock()
-		r := s.reserved[tenantName]
-		r.Sandboxes -= want.Sandboxes
-		r.CPUs -= want.CPUs
-		r.Memory -= want.Memory
-		r.Disk -= want.Disk
-		s.reserved[tenantName] = r
+		s.reserved[tenantName] = s.reserved[tenantName].Sub(want)
 	}, nil
+}
+
+// resumeUsage is what resuming paused sandbox sb asks of its tenant's
+// quota: a running sandbox's, less the disk it holds paused already.
+func resumeUsage(sb *engine.Sandbox) tenant.Usage {
+	u := placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk)
+	u.Disk = 0
+	return u
+}
+
+// snapshotUsage is what a snapshot of sb asks: one snapshot, and the most
+// disk its files may take, its writable layer's bound (the export stops
+// there). Once made, it holds the disk it takes.
+func snapshotUsage(sb *engine.Sandbox) tenant.Usage {
+	return tenant.Usage{Snapshots: 1, Disk: placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk).Disk}
 }

@@ -98,8 +98,9 @@ func (s *Server) checkCreate(req newSandboxJSON, tenantName string) (placement.C
 	}
 	return placement.CreateRequest{
 		Tenant: tenantName, TemplateID: req.TemplateID, Timeout: timeout,
-		AutoPause: req.AutoPause != nil && *req.AutoPause,
-		Network:   mode, Allow: allow, NetworkGiven: req.AllowInternetAccess != nil || req.Network != nil,
+		AutoPause:  req.AutoPause != nil && *req.AutoPause,
+		AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
+		Network:    mode, Allow: allow, NetworkGiven: req.AllowInternetAccess != nil || req.Network != nil,
 		Private:  req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
 		Metadata: req.Metadata, Env: req.EnvVars, VolumeMounts: req.VolumeMounts,
 	}, nil
@@ -142,7 +143,7 @@ func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {
 		StartedAt: sb.Created, EndAt: end, EnvdVersion: EnvdVersion, Domain: &domain,
 		CPUCount: max(1, int(sb.CPUs+0.5)), MemoryMB: sb.Memory >> 20, DiskSizeMB: sb.Disk >> 20,
 		Metadata: meta, State: state, AllowInternetAccess: &internet,
-		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: true},
+		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: sb.Labels[placement.LabelAutoResume] == "true"},
 	}
 	if sb.Labels[placement.LabelAutoPause] == "true" {
 		d.Lifecycle.OnTimeout = "pause"

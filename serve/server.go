@@ -62,6 +62,9 @@ type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
 	// 1 MiB.
 	MaxBodyBytes int64
+	// Watches bounds the filesystem watches one tenant and one sandbox
+	// may hold open; zero: DefaultTenantWatchers, DefaultSandboxWatchers.
+	Watches WatchLimits
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:
@@ -86,6 +89,9 @@ type Server struct {
 	// locks serializes the resumes of each sandbox (and what the
 	// placement serializes with them).
 	locks *placement.Locks
+
+	// logReads bounds each tenant's log reads in flight.
+	logReads inFlight
 
 	stop    context.CancelFunc
 	stopCtx context.Context
@@ -116,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 		// Warm pools this server claims from refill in its own
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
-		place = newHostPlacement(cfg.Engine, cfg.Logger)
+		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches)
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -148,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  newMetrics(),
 		reserved: map[string]tenant.Usage{},
 		locks:    locks,
+		logReads: inFlight{what: "log reads", max: maxLogReads},
 		stop:     cancel, stopCtx: ctx,
 	}
 	s.metrics.sandboxes = s.countSandboxes
@@ -261,6 +268,14 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 	}
 	if sb.State == engine.StatePaused {
+		// A request with one of the sandbox's tokens is its tenant's; a
+		// port preview of a public sandbox may come from anyone, and
+		// wakes it only if the tenant asked for that.
+		keyed := port == EnvdPort || sb.Labels[placement.LabelPrivate] == "true"
+		if !keyed && sb.Labels[placement.LabelAutoResume] != "true" {
+			writeSandboxError(w, r, fmt.Errorf("sandbox %s is paused, and its auto-resume is off: a request without its tokens does not resume it (its tenant resumes it with connect, or creates it with autoResume): %w", id, errdefs.ErrConflict))
+			return
+		}
 		if sb, err = s.resume(r.Context(), sb, sb.Labels[placement.LabelTenant]); err != nil {
 			writeSandboxError(w, r, err)
 			return
@@ -306,7 +321,9 @@ func (s *Server) owned(ctx context.Context, tenantName, id string) (*engine.Sand
 }
 
 // resume resumes a paused sandbox once, however many requests ask at the
-// same time, and forgets what the server held of its old run.
+// same time, and forgets what the server held of its old run. It is
+// admitted to the tenant's quota first: a refusal (ErrResourceExhausted)
+// leaves it paused.
 func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName string) (*engine.Sandbox, error) {
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
@@ -317,6 +334,11 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 	if cur.State != engine.StatePaused {
 		return cur, nil
 	}
+	release, err := s.admit(ctx, tenantName, resumeUsage(cur))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s stays paused: %w", sb.ID, err)
+	}
+	defer release()
 	start := time.Now()
 	if cur, err = s.place.Resume(context.WithoutCancel(ctx), sb.ID); err != nil {
 		return nil, err

@@ -74,6 +74,8 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	s := newKubeServe(t)
 	keyA := s.tenantAdd("alpha")
 	keyB := s.tenantAdd("beta")
+	// Room for one pod's disk (hutch's default, 10 GiB).
+	keyC := s.tenantAdd("gamma", "--max-disk", "10g")
 	flags := kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")
 	s.start(flags...)
 
@@ -248,6 +250,37 @@ func TestServePauseOnKubernetes(t *testing.T) {
 	}
 	if out := kubectl(t, "get", "secret", "hutch-"+none, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("the killed paused sandbox's record is left: %s", out)
+	}
+
+	// A paused sandbox holds its disk, as on a host: a tenant with room
+	// for one pod's disk cannot create a second while the first is
+	// paused, and the refusal leaves no pod.
+	code, body = s.api("POST", "/sandboxes", keyC, `{"templateID":"base","timeout":300}`)
+	if code != http.StatusCreated {
+		t.Fatalf("gamma's create: %d %s\n%s", code, body, s.logTail())
+	}
+	var made struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := json.Unmarshal([]byte(body), &made); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.kubectl(nil, "delete", "pod", "hutch-"+made.SandboxID, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		cl.kubectl(nil, "delete", "secret", "hutch-"+made.SandboxID, "--ignore-not-found")                                   //nolint:errcheck // best effort
+	})
+	if code, body := s.api("POST", "/sandboxes/"+made.SandboxID+"/pause", keyC, ""); code != http.StatusNoContent {
+		t.Fatalf("gamma's pause: %d %s\n%s", code, body, s.logTail())
+	}
+	waitGone(t, "hutch-"+made.SandboxID, 60*time.Second)
+	if code, body := s.api("POST", "/sandboxes", keyC, `{"templateID":"base","timeout":300}`); code != http.StatusTooManyRequests || !strings.Contains(body, "max-disk") {
+		t.Errorf("a create beside a paused sandbox that holds the tenant's disk: %d %s, want 429 naming max-disk", code, body)
+	}
+	if out := kubectl(t, "get", "pods", "-l", "hutch.dev/tenant=gamma", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("the refused create left pods: %s", out)
+	}
+	if code, body := s.api("DELETE", "/sandboxes/"+made.SandboxID, keyC, ""); code != http.StatusNoContent {
+		t.Errorf("kill of gamma's paused sandbox: %d %s", code, body)
 	}
 
 	s.sdk("kill", keyA, id)

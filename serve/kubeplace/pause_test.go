@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/serve/kube"
 	"hutch.dev/hutch/serve/placement"
 )
@@ -42,6 +43,15 @@ func TestPausedRecord(t *testing.T) {
 	}
 	if !sb.Created.Equal(created) {
 		t.Errorf("a paused sandbox was created at %s, want %s, when its first pod was", sb.Created, created)
+	}
+	// Paused, it holds its disk, as on a host: its writable layer's
+	// bound (the shim's default without the pod's annotation).
+	if sb.Disk != policy.DefaultDisk {
+		t.Errorf("a paused sandbox holds %d bytes of disk, want hutch's default %d", sb.Disk, policy.DefaultDisk)
+	}
+	again.Metadata.Annotations[kubeShimDisk] = "1g"
+	if got := podSandbox(&again).Disk; got != 1<<30 {
+		t.Errorf("a pod annotated %s=1g holds %d bytes of disk", kubeShimDisk, got)
 	}
 	// Resumed, its new pod is newer than it.
 	later := created.Add(time.Hour)

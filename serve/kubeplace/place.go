@@ -66,7 +66,9 @@ const (
 	kubeAnnDeadline  = "hutch.dev/deadline"
 	kubeAnnTimeout   = "hutch.dev/timeout"
 	kubeAnnPrivate   = "hutch.dev/private-traffic"
-	kubeAnnNetwork   = "hutch.dev/network"
+	// kubeAnnAutoResume: a request without a key may resume the sandbox.
+	kubeAnnAutoResume = "hutch.dev/auto-resume"
+	kubeAnnNetwork    = "hutch.dev/network"
 	// kubeShimNetwork is the shim's annotation of a pod's network mode:
 	// none takes the pod off the pod network.
 	kubeShimNetwork = "dev.hutch.network"
@@ -75,6 +77,10 @@ const (
 	// pod's, which they must not exceed.
 	kubeShimCPUs   = "dev.hutch.cpus"
 	kubeShimMemory = "dev.hutch.memory"
+	// kubeShimDisk is the shim's annotation bounding the writable layer;
+	// without it, the shim's default (hutch's, unless the node's ceiling
+	// is lower).
+	kubeShimDisk = "dev.hutch.disk"
 	// kubeAgentListen is the agent's mode as the init of a pod with a
 	// network endpoint.
 	kubeAgentListen = wire.ModeListen
@@ -450,6 +456,7 @@ func (k *Placement) Prepare(ctx context.Context, req placement.CreateRequest) (p
 		ID: kubeNewID(), Tenant: req.Tenant, Template: req.TemplateID, Image: image,
 		Metadata: req.Metadata, Env: req.Env, CPUs: k.cfg.CPUs, Memory: k.cfg.Memory,
 		Network: req.Network, Timeout: req.Timeout, Now: time.Now(), Private: req.Private,
+		AutoResume: req.AutoResume,
 	}
 	if snap != nil {
 		// The snapshot's processes carry on: its image, environment,

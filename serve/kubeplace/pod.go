@@ -12,6 +12,7 @@ import (
 
 	"hutch.dev/hutch/agent/agentnet"
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/policy"
 	"hutch.dev/hutch/serve/kube"
 	"hutch.dev/hutch/serve/placement"
 )
@@ -35,6 +36,8 @@ type kubeSandbox struct {
 	// Network is none or open.
 	Network string
 	Private bool
+	// AutoResume: a request without a key may resume it when paused.
+	AutoResume bool
 	// AgentKey is the Secret (the pod's name) holding the agent's key;
 	// false for a sandbox without network.
 	AgentKey bool
@@ -98,6 +101,9 @@ func renderPod(kc *Config, sb kubeSandbox) (*kube.Pod, error) {
 	if sb.Private {
 		p.Metadata.Annotations[kubeAnnPrivate] = "true"
 	}
+	if sb.AutoResume {
+		p.Metadata.Annotations[kubeAnnAutoResume] = "true"
+	}
 	if sb.Timeout > 0 {
 		p.Metadata.Annotations[kubeAnnDeadline] = sb.Now.Add(sb.Timeout).UTC().Format(time.RFC3339Nano)
 		p.Metadata.Annotations[kubeAnnTimeout] = sb.Timeout.String()
@@ -136,6 +142,15 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 	}
 	if a[kubeAnnPrivate] == "true" {
 		sb.Labels[placement.LabelPrivate] = "true"
+	}
+	if a[kubeAnnAutoResume] == "true" {
+		sb.Labels[placement.LabelAutoResume] = "true"
+	}
+	// The writable layer's bound: the pod's annotation, else the shim's
+	// default, which is hutch's.
+	sb.Disk = policy.DefaultDisk
+	if n, err := policy.ParseSize(a[kubeShimDisk]); err == nil && n > 0 {
+		sb.Disk = n
 	}
 	if t, err := time.Parse(time.RFC3339Nano, a[kubeAnnCreated]); err == nil {
 		// A resumed sandbox's pod is newer than the sandbox.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/serve/kube"
 	"hutch.dev/hutch/serve/placement"
+	"hutch.dev/hutch/serve/tenant"
 )
 
 // Snapshots on Kubernetes placement: a checkpoint of a running sandbox,
@@ -37,6 +39,9 @@ const (
 	kubeLabelSnapshotOf = "hutch.dev/snapshot-of"
 	// kubeAnnSnapshot is the snapshot's ID (its templateID).
 	kubeAnnSnapshot = "hutch.dev/snapshot"
+	// kubeAnnCheckpointBytes is the size of a snapshot's checkpoint on
+	// its node, which its tenant's disk quota counts.
+	kubeAnnCheckpointBytes = "hutch.dev/checkpoint-bytes"
 )
 
 // kubeRestore is what a create restores a new sandbox's pod from.
@@ -116,9 +121,10 @@ func (k *Placement) snapshot(ctx context.Context, id, tenantName, name string) e
 		return err
 	}
 	ckpt := kubeNewID()
-	if _, err := k.cfg.Nodes.Checkpoint(ctx, p.Status.HostIP, kubenode.CheckpointRequest{
+	res, err := k.cfg.Nodes.Checkpoint(ctx, p.Status.HostIP, kubenode.CheckpointRequest{
 		Namespace: k.cfg.Namespace, Pod: p.Metadata.Name, PodUID: p.Metadata.UID, Name: ckpt, LeaveRunning: true,
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("sandbox %s: checkpoint on node %s: %w", id, p.Spec.NodeName, err)
 	}
 	sec := &kube.Secret{
@@ -128,7 +134,8 @@ func (k *Placement) snapshot(ctx context.Context, id, tenantName, name string) e
 			Labels: map[string]string{kubeLabelManaged: kubeManagedBy, kubeLabelTenant: tenantName,
 				kubeLabelKind: kubeKindSnapshot, kubeLabelSnapshotOf: id},
 			Annotations: map[string]string{kubeAnnSnapshot: name, kubeAnnCheckpoint: ckpt,
-				kubeAnnNode: p.Spec.NodeName, kubeAnnHostIP: p.Status.HostIP},
+				kubeAnnNode: p.Spec.NodeName, kubeAnnHostIP: p.Status.HostIP,
+				kubeAnnCheckpointBytes: strconv.FormatInt(res.Bytes, 10)},
 		},
 		Data: data,
 	}
@@ -181,6 +188,7 @@ func fromPod(ks *kubeSandbox, p *kube.Pod, r kubeRestore) bool {
 	c := p.Spec.Containers[0]
 	ks.Image, ks.CPUs, ks.Memory, ks.Network = c.Image, src.CPUs, src.Memory, src.Network
 	ks.Private = src.Labels[placement.LabelPrivate] == "true"
+	ks.AutoResume = src.Labels[placement.LabelAutoResume] == "true"
 	ks.Env = map[string]string{}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
@@ -299,6 +307,35 @@ func (k *Placement) ListSnapshots(ctx context.Context, tenantName, sandboxID, na
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+// SnapshotsUsage counts the tenant's snapshots by their Secrets; each
+// takes the disk of its checkpoint on its node, or, for a record that
+// does not say, the sandbox's it was made of (its disk and memory, what a
+// checkpoint holds at most).
+func (k *Placement) SnapshotsUsage(ctx context.Context, tenantName string) (tenant.Usage, error) {
+	recs, err := k.c.ListSecrets(ctx, k.cfg.Namespace, k.selector(tenantName)+","+kubeLabelKind+"="+kubeKindSnapshot)
+	if err != nil {
+		return tenant.Usage{}, err
+	}
+	var u tenant.Usage
+	for i := range recs {
+		rec := &recs[i]
+		u.Snapshots++
+		if n, err := strconv.ParseInt(rec.Metadata.Annotations[kubeAnnCheckpointBytes], 10, 64); err == nil && n >= 0 {
+			u.Disk += n
+			continue
+		}
+		var p kube.Pod
+		json.Unmarshal(rec.Data[kubePausedPodKey], &p) //nolint:errcheck // an unreadable record counts hutch's defaults
+		src := podSandbox(&p)
+		if src == nil {
+			src = &engine.Sandbox{}
+		}
+		bound := placement.UsageOf(src.CPUs, src.Memory, src.Disk)
+		u.Disk += bound.Disk + bound.Memory
+	}
+	return u, nil
 }
 
 // DeleteTemplate removes one of the tenant's snapshots. The server's

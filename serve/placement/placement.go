@@ -43,6 +43,10 @@ const (
 	// (public traffic is off).
 	LabelPrivate   = LabelPrefix + "private-traffic"
 	LabelAutoPause = LabelPrefix + "auto-pause"
+	// LabelAutoResume: a request with no key (a port preview of a
+	// public sandbox) may resume the sandbox when it is paused (E2B's
+	// autoResume).
+	LabelAutoResume = LabelPrefix + "auto-resume"
 	// LabelVolumes records a sandbox's E2B volumeMounts (JSON), for
 	// GET /sandboxes/{id}.
 	LabelVolumes = LabelPrefix + "volumes"
@@ -113,6 +117,9 @@ type Placement interface {
 	ListTemplates(ctx context.Context, tenantName string) ([]Template, error)
 	// DeleteTemplate removes tenant's own template (snapshot) id.
 	DeleteTemplate(ctx context.Context, tenantName, id string) error
+	// SnapshotsUsage is what tenant's snapshots hold of its quota: their
+	// number (Snapshots) and the disk they take (Disk), nothing else.
+	SnapshotsUsage(ctx context.Context, tenantName string) (tenant.Usage, error)
 
 	// CreateVolume, GetVolume and DeleteVolume make, find and remove
 	// tenant's volume name; ListVolumes lists tenant's volumes' names.
@@ -189,6 +196,9 @@ type CreateRequest struct {
 	Timeout time.Duration
 	// AutoPause pauses the sandbox at its timeout rather than remove it.
 	AutoPause bool
+	// AutoResume lets a request with no key resume the sandbox when it
+	// is paused (LabelAutoResume).
+	AutoResume bool
 	// Network is none, allow (with Allow) or open.
 	Network string
 	Allow   []string

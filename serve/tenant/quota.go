@@ -32,20 +32,25 @@ func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
 const cpuSlack = 1e-9
 
 // Admit checks that a tenant holding used may take want more. It is nil, or
-// a *QuotaError naming every quota that would be exceeded.
+// a *QuotaError naming every quota that would be exceeded. Only what want
+// asks for is checked: a tenant over one limit (lowered since) may still
+// take what that limit does not bound.
 func (q Quota) Admit(used, want Usage) error {
 	var ex []string
-	if q.MaxSandboxes > 0 && used.Sandboxes+want.Sandboxes > q.MaxSandboxes {
+	if q.MaxSandboxes > 0 && want.Sandboxes > 0 && used.Sandboxes+want.Sandboxes > q.MaxSandboxes {
 		ex = append(ex, fmt.Sprintf("sandboxes %d in use + %d asked > max-sandboxes %d", used.Sandboxes, want.Sandboxes, q.MaxSandboxes))
 	}
-	if q.MaxCPUs > 0 && used.CPUs+want.CPUs > q.MaxCPUs+cpuSlack {
+	if q.MaxCPUs > 0 && want.CPUs > 0 && used.CPUs+want.CPUs > q.MaxCPUs+cpuSlack {
 		ex = append(ex, fmt.Sprintf("cpus %s in use + %s asked > max-cpus %s", cores(used.CPUs), cores(want.CPUs), cores(q.MaxCPUs)))
 	}
-	if q.MaxMemory > 0 && used.Memory+want.Memory > q.MaxMemory {
+	if q.MaxMemory > 0 && want.Memory > 0 && used.Memory+want.Memory > q.MaxMemory {
 		ex = append(ex, fmt.Sprintf("memory %s in use + %s asked > max-memory %s", policy.FormatSize(used.Memory), policy.FormatSize(want.Memory), policy.FormatSize(q.MaxMemory)))
 	}
-	if q.MaxDisk > 0 && used.Disk+want.Disk > q.MaxDisk {
+	if q.MaxDisk > 0 && want.Disk > 0 && used.Disk+want.Disk > q.MaxDisk {
 		ex = append(ex, fmt.Sprintf("disk %s in use + %s asked > max-disk %s", policy.FormatSize(used.Disk), policy.FormatSize(want.Disk), policy.FormatSize(q.MaxDisk)))
+	}
+	if q.MaxSnapshots > 0 && want.Snapshots > 0 && used.Snapshots+want.Snapshots > q.MaxSnapshots {
+		ex = append(ex, fmt.Sprintf("snapshots %d kept + %d asked > max-snapshots %d", used.Snapshots, want.Snapshots, q.MaxSnapshots))
 	}
 	if len(ex) == 0 {
 		return nil

@@ -48,8 +48,12 @@ type Quota struct {
 	MaxCPUs float64 `json:"max_cpus"`
 	// MaxMemory is the sum of their memory limits, in bytes.
 	MaxMemory int64 `json:"max_memory"`
-	// MaxDisk is the sum of their writable layer sizes, in bytes.
+	// MaxDisk is the sum of their writable layer sizes and of what its
+	// snapshots take, in bytes.
 	MaxDisk int64 `json:"max_disk"`
+	// MaxSnapshots is the number of snapshots (templates of its own) the
+	// tenant may keep.
+	MaxSnapshots int `json:"max_snapshots,omitempty"`
 }
 
 // Tenant is one entry of the tenants file, without its key's hash.
@@ -65,6 +69,23 @@ type Usage struct {
 	CPUs      float64
 	Memory    int64
 	Disk      int64
+	Snapshots int
+}
+
+// Add is u and v together.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		Sandboxes: u.Sandboxes + v.Sandboxes, CPUs: u.CPUs + v.CPUs, Memory: u.Memory + v.Memory,
+		Disk: u.Disk + v.Disk, Snapshots: u.Snapshots + v.Snapshots,
+	}
+}
+
+// Sub is u without v.
+func (u Usage) Sub(v Usage) Usage {
+	return Usage{
+		Sandboxes: u.Sandboxes - v.Sandboxes, CPUs: u.CPUs - v.CPUs, Memory: u.Memory - v.Memory,
+		Disk: u.Disk - v.Disk, Snapshots: u.Snapshots - v.Snapshots,
+	}
 }
 
 // record is a tenant as the file stores it.
@@ -119,6 +140,9 @@ func (q Quota) Validate() error {
 	}
 	if q.MaxDisk < 0 {
 		errs = append(errs, fmt.Errorf("max-disk %d: must not be negative", q.MaxDisk))
+	}
+	if q.MaxSnapshots < 0 {
+		errs = append(errs, fmt.Errorf("max-snapshots %d: must not be negative", q.MaxSnapshots))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -276,6 +300,29 @@ func (s *Store) Add(name string, q Quota) (key string, err error) {
 		return "", err
 	}
 	return key, nil
+}
+
+// SetQuota changes tenant name's quota to what set makes of it (an error
+// of set changes nothing); the running servers apply it within a second.
+// A name not in the file is errdefs.ErrNotFound.
+func (s *Store) SetQuota(name string, set func(*Quota) error) (Quota, error) {
+	var q Quota
+	err := s.update(func(recs []record) ([]record, error) {
+		i := slices.IndexFunc(recs, func(r record) bool { return r.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("tenant %q: %w", name, errdefs.ErrNotFound)
+		}
+		q = recs[i].Quota
+		if err := set(&q); err != nil {
+			return nil, err
+		}
+		if err := q.Validate(); err != nil {
+			return nil, err
+		}
+		recs[i].Quota = q
+		return recs, nil
+	})
+	return q, err
 }
 
 // Remove removes tenant name; its key stops working at once in this Store

@@ -349,8 +349,8 @@ func TestAdmit(t *testing.T) {
 		used, want Usage
 		msg        string // "" = admitted
 	}{
-		{"fits", q, Usage{2, 2, 2 * gib, 5 * gib}, Usage{1, 2, 2 * gib, 5 * gib}, ""},
-		{"unlimited", Quota{}, Usage{1000, 1000, 1000 * gib, 1000 * gib}, Usage{1, 1, gib, gib}, ""},
+		{"fits", q, Usage{2, 2, 2 * gib, 5 * gib, 0}, Usage{1, 2, 2 * gib, 5 * gib, 0}, ""},
+		{"unlimited", Quota{}, Usage{1000, 1000, 1000 * gib, 1000 * gib, 1000}, Usage{1, 1, gib, gib, 1}, ""},
 		{"float sum", Quota{MaxCPUs: 0.3}, Usage{CPUs: 0.1}, Usage{CPUs: 0.2}, ""},
 		{"sandboxes", q, Usage{Sandboxes: 3}, Usage{Sandboxes: 1},
 			"tenant quota exceeded: sandboxes 3 in use + 1 asked > max-sandboxes 3"},
@@ -363,6 +363,10 @@ func TestAdmit(t *testing.T) {
 		{"exactly full", q, Usage{Sandboxes: 2, CPUs: 3, Memory: 3 * gib, Disk: 9 * gib}, Usage{Sandboxes: 1, CPUs: 1, Memory: gib, Disk: gib}, ""},
 		{"two at once", q, Usage{Sandboxes: 3, Memory: 4 * gib}, Usage{Sandboxes: 1, Memory: 1},
 			"tenant quota exceeded: sandboxes 3 in use + 1 asked > max-sandboxes 3; memory 4GiB in use + 1B asked > max-memory 4GiB"},
+		{"snapshots", Quota{MaxSnapshots: 2}, Usage{Snapshots: 2}, Usage{Snapshots: 1},
+			"tenant quota exceeded: snapshots 2 kept + 1 asked > max-snapshots 2"},
+		{"a resume asks no disk of a tenant over it", q, Usage{Disk: 11 * gib}, Usage{Sandboxes: 1, CPUs: 1, Memory: gib}, ""},
+		{"a snapshot asks no sandbox of a tenant at its limit", Quota{MaxSandboxes: 1, MaxSnapshots: 1}, Usage{Sandboxes: 1}, Usage{Snapshots: 1}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.q.Admit(tc.used, tc.want)

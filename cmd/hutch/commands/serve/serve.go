@@ -47,6 +47,8 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
 		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
+		&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
+		&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
 		&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
 		&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
 		&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
@@ -129,6 +131,12 @@ func run(c *cli.Context) error {
 	cfg := serve.Config{
 		Tenants: tenants, Domain: c.String("domain"),
 		Logger: log, DefaultNetwork: c.String("default-network"),
+		Watches: serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
+	}
+	for _, f := range []string{"tenant-watchers", "sandbox-watchers"} {
+		if c.Int(f) < 1 {
+			return clix.UsageError(fmt.Errorf("--%s %d: want at least 1", f, c.Int(f)))
+		}
 	}
 	var root string
 	if be == backendKubernetes {

@@ -20,7 +20,7 @@ import (
 var Command = &cli.Command{
 	Name:        "tenant",
 	Usage:       "manage the tenants of hutch serve: API keys and quotas",
-	Subcommands: []*cli.Command{addCommand, lsCommand, rmCommand},
+	Subcommands: []*cli.Command{addCommand, setCommand, lsCommand, rmCommand},
 }
 
 // tenantsFlag names the file; every subcommand carries it so it may
@@ -45,27 +45,33 @@ func open(c *cli.Context) (*tenant.Store, error) {
 	return tenant.Open(path)
 }
 
+// quotaFlagsList are the --max-* flags of add and set.
+var quotaFlagsList = []cli.Flag{
+	&cli.StringFlag{Name: "max-sandboxes", Usage: "sandboxes the tenant may have at once (default unlimited)"},
+	&cli.StringFlag{Name: "max-cpus", Usage: "total CPU cores of its sandboxes (default unlimited)"},
+	&cli.StringFlag{Name: "max-memory", Usage: "total memory of its sandboxes, e.g. 8g (default unlimited)"},
+	&cli.StringFlag{Name: "max-disk", Usage: "total disk of its sandboxes and snapshots, e.g. 100g (default unlimited)"},
+	&cli.StringFlag{Name: "max-snapshots", Usage: "snapshots the tenant may keep (default unlimited)"},
+}
+
+// quotaUsage is the --max-* part of add's and set's usage lines.
+const quotaUsage = "[--max-sandboxes N] [--max-cpus N] [--max-memory SIZE] [--max-disk SIZE] [--max-snapshots N]"
+
 var addCommand = &cli.Command{
 	Name:      "add",
 	Usage:     "add a tenant; prints its API key, which is shown only this once",
 	ArgsUsage: "NAME",
-	Flags: []cli.Flag{
-		tenantsFlag,
-		&cli.StringFlag{Name: "max-sandboxes", Usage: "sandboxes the tenant may have at once (default unlimited)"},
-		&cli.StringFlag{Name: "max-cpus", Usage: "total CPU cores of its sandboxes (default unlimited)"},
-		&cli.StringFlag{Name: "max-memory", Usage: "total memory of its sandboxes, e.g. 8g (default unlimited)"},
-		&cli.StringFlag{Name: "max-disk", Usage: "total disk of its sandboxes, e.g. 100g (default unlimited)"},
-	},
+	Flags:     append([]cli.Flag{tenantsFlag}, quotaFlagsList...),
 	Action: func(c *cli.Context) error {
-		a, err := args(c, 1, 1, "NAME --tenants FILE [--max-sandboxes N] [--max-cpus N] [--max-memory SIZE] [--max-disk SIZE]")
+		a, err := args(c, 1, 1, "NAME --tenants FILE "+quotaUsage)
 		if err != nil {
 			return err
 		}
 		if err := tenant.ValidateName(a[0]); err != nil {
 			return clix.UsageError(err)
 		}
-		q, err := quotaFlags(c)
-		if err != nil {
+		var q tenant.Quota
+		if err := quotaFlags(c, &q); err != nil {
 			return err
 		}
 		s, err := open(c)
@@ -82,20 +88,54 @@ var addCommand = &cli.Command{
 	},
 }
 
-// quotaFlags reads the --max-* flags; an absent flag, or 0, is unlimited.
-func quotaFlags(c *cli.Context) (tenant.Quota, error) {
-	var q tenant.Quota
-	if s := c.String("max-sandboxes"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return q, clix.UsageError(fmt.Errorf("--max-sandboxes %q: want a whole number, 0 for unlimited", s))
+var setCommand = &cli.Command{
+	Name:      "set",
+	Usage:     "change a tenant's quotas: the flags given, the others as they were (0 is unlimited)",
+	ArgsUsage: "NAME",
+	Flags:     append([]cli.Flag{tenantsFlag}, quotaFlagsList...),
+	Action: func(c *cli.Context) error {
+		a, err := args(c, 1, 1, "NAME --tenants FILE "+quotaUsage)
+		if err != nil {
+			return err
 		}
-		q.MaxSandboxes = n
+		given := false
+		for _, f := range quotaFlagsList {
+			given = given || c.IsSet(f.Names()[0])
+		}
+		if !given {
+			return clix.UsageError(fmt.Errorf("hutch tenant set %s: no quota given: name at least one of %s", a[0], quotaUsage))
+		}
+		s, err := open(c)
+		if err != nil {
+			return err
+		}
+		if _, err := s.SetQuota(a[0], func(q *tenant.Quota) error { return quotaFlags(c, q) }); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer, a[0])
+		return nil
+	},
+}
+
+// quotaFlags sets q's limits from the --max-* flags given; an absent flag
+// leaves its limit, and 0 is unlimited.
+func quotaFlags(c *cli.Context, q *tenant.Quota) error {
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"max-sandboxes", &q.MaxSandboxes}, {"max-snapshots", &q.MaxSnapshots}} {
+		if s := c.String(f.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				return clix.UsageError(fmt.Errorf("--%s %q: want a whole number, 0 for unlimited", f.name, s))
+			}
+			*f.dst = n
+		}
 	}
 	if s := c.String("max-cpus"); s != "" {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-			return q, clix.UsageError(fmt.Errorf("--max-cpus %q: want a number of cores, 0 for unlimited", s))
+			return clix.UsageError(fmt.Errorf("--max-cpus %q: want a number of cores, 0 for unlimited", s))
 		}
 		q.MaxCPUs = f
 	}
@@ -106,12 +146,12 @@ func quotaFlags(c *cli.Context) (tenant.Quota, error) {
 		if s := c.String(f.name); s != "" {
 			n, err := engine.ParseSize(s)
 			if err != nil {
-				return q, clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
+				return clix.UsageError(fmt.Errorf("--%s: %w", f.name, err))
 			}
 			*f.dst = n
 		}
 	}
-	return q, nil
+	return nil
 }
 
 var lsCommand = &cli.Command{
@@ -138,13 +178,14 @@ var lsCommand = &cli.Command{
 		if asJSON {
 			return clix.WriteJSON(c.App.Writer, ts)
 		}
-		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "SANDBOXES", "CPUS", "MEMORY", "DISK", "CREATED"}, ts, func(t tenant.Tenant) []string {
+		return clix.WriteTable(c.App.Writer, 3, []string{"NAME", "SANDBOXES", "CPUS", "MEMORY", "DISK", "SNAPSHOTS", "CREATED"}, ts, func(t tenant.Tenant) []string {
 			q := t.Quota
 			return []string{t.Name,
 				limit(q.MaxSandboxes != 0, strconv.Itoa(q.MaxSandboxes)),
 				limit(q.MaxCPUs != 0, strconv.FormatFloat(q.MaxCPUs, 'f', -1, 64)),
 				limit(q.MaxMemory != 0, engine.FormatSize(q.MaxMemory)),
 				limit(q.MaxDisk != 0, engine.FormatSize(q.MaxDisk)),
+				limit(q.MaxSnapshots != 0, strconv.Itoa(q.MaxSnapshots)),
 				t.Created.Local().Format("2006-01-02 15:04:05")}
 		})
 	},

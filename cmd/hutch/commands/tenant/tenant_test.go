@@ -64,7 +64,7 @@ var keyRE = regexp.MustCompile(`^e2b_[0-9a-f]{40}$`)
 func TestTenantCommands(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "conf", "tenants.json")
 
-	r := hutch(t, "tenant", "add", "acme", "--tenants", file, "--max-sandboxes", "3", "--max-cpus", "2.5", "--max-memory", "8g", "--max-disk", "100g")
+	r := hutch(t, "tenant", "add", "acme", "--tenants", file, "--max-sandboxes", "3", "--max-cpus", "2.5", "--max-memory", "8g", "--max-disk", "100g", "--max-snapshots", "5")
 	if r.code != 0 {
 		t.Fatalf("tenant add: exit %d: %s", r.code, r.stderr)
 	}
@@ -82,7 +82,7 @@ func TestTenantCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantQ := tenant.Quota{MaxSandboxes: 3, MaxCPUs: 2.5, MaxMemory: 8 << 30, MaxDisk: 100 << 30}
+	wantQ := tenant.Quota{MaxSandboxes: 3, MaxCPUs: 2.5, MaxMemory: 8 << 30, MaxDisk: 100 << 30, MaxSnapshots: 5}
 	if got, ok := s.Authenticate(keyA); !ok || got.Name != "acme" || got.Quota != wantQ {
 		t.Errorf("the printed key authenticates as %+v, %v; want acme with %+v", got, ok, wantQ)
 	}
@@ -108,8 +108,8 @@ func TestTenantCommands(t *testing.T) {
 		t.Errorf("tenant ls shows key material:\n%s", r.stdout)
 	}
 	r = hutch(t, "--root", t.TempDir(), "tenant", "list", "--tenants", file)
-	if r.code != 0 || !regexp.MustCompile(`(?m)^acme\s+3\s+2.5\s+8GiB\s+100GiB\s`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^beta\s+unlimited\s+unlimited\s+unlimited\s+unlimited\s`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^acme\s+3\s+2.5\s+8GiB\s+100GiB\s+5\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^beta\s+unlimited\s+unlimited\s+unlimited\s+unlimited\s+unlimited\s`).MatchString(r.stdout) {
 		t.Errorf("tenant ls: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -131,6 +131,12 @@ func TestTenantCommands(t *testing.T) {
 		{[]string{"add", "x", "y"}, "usage: hutch tenant add NAME"},
 		{[]string{"add", "x", "--nope"}, "nope"},
 		{[]string{"rm", "nobody"}, `tenant "nobody": not found`},
+		{[]string{"add", "x", "--max-snapshots", "many"}, `--max-snapshots "many"`},
+		{[]string{"set", "acme"}, "no quota given"},
+		{[]string{"set", "nobody", "--max-snapshots", "1"}, `tenant "nobody": not found`},
+		{[]string{"set", "acme", "--max-snapshots", "-2"}, `--max-snapshots "-2"`},
+		{[]string{"set", "acme", "--max-disk", "lots"}, `--max-disk`},
+		{[]string{"set"}, "usage: hutch tenant set NAME"},
 		{[]string{"ls", "--format", "yaml"}, `--format "yaml"`},
 	} {
 		args := append([]string{"tenant"}, tc.args...)
@@ -145,6 +151,20 @@ func TestTenantCommands(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(file); !bytes.Equal(before, after) {
 		t.Errorf("a refused command changed the file:\n%s\nthen:\n%s", before, after)
+	}
+
+	// set changes the limits it names and keeps the others; the key
+	// stays.
+	r = hutch(t, "tenant", "set", "acme", "--tenants", file, "--max-snapshots", "0", "--max-disk", "20g")
+	if r.code != 0 || r.stdout != "acme\n" {
+		t.Fatalf("tenant set acme: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := s.List(); err != nil {
+		t.Fatal(err)
+	}
+	wantQ.MaxSnapshots, wantQ.MaxDisk = 0, 20<<30
+	if got, ok := s.Authenticate(keyA); !ok || got.Quota != wantQ {
+		t.Errorf("after tenant set, acme's key authenticates as %+v, %v; want %+v", got, ok, wantQ)
 	}
 
 	r = hutch(t, "tenant", "rm", "acme", "--tenants", file)
