@@ -203,3 +203,34 @@ func FuzzHostDirTarget(f *testing.F) {
 		}
 	})
 }
+
+// The remote backend's download creates its file in the target's
+// directory: a symlink at the name is replaced, never written through;
+// a directory there is refused.
+func TestCreateIn(t *testing.T) {
+	hd, outside := hostTree(t)
+	dst, err := hd.openTarget("sub/link")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.close()
+	// A symlink out appears at the name after the check.
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(hd.path, "sub", "link")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := createIn(dst.dir, dst.rename)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("new")
+	f.Close()
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "x" {
+		t.Fatalf("written through the symlink: the file outside reads %q", b)
+	}
+	if fi, err := os.Lstat(filepath.Join(hd.path, "sub", "link")); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("sub/link: %v %v, want the new regular file", fi, err)
+	}
+	if _, err := createIn(dst.dir, "."); err == nil {
+		t.Fatal("createIn over a directory succeeded")
+	}
+}
