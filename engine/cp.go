@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/agent/archive"
 	"hutch.dev/hutch/agent/wire"
@@ -34,6 +36,24 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 	if err != nil {
 		return hostPathError(err)
 	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return hostPathError(&fs.PathError{Op: "open", Path: dir, Err: err})
+	}
+	root := os.NewFile(uintptr(fd), dir)
+	defer root.Close()
+	return e.CopyFromSandboxAt(ctx, ref, src, root, rename)
+}
+
+// CopyFromSandboxAt copies src in sandbox ref into the host directory open
+// as dir (O_PATH will do): as rename, or under src's own name if rename is
+// "". No host path is resolved: every file is made relative to dir's
+// descriptor, and no symlink below it is followed (archive.ExtractAt), so
+// what the path to dir becomes meanwhile does not matter.
+func (e *Engine) CopyFromSandboxAt(ctx context.Context, ref, src string, dir *os.File, rename string) error {
+	if err := checkSandboxPath(src); err != nil {
+		return err
+	}
 	sb, err := e.running(ctx, ref)
 	if err != nil {
 		return err
@@ -52,7 +72,7 @@ func (e *Engine) CopyFromSandbox(ctx context.Context, ref, src, hostDst string) 
 		pw.Close()
 		waited <- err
 	}()
-	xerr := archive.Extract(pr, dir, archive.ExtractOptions{Rename: rename, NoSetID: true, Check: copyOutCheck(sb, src)})
+	xerr := archive.ExtractAt(pr, dir, archive.ExtractOptions{Rename: rename, NoSetID: true, Check: copyOutCheck(sb, src)})
 	if xerr != nil {
 		cancel() // stop the sandbox's side
 	}
@@ -72,6 +92,28 @@ func (e *Engine) CopyToSandbox(ctx context.Context, ref, hostSrc, dst string) er
 	if _, err := os.Lstat(hostSrc); err != nil {
 		return hostPathError(err)
 	}
+	return e.copyToSandbox(ctx, ref, dst, func(w io.Writer) error {
+		return archive.WriteTar(w, hostSrc, archive.ArchiveName(hostSrc))
+	})
+}
+
+// CopyToSandboxFrom copies the host file or directory open for reading as
+// src to dst in sandbox ref, named name at the top of the copy (as a
+// source path's base name is). src itself is copied, whatever its path now
+// leads to; below it every file is opened relative to its directory's
+// descriptor and no symlink is followed (archive.WriteTarAt).
+func (e *Engine) CopyToSandboxFrom(ctx context.Context, ref string, src *os.File, name, dst string) error {
+	if err := checkSandboxPath(dst); err != nil {
+		return err
+	}
+	return e.copyToSandbox(ctx, ref, dst, func(w io.Writer) error {
+		return archive.WriteTarAt(w, src, name)
+	})
+}
+
+// copyToSandbox streams what write writes, a tar stream, into the
+// sandbox's agent, which extracts it at dst.
+func (e *Engine) copyToSandbox(ctx context.Context, ref, dst string, write func(io.Writer) error) error {
 	sb, err := e.running(ctx, ref)
 	if err != nil {
 		return err
@@ -79,7 +121,7 @@ func (e *Engine) CopyToSandbox(ctx context.Context, ref, hostSrc, dst string) er
 	pr, pw := io.Pipe()
 	tarred := make(chan error, 1)
 	go func() {
-		err := archive.WriteTar(pw, hostSrc, archive.ArchiveName(hostSrc))
+		err := write(pw)
 		pw.CloseWithError(err)
 		tarred <- err
 	}()

@@ -42,6 +42,20 @@ func ListenPorts(ms []PortMapping) ([]PortListener, error) {
 	return forward.Listen(ms)
 }
 
+// ListenOwnerSocket binds a UNIX socket at path for this process's user
+// and root only: mode 0600, in a directory no other user can write to
+// (forward.ListenSocket). A server on it checks each peer with
+// SocketPeerUID as well.
+func ListenOwnerSocket(path string) (*net.UnixListener, error) {
+	return forward.ListenSocket(path)
+}
+
+// SocketPeerUID is the user of the peer of c, accepted on a UNIX socket
+// (SO_PEERCRED).
+func SocketPeerUID(c *net.UnixConn) (uint32, error) {
+	return forward.PeerUID(c)
+}
+
 // Forward serves connections accepted on ls, forwarding each to its port
 // in sandbox ref, until ctx ends (nil) or the sandbox stops running (an
 // error). It closes the listeners when it returns.

@@ -48,6 +48,25 @@ func makeStateDirs(root string, dirs ...string) error {
 	return nil
 }
 
+// StateDir makes the directory name under the state root root
+// (DefaultRoot if empty), owner-only, after the checks Open makes of the
+// root, and returns its path: the state of a front end, which may run
+// without opening an engine (`hutch mcp --server`).
+func StateDir(root, name string) (string, error) {
+	if root == "" {
+		root = DefaultRoot()
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
+	}
+	d := filepath.Join(root, name)
+	if err := makeStateDirs(root, d); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
 // ownerOnly makes directory p mode 0700 unless it is already; it must be a
 // directory (not a symlink) owned by the caller.
 func ownerOnly(p string) error {

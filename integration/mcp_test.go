@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,12 +47,21 @@ func mcpServe(t *testing.T, e *env, flags ...string) *sdk.ClientSession {
 }
 
 // mcpServeHTTP starts `hutch mcp --transport http` on a free loopback port
-// and connects the Go SDK's streamable HTTP client to it. The server is
-// stopped when the test ends.
+// and connects the Go SDK's streamable HTTP client to it with the
+// server's bearer token. The server is stopped when the test ends.
 func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, string) {
 	t.Helper()
-	port := freePort(t)
-	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	startMCPHTTP(t, e, "tcp", listen, listen, flags...)
+	url := "http://" + listen + "/mcp"
+	return mcpConnect(t, url, bearerClient(mcpToken(t, e))), url
+}
+
+// startMCPHTTP starts `hutch mcp --transport http --listen listen` on e's
+// state root and returns when addr accepts connections on network (tcp
+// or unix). The server is stopped when the test ends.
+func startMCPHTTP(t *testing.T, e *env, network, addr, listen string, flags ...string) {
+	t.Helper()
 	cmd := e.cmd(nil, append([]string{"mcp", "--transport", "http", "--listen", listen}, flags...)...)
 	logPath := filepath.Join(t.TempDir(), "mcp.log")
 	logf, err := os.Create(logPath)
@@ -77,7 +87,7 @@ func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, st
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		c, err := net.Dial("tcp", listen)
+		c, err := net.Dial(network, addr)
 		if err == nil {
 			c.Close()
 			break
@@ -88,17 +98,51 @@ func mcpServeHTTP(t *testing.T, e *env, flags ...string) (*sdk.ClientSession, st
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hutch mcp did not listen on %s:\n%s", listen, readFile(logPath))
+			t.Fatalf("hutch mcp did not listen on %s:\n%s", addr, readFile(logPath))
 		}
 	}
-	url := "http://" + listen + "/mcp"
+}
+
+// mcpToken is the bearer token `hutch mcp --transport http` keeps in e's
+// state root.
+func mcpToken(t *testing.T, e *env) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.root, "mcp", "token"))
+	if err != nil {
+		t.Fatalf("the server's token: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// bearerClient sends every request with the bearer token tok.
+func bearerClient(tok string) *http.Client {
+	return &http.Client{Transport: bearer{tok, http.DefaultTransport}}
+}
+
+type bearer struct {
+	tok  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return b.next.RoundTrip(r)
+}
+
+// mcpConnect connects the Go SDK's streamable HTTP client to url through
+// hc; the session is closed when the test ends.
+func mcpConnect(t *testing.T, url string, hc *http.Client) *sdk.ClientSession {
+	t.Helper()
 	client := sdk.NewClient(&sdk.Implementation{Name: "hutch-integration", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", url, err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs, url
+	return cs
 }
 
 func readFile(p string) string {
@@ -523,17 +567,18 @@ func TestMCPInspector(t *testing.T) {
 
 	// Over streamable HTTP, against a running server.
 	cs, url := mcpServeHTTP(t, e, "--owner", "inspector-test")
-	r = call(url, "--transport", "http", "--method", "tools/call", "--tool-name", "list_sandboxes")
+	auth := "Authorization: Bearer " + mcpToken(t, e)
+	r = call(url, "--transport", "http", "--header", auth, "--method", "tools/call", "--tool-name", "list_sandboxes")
 	var l struct {
 		Sandboxes []mcpSandbox `json:"sandboxes"`
 	}
 	if err := json.Unmarshal(r.StructuredContent, &l); r.IsError || err != nil || len(l.Sandboxes) != 1 || l.Sandboxes[0].SandboxID != sb.SandboxID {
 		t.Fatalf("list_sandboxes over HTTP through the inspector: %+v %v", r, err)
 	}
-	if err := json.Unmarshal([]byte(inspector(t, e, url, "--transport", "http", "--method", "tools/list")), &list); err != nil || len(list.Tools) < 17 {
+	if err := json.Unmarshal([]byte(inspector(t, e, url, "--transport", "http", "--header", auth, "--method", "tools/list")), &list); err != nil || len(list.Tools) < 17 {
 		t.Fatalf("tools/list over HTTP: %d tools, %v", len(list.Tools), err)
 	}
-	r = call(url, "--transport", "http", "--method", "tools/call", "--tool-name", "remove_sandbox", "--tool-arg", "sandbox_id="+sb.SandboxID)
+	r = call(url, "--transport", "http", "--header", auth, "--method", "tools/call", "--tool-name", "remove_sandbox", "--tool-arg", "sandbox_id="+sb.SandboxID)
 	if r.IsError {
 		t.Fatalf("remove_sandbox over HTTP: %+v", r)
 	}

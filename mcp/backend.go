@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"os"
 	"time"
 )
 
@@ -36,10 +37,12 @@ type backend interface {
 	writeFile(ctx context.Context, ref, path string, data []byte, mode fs.FileMode) error
 	listDir(ctx context.Context, ref, path string) ([]fileEntry, error)
 	removeFile(ctx context.Context, ref, path string, recursive bool) error
-	// upload copies hostPath (resolved inside the allowed directory)
-	// into the sandbox; download the other way.
-	upload(ctx context.Context, ref, hostPath, path string) error
-	download(ctx context.Context, ref, path, hostPath string) error
+	// upload copies src, a host file or directory of the allowed
+	// directory open for reading, into the sandbox at path, named name
+	// at the top; download copies path into the host target. Neither
+	// resolves a host path: they act through the descriptors.
+	upload(ctx context.Context, ref string, src *os.File, name, path string) error
+	download(ctx context.Context, ref, path string, dst hostTarget) error
 
 	expose(ctx context.Context, ref string, port, hostPort int) (exposeResult, error)
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -319,20 +320,20 @@ func (b *engineBackend) removeFile(ctx context.Context, ref, path string, recurs
 	return b.eng.RemoveFile(ctx, sb.ID, path, recursive)
 }
 
-func (b *engineBackend) upload(ctx context.Context, ref, hostPath, path string) error {
+func (b *engineBackend) upload(ctx context.Context, ref string, src *os.File, name, path string) error {
 	sb, err := b.sandbox(ctx, ref)
 	if err != nil {
 		return err
 	}
-	return b.eng.CopyToSandbox(ctx, sb.ID, hostPath, path)
+	return b.eng.CopyToSandboxFrom(ctx, sb.ID, src, name, path)
 }
 
-func (b *engineBackend) download(ctx context.Context, ref, path, hostPath string) error {
+func (b *engineBackend) download(ctx context.Context, ref, path string, dst hostTarget) error {
 	sb, err := b.sandbox(ctx, ref)
 	if err != nil {
 		return err
 	}
-	return b.eng.CopyFromSandbox(ctx, sb.ID, path, hostPath)
+	return b.eng.CopyFromSandboxAt(ctx, sb.ID, path, dst.dir, dst.rename)
 }
 
 func (b *engineBackend) expose(ctx context.Context, ref string, port, hostPort int) (exposeResult, error) {

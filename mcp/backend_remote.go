@@ -21,6 +21,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/serve/envdpb/filesystempb"
@@ -587,30 +588,25 @@ func noDirs(p string) error {
 	return fmt.Errorf("%s is a directory: with a remote hutch server files are copied one at a time (archive a directory with tar in the sandbox, or on the host, first): %w", p, errdefs.ErrNotImplemented)
 }
 
-func (b *remoteBackend) upload(ctx context.Context, ref, hostPath, p string) error {
+func (b *remoteBackend) upload(ctx context.Context, ref string, src *os.File, name, p string) error {
 	_, box, err := b.running(ctx, ref)
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(hostPath)
+	fi, err := src.Stat()
 	if err != nil {
 		return err
 	}
 	if fi.IsDir() {
-		return noDirs(hostPath)
+		return noDirs(src.Name())
 	}
 	if e, err := b.stat(ctx, box, p); err == nil && e.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
-		p = path.Join(p, filepath.Base(hostPath))
+		p = path.Join(p, name)
 	}
-	f, err := os.Open(hostPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return b.err(box.sb.WriteFile(ctx, p, f, box.user))
+	return b.err(box.sb.WriteFile(ctx, p, src, box.user))
 }
 
-func (b *remoteBackend) download(ctx context.Context, ref, p, hostPath string) error {
+func (b *remoteBackend) download(ctx context.Context, ref, p string, dst hostTarget) error {
 	_, box, err := b.running(ctx, ref)
 	if err != nil {
 		return err
@@ -622,12 +618,11 @@ func (b *remoteBackend) download(ctx context.Context, ref, p, hostPath string) e
 	if e.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
 		return noDirs(p)
 	}
-	if fi, err := os.Stat(hostPath); err == nil && fi.IsDir() {
-		if hostPath, err = b.s.hostDir.target(filepath.Join(hostPath, path.Base(p))); err != nil {
-			return err
-		}
+	name := dst.rename
+	if name == "" {
+		name = path.Base(p)
 	}
-	f, err := os.OpenFile(hostPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscallNoFollow, 0o644)
+	f, err := createIn(dst.dir, name)
 	if err != nil {
 		return err
 	}
@@ -636,6 +631,31 @@ func (b *remoteBackend) download(ctx context.Context, ref, p, hostPath string) e
 		return b.err(err)
 	}
 	return f.Close()
+}
+
+// createIn creates the file name in the open directory dir, as
+// archive.Extract does a file entry: what is at name is replaced, a
+// symlink removed rather than written through, a directory refused.
+func createIn(dir *os.File, name string) (*os.File, error) {
+	full := filepath.Join(dir.Name(), name)
+	create := func() (int, error) {
+		return unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	}
+	fd, err := create()
+	if errors.Is(err, unix.EEXIST) {
+		var st unix.Stat_t
+		if err = unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				err = unix.EISDIR
+			} else if err = unix.Unlinkat(int(dir.Fd()), name, 0); err == nil {
+				fd, err = create()
+			}
+		}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "create", Path: full, Err: err}
+	}
+	return os.NewFile(uintptr(fd), full), nil
 }
 
 func (b *remoteBackend) expose(ctx context.Context, ref string, port, hostPort int) (exposeResult, error) {

@@ -92,7 +92,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	be      backend
-	hostDir hostDir
+	hostDir *hostDir
 	log     *slog.Logger
 	mcp     *sdk.Server
 }
@@ -169,6 +169,7 @@ func (s *Server) Owner() string { return s.cfg.Owner }
 // keep running until their lifetime ends.
 func (s *Server) Close() {
 	s.be.close()
+	s.hostDir.close()
 }
 
 // checkRef refuses an empty sandbox_id.

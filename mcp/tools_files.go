@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -243,32 +244,34 @@ func (s *Server) upload(ctx context.Context, a transferArgs) (*sdk.CallToolResul
 	if err := checkPath("path", a.Path); err != nil {
 		return nil, transferResult{}, err
 	}
-	src, err := s.hostDir.source(a.HostPath)
-	if err != nil {
-		return nil, transferResult{}, err
-	}
 	if err := checkRef(a.SandboxID); err != nil {
 		return nil, transferResult{}, err
 	}
-	if err := s.be.upload(ctx, a.SandboxID, src, a.Path); err != nil {
+	src, shown, err := s.hostDir.openSource(a.HostPath)
+	if err != nil {
 		return nil, transferResult{}, err
 	}
-	return nil, transferResult{HostPath: src, Path: a.Path}, nil
+	defer src.Close()
+	if err := s.be.upload(ctx, a.SandboxID, src, filepath.Base(shown), a.Path); err != nil {
+		return nil, transferResult{}, err
+	}
+	return nil, transferResult{HostPath: shown, Path: a.Path}, nil
 }
 
 func (s *Server) download(ctx context.Context, a transferArgs) (*sdk.CallToolResult, transferResult, error) {
 	if err := checkPath("path", a.Path); err != nil {
 		return nil, transferResult{}, err
 	}
-	dst, err := s.hostDir.target(a.HostPath)
-	if err != nil {
-		return nil, transferResult{}, err
-	}
 	if err := checkRef(a.SandboxID); err != nil {
 		return nil, transferResult{}, err
 	}
+	dst, err := s.hostDir.openTarget(a.HostPath)
+	if err != nil {
+		return nil, transferResult{}, err
+	}
+	defer dst.close()
 	if err := s.be.download(ctx, a.SandboxID, a.Path, dst); err != nil {
 		return nil, transferResult{}, err
 	}
-	return nil, transferResult{HostPath: dst, Path: a.Path}, nil
+	return nil, transferResult{HostPath: dst.path, Path: a.Path}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,74 +36,150 @@ func ArchiveName(src string) string {
 
 // WriteTar writes src as a tar stream to w, named name at the top. It
 // never follows a symlink, src included: symlinks are archived as
-// symlinks. Regular files are streamed, never held in memory.
+// symlinks. Below src, every file is opened relative to its directory's
+// descriptor (writeChild), so a directory swapped for a symlink while the
+// stream is written cannot lead the copy out of src. Regular files are
+// streamed, never held in memory.
 func WriteTar(w io.Writer, src, name string) error {
 	tw := tar.NewWriter(w)
-	src = filepath.Clean(src)
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		// Not path.Join: a top name "." must stay in every name, as
-		// the component that Extract's Rename replaces.
-		full := name
-		if rel != "." {
-			full = name + "/" + filepath.ToSlash(rel)
-		}
-		return writeEntry(tw, p, full)
-	})
-	if err != nil {
+	if err := writeChild(tw, unix.AT_FDCWD, filepath.Clean(src), name); err != nil {
 		return err
 	}
 	return tw.Close()
 }
 
-func writeEntry(tw *tar.Writer, p, name string) error {
-	fi, err := os.Lstat(p)
-	if err != nil {
+// WriteTarAt is WriteTar of a file or directory already open for reading:
+// src itself is archived, whatever path led to it, and nothing is
+// resolved by path but names relative to src's descriptor.
+func WriteTarAt(w io.Writer, src *os.File, name string) error {
+	tw := tar.NewWriter(w)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: src.Name(), Err: err}
+	}
+	if err := writeOpen(tw, src, &st, name); err != nil {
 		return err
 	}
-	link := ""
-	switch fi.Mode().Type() {
-	case 0, fs.ModeDir, fs.ModeNamedPipe:
-	case fs.ModeSymlink:
-		if link, err = os.Readlink(p); err != nil {
-			return err
+	return tw.Close()
+}
+
+// writeChild archives base, a name relative to the directory dirfd (or a
+// path, with unix.AT_FDCWD), as name. A symlink, the last component
+// included, is archived as a symlink; a regular file or directory is
+// opened with O_NOFOLLOW and archived from that descriptor.
+func writeChild(tw *tar.Writer, dirfd int, base, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "lstat", Path: base, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		link, err := readlinkat(dirfd, base)
+		if err != nil {
+			return &fs.PathError{Op: "readlink", Path: base, Err: err}
 		}
+		return tw.WriteHeader(header(&st, name, link))
+	case unix.S_IFIFO:
+		return tw.WriteHeader(header(&st, name, ""))
+	case unix.S_IFREG, unix.S_IFDIR:
 	default:
 		return nil // devices and sockets do not copy
 	}
-	hdr, err := tar.FileInfoHeader(fi, link)
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := unix.Openat(dirfd, base, flags, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: base, Err: err}
 	}
-	hdr.Name = name
-	if fi.IsDir() && name != "." {
-		hdr.Name += "/"
+	f := os.NewFile(uintptr(fd), base)
+	defer f.Close()
+	// What was opened decides: it may not be what was first looked at.
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: base, Err: err}
 	}
-	// Owners are not copied: a copy belongs to whoever receives it.
-	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-	hdr.Format = tar.FormatPAX // exact mtimes, long names
-	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
+	return writeOpen(tw, f, &st, name)
+}
+
+// writeOpen archives the open file f, whose status is st, as name: a
+// regular file with its content, a directory with every entry below it.
+func writeOpen(tw *tar.Writer, f *os.File, st *unix.Stat_t, name string) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		hdr := header(st, name, "")
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if n, err := io.CopyN(tw, f, hdr.Size); err != nil {
+			return fmt.Errorf("%s: read %d of %d bytes (did it change while being copied?): %w", f.Name(), n, hdr.Size, err)
+		}
+		return nil
+	case unix.S_IFDIR:
+	case unix.S_IFIFO:
+		return tw.WriteHeader(header(st, name, ""))
+	default:
 		return nil
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
+	if err := tw.WriteHeader(header(st, name, "")); err != nil {
 		return err
 	}
-	defer f.Close()
-	if n, err := io.CopyN(tw, f, hdr.Size); err != nil {
-		return fmt.Errorf("%s: read %d of %d bytes (did it change while being copied?): %w", p, n, hdr.Size, err)
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: f.Name(), Err: err}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		// Not path.Join: a top name "." must stay in every name, as
+		// the component that Extract's Rename replaces.
+		if err := writeChild(tw, int(f.Fd()), n, name+"/"+n); err != nil {
+			if pe, ok := err.(*fs.PathError); ok {
+				pe.Path = filepath.Join(f.Name(), pe.Path)
+			}
+			return err
+		}
 	}
 	return nil
+}
+
+// header is the tar header of a file of status st archived as name.
+// Owners are not copied: a copy belongs to whoever receives it.
+func header(st *unix.Stat_t, name, link string) *tar.Header {
+	hdr := &tar.Header{
+		Name:     name,
+		Linkname: link,
+		Mode:     int64(st.Mode & 0o7777),
+		ModTime:  time.Unix(st.Mtim.Unix()),
+		Format:   tar.FormatPAX, // exact mtimes, long names
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+	case unix.S_IFDIR:
+		hdr.Typeflag = tar.TypeDir
+		if name != "." {
+			hdr.Name += "/"
+		}
+	case unix.S_IFLNK:
+		hdr.Typeflag = tar.TypeSymlink
+	case unix.S_IFIFO:
+		hdr.Typeflag = tar.TypeFifo
+	}
+	return hdr
+}
+
+// readlinkat is readlink of name relative to dirfd.
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
 }
 
 // CopyTarget resolves a copy's destination as cp does: an existing
@@ -155,8 +232,16 @@ func Extract(r io.Reader, dir string, o ExtractOptions) error {
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
-	defer unix.Close(rootFd)
-	x := &extractor{root: rootFd, opts: o, dir: dir}
+	root := os.NewFile(uintptr(rootFd), dir)
+	defer root.Close()
+	return ExtractAt(r, root, o)
+}
+
+// ExtractAt is Extract into the directory open as dir (O_PATH will do):
+// every entry is made relative to that descriptor, whatever becomes of
+// the path that led to it.
+func ExtractAt(r io.Reader, dir *os.File, o ExtractOptions) error {
+	x := &extractor{root: int(dir.Fd()), opts: o, dir: dir.Name()}
 	defer x.closeParent()
 	tr := tar.NewReader(r)
 	for {

@@ -74,24 +74,36 @@ func Listen(ms []policy.PortMapping) ([]Listener, error) {
 	return out, nil
 }
 
-// listenSocket binds m's UNIX socket, mode 0600. Its directory must be
-// one that no other user can write to, nor any directory above it but
-// for sticky ones such as /tmp, all owned by this process's user or root:
-// no one else can then replace the socket or move it away. An existing
-// socket there that no one listens on is replaced; any other file is
-// refused. The path is bound with its directory's symlinks resolved.
+// listenSocket binds m's UNIX socket (ListenSocket).
 func listenSocket(m policy.PortMapping) (*net.UnixListener, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("publish %s: %s: %w", m, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
+	l, err := ListenSocket(m.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", m, err)
 	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(m.Socket))
+	return l, nil
+}
+
+// ListenSocket binds a UNIX socket at path, mode 0600, for this process's
+// user and root only. Its directory must be one that no other user can
+// write to, nor any directory above it but for sticky ones such as /tmp,
+// all owned by this process's user or root: no one else can then replace
+// the socket or move it away. An existing socket there that no one
+// listens on is replaced; any other file is refused. The path is bound
+// with its directory's symlinks resolved. Until its mode is set, the
+// socket's mode is the umask's: its server serves no peer but the owner
+// (PeerIsOwner).
+func ListenSocket(path string) (*net.UnixListener, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
 	if err != nil {
 		return nil, bad("directory: %v", err)
 	}
 	if err := checkSocketDir(dir); err != nil {
 		return nil, bad("%v", err)
 	}
-	path := filepath.Join(dir, filepath.Base(m.Socket))
+	path = filepath.Join(dir, filepath.Base(path))
 	if len(path) > 107 {
 		return nil, bad("path %s is too long for a UNIX socket", path)
 	}
@@ -104,22 +116,20 @@ func listenSocket(m policy.PortMapping) (*net.UnixListener, error) {
 	default:
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("publish %s: something listens on %s already: %w", m, path, errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("something listens on %s already: %w", path, errdefs.ErrUnavailable)
 		}
-		// Left by a forwarder that was killed.
+		// Left by a server that was killed.
 		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("publish %s: remove a stale socket: %w", m, err)
+			return nil, fmt.Errorf("remove a stale socket: %w", err)
 		}
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w: %w", m, err, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
 	}
-	// Before this, the mode is the umask's: the forwarder serves no
-	// peer but the owner (peerIsOwner) in the meantime.
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return nil, fmt.Errorf("publish %s: %w", m, err)
+		return nil, err
 	}
 	return l, nil
 }
@@ -163,20 +173,30 @@ func checkSocketDir(dir string) error {
 	}
 }
 
-// peerIsOwner reports whether the peer of c, accepted on a UNIX socket, is
+// PeerIsOwner reports whether the peer of c, accepted on a UNIX socket, is
 // this process's user or root. The socket's mode already keeps others
 // out; this holds even if its mode is changed.
-func peerIsOwner(c *net.UnixConn) bool {
+func PeerIsOwner(c *net.UnixConn) bool {
+	uid, err := PeerUID(c)
+	return err == nil && (uid == uint32(os.Geteuid()) || uid == 0)
+}
+
+// PeerUID is the user of the peer of c, accepted on a UNIX socket
+// (SO_PEERCRED: who connected, whatever it did since).
+func PeerUID(c *net.UnixConn) (uint32, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return false
+		return 0, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return false
+	}); err != nil {
+		return 0, err
 	}
-	return cred.Uid == uint32(os.Geteuid()) || cred.Uid == 0
+	if cerr != nil {
+		return 0, cerr
+	}
+	return cred.Uid, nil
 }

@@ -106,7 +106,7 @@ func (f *forwarder) serve(l Listener) {
 			}
 			return
 		}
-		if uc, ok := c.(*net.UnixConn); ok && !peerIsOwner(uc) {
+		if uc, ok := c.(*net.UnixConn); ok && !PeerIsOwner(uc) {
 			log.G(f.ctx).Warn("port forward: refused a connection from another user")
 			c.Close()
 			continue

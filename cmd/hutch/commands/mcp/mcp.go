@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -22,6 +20,7 @@ import (
 	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/cmd/hutch/commands/system"
+	"hutch.dev/hutch/engine"
 	hutchmcp "hutch.dev/hutch/mcp"
 )
 
@@ -31,7 +30,9 @@ var Command = &cli.Command{
 	Usage: "serve sandbox tools to an agent over the Model Context Protocol",
 	Description: `An MCP client (Claude Code, Claude Desktop, Cursor, VS Code...) starts
 'hutch mcp' and talks to it on stdin/stdout; with --transport http it serves
-streamable HTTP at http://ADDR/mcp on a loopback address. The server manages
+streamable HTTP at http://ADDR/mcp on a loopback address, where each request
+must carry the bearer token it prints (kept in ROOT/mcp/token), or on a UNIX
+socket (--listen unix) that only this user and root may use. The server manages
 only the sandboxes it created, gives each a lifetime (--default-timeout),
 and copies files to and from the host only inside --allow-host-dir.
 With --server URL the sandboxes are those of a remote 'hutch serve' (or
@@ -39,7 +40,7 @@ another server of E2B's API), as the tenant of --api-key; no engine runs
 on this host. See docs/mcp.md.`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "transport", Value: "stdio", Usage: "stdio or http"},
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8931", Usage: "with --transport http: loopback address to listen on"},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8931", Usage: "with --transport http: loopback HOST:PORT (requests need the bearer token), or unix[:PATH] for a UNIX socket of this user's (default PATH: ROOT/mcp/mcp.sock)"},
 		&cli.StringFlag{Name: "allow-host-dir", Usage: "host directory that upload_file and download_file may use (default: none, the tools are off)"},
 		&cli.DurationFlag{Name: "default-timeout", Value: hutchmcp.DefaultLifetime, Usage: "lifetime of a sandbox whose create names none; then it is removed"},
 		&cli.DurationFlag{Name: "command-timeout", Value: hutchmcp.DefaultCommandTimeout, Usage: "timeout of a command whose call names none"},
@@ -59,9 +60,10 @@ func run(c *cli.Context) error {
 	if transport != "stdio" && transport != "http" {
 		return clix.UsageError(fmt.Errorf("--transport %q: want stdio or http", transport))
 	}
-	listen := c.String("listen")
+	var listen listenAddr
 	if transport == "http" {
-		if err := checkLoopback(listen); err != nil {
+		var err error
+		if listen, err = parseListen(c.String("listen")); err != nil {
 			return clix.UsageError(err)
 		}
 	}
@@ -98,6 +100,16 @@ func run(c *cli.Context) error {
 		}
 		where = append(where, "root", cfg.Engine.Root())
 	}
+	var stateDir string
+	if transport == "http" {
+		root := c.String("root")
+		if cfg.Engine != nil {
+			root = cfg.Engine.Root()
+		}
+		if stateDir, err = engine.StateDir(root, "mcp"); err != nil {
+			return err
+		}
+	}
 	srv, err := hutchmcp.New(cfg)
 	if err != nil {
 		return clix.UsageError(err)
@@ -113,7 +125,7 @@ func run(c *cli.Context) error {
 		}
 		return nil
 	}
-	return serveHTTP(ctx, srv, listen, log)
+	return serveHTTP(ctx, srv, listen, stateDir, log)
 }
 
 // remoteClient is the client of --server with --api-key. The URL must be
@@ -129,45 +141,4 @@ func remoteClient(server, key string) (*client.Client, error) {
 	// An empty key is for a server without tenants; one with tenants
 	// answers each call with a message naming the missing key.
 	return &client.Client{APIURL: strings.TrimRight(u.String(), "/"), APIKey: key}, nil
-}
-
-// checkLoopback refuses a listen address off loopback: the HTTP endpoint
-// takes no credentials, and its tools run code.
-func checkLoopback(listen string) error {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return fmt.Errorf("--listen %q: %w", listen, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("--listen %q: the MCP endpoint takes no credentials, so it listens on loopback only", listen)
-	}
-	return nil
-}
-
-func serveHTTP(ctx context.Context, srv *hutchmcp.Server, listen string, log *slog.Logger) error {
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv.MCP() }, &sdk.StreamableHTTPOptions{
-		Logger:         log,
-		SessionTimeout: time.Hour,
-	})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
-	l, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	log.Info("listening", "url", "http://"+l.Addr().String()+"/mcp")
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
 }
