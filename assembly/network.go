@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -213,3 +214,19 @@ func TeardownNetwork(ctx context.Context, id string, resolver *ResolverHandle, k
 	}
 	return hostnet.Teardown(ctx, id)
 }
+
+// PodEgress is a pod's entry in the node's egress table (hostnet.PodEgress).
+type PodEgress = hostnet.PodEgress
+
+// HoldPodEgress holds a pod on its own network (CNI) to public egress,
+// enforced on the node (hostnet.PodEgressTable).
+func HoldPodEgress(ctx context.Context, p PodEgress) error { return hostnet.AddPodEgress(ctx, p) }
+
+// ReleasePodEgress undoes HoldPodEgress; it may run again.
+func ReleasePodEgress(ctx context.Context, p PodEgress) error {
+	return hostnet.RemovePodEgress(ctx, p)
+}
+
+// NetnsAddrs lists the global unicast addresses of the network namespace
+// at path (hostnet.NetnsAddrs).
+func NetnsAddrs(path string) ([]netip.Addr, error) { return hostnet.NetnsAddrs(path) }

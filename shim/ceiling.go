@@ -23,10 +23,13 @@ type podPolicy struct {
 	// AllowRaw keeps the rules as written, for the resolver.
 	AllowRaw []string
 	DNS      []string
-	Disk     int64
-	CPUs     float64
-	Memory   int64
-	Pids     int64
+	// Egress is EgressPublic when the pod's own network is held to
+	// public egress on the node.
+	Egress string
+	Disk   int64
+	CPUs   float64
+	Memory int64
+	Pids   int64
 	// Max is the operator's ceiling of CPUs, memory and pids, which a
 	// live update (UpdateTask) may not exceed either.
 	Max limits
@@ -88,6 +91,12 @@ func operatorPolicy(c Config, hasNetns bool) (podPolicy, error) {
 	if c.Network == "" && hasNetns {
 		p.Network = ""
 	}
+	switch c.Egress {
+	case "", EgressPublic:
+		p.Egress = c.Egress
+	default:
+		return bad(fmt.Errorf("egress %q: want %q or nothing: %w", c.Egress, EgressPublic, errdefs.ErrInvalidArgument))
+	}
 	return p, nil
 }
 
@@ -126,6 +135,12 @@ func resolvePolicy(c Config, s *specs.Spec, hasNetns bool) (podPolicy, error) {
 		if v == policy.NetNone {
 			p.Allow, p.AllowRaw = nil, nil
 		}
+	}
+	if v, ok := a[AnnotationEgress]; ok {
+		if v != EgressPublic {
+			return invalid(AnnotationEgress, fmt.Errorf("%q: want %q: %w", v, EgressPublic, errdefs.ErrInvalidArgument))
+		}
+		p.Egress = v
 	}
 	if v, ok := a[AnnotationAllow]; ok {
 		raw := splitList(v)

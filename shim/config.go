@@ -38,6 +38,12 @@ const (
 	AnnotationCPUs   = "dev.hutch.cpus"
 	AnnotationMemory = "dev.hutch.memory"
 	AnnotationPids   = "dev.hutch.pids"
+	// AnnotationEgress, set to EgressPublic on a pod that keeps its own
+	// network (CNI), holds it to the egress of a sandbox with network
+	// open, enforced on the node (hostnet.PodEgressTable): no private,
+	// link-local or metadata address, no other such pod, nothing of the
+	// node but DNS to the pod's nameservers.
+	AnnotationEgress = "dev.hutch.egress"
 	// AnnotationRestore names a checkpoint to restore the pod from: 32
 	// lowercase hex digits, the name of a directory below the config's
 	// CheckpointDir in the pod's namespace's directory. The pod's
@@ -95,6 +101,9 @@ type Config struct {
 	CPUs    float64  `toml:"cpus"`
 	Memory  string   `toml:"memory"`
 	Pids    int64    `toml:"pids"`
+	// Egress, "public", holds every pod that keeps its own network to
+	// public egress (AnnotationEgress), whatever its annotations say.
+	Egress string `toml:"egress"`
 	// AllowSUID lets setuid and setgid binaries raise a process's
 	// privileges inside the pod's sandbox (runsc --allow-suid), for
 	// containers that allow privilege escalation (Kubernetes'

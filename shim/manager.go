@@ -186,6 +186,11 @@ func (m *Manager) Stop(ctx context.Context, id string) (cshim.StopStatus, error)
 					log.G(ctx).WithError(err).Warn("tear down pod network")
 				}
 			}
+			if rec.Egress != nil {
+				if err := assembly.ReleasePodEgress(ctx, *rec.Egress); err != nil {
+					log.G(ctx).WithError(err).Warn("release the pod's egress")
+				}
+			}
 			if rec.StateDir != "" {
 				os.RemoveAll(rec.StateDir)
 			}

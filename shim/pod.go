@@ -55,6 +55,9 @@ type pod struct {
 	// from it so far (guarded by service.mu).
 	restore  string
 	restored map[string]bool
+	// egress is the pod's entry in the node's egress table, when its
+	// policy holds its own network to public egress (holdEgress).
+	egress *assembly.PodEgress
 }
 
 // record is what the shim leaves in each container's bundle so that
@@ -68,6 +71,9 @@ type record struct {
 	// Cgroup is the cgroup the shim made for a pod's sandbox below the
 	// pod's (ownPodCgroup), removed with the pod.
 	Cgroup string `json:"cgroup,omitempty"`
+	// Egress is the pod's entry in the node's egress table, released
+	// with the pod.
+	Egress *assembly.PodEgress `json:"egress,omitempty"`
 }
 
 const recordFile = "hutch-shim.json"
@@ -137,7 +143,11 @@ func newPod(ctx context.Context, ns, id string, cfg Config, spec *specs.Spec) (_
 	switch pp.Network {
 	case "":
 		// Kubernetes' own pod network (CNI): gVisor's netstack takes
-		// over the namespace's interfaces.
+		// over the namespace's interfaces; the node holds its egress
+		// if the policy says so.
+		if err := p.holdEgress(ctx, netnsPath(spec)); err != nil {
+			return nil, err
+		}
 	case policy.NetNone:
 		setNetns(spec, "")
 	default:
@@ -211,6 +221,11 @@ func replaceMounts(mounts, add []specs.Mount) []specs.Mount {
 // teardown removes the pod's host set-up. It is idempotent.
 func (p *pod) teardown(ctx context.Context) error {
 	var errs []error
+	if p.egress != nil {
+		if err := assembly.ReleasePodEgress(ctx, *p.egress); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if p.linked {
 		if err := assembly.TeardownNetwork(ctx, p.id, p.resolver, false); err != nil {
 			errs = append(errs, err)

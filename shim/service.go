@@ -248,6 +248,9 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err := pd.adjustSpec(spec, root); err != nil {
 		return nil, err
 	}
+	if err := pd.allowNameservers(ctx, spec); err != nil {
+		return nil, err
+	}
 	if err := runsc.WriteBundle(r.Bundle, spec); err != nil {
 		return nil, err
 	}
@@ -267,7 +270,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		}
 		undo.Add(func() { mount.UnmountRecursive(c.rootfs, 0) }) //nolint:errcheck // best effort undo
 	}
-	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir, Cgroup: pd.ownCgroup}); err != nil {
+	if err := writeRecord(r.Bundle, record{SandboxID: sandboxID, Root: root, Runsc: *pd.r, Linked: pd.linked, StateDir: pd.stateDir, Cgroup: pd.ownCgroup, Egress: pd.egress}); err != nil {
 		return nil, err
 	}
 

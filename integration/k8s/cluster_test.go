@@ -268,15 +268,16 @@ func (c *cluster) setUpNode() error {
 	if err := c.setPolicy(""); err != nil {
 		return err
 	}
-	// The pod network: ptp veths from podSubnet, state in the test's
-	// directory.
+	// The pod network: ptp veths from podSubnet, a default route through
+	// the node (which routes nowhere but to the test's own namespaces),
+	// state in the test's directory.
 	conflist := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "hutch-test",
   "plugins": [{
     "type": "ptp",
     "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]], "dataDir": %q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}
   }]
 }`, podSubnet, podGateway, c.path("cni", "ipam"))
 	if err := os.MkdirAll(c.path("cni", "net.d"), 0o755); err != nil {
@@ -430,10 +431,15 @@ makeIPTablesUtilChains: false
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-resolvConf: /etc/resolv.conf
+resolvConf: %s
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 5s
-`, port, c.cgroupName, c.sock, c.path("pod-logs"), p.path("ca.crt"))
+`, port, c.cgroupName, c.sock, c.path("pod-logs"), p.path("ca.crt"), c.path("resolv.conf"))
+	// Pods on the pod network ask the test's own nameserver
+	// (startOutside), never the host's.
+	if err := os.WriteFile(c.path("resolv.conf"), []byte("nameserver "+testDNS+"\n"), 0o644); err != nil {
+		return err
+	}
 	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}

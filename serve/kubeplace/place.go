@@ -72,6 +72,10 @@ const (
 	// kubeShimNetwork is the shim's annotation of a pod's network mode:
 	// none takes the pod off the pod network.
 	kubeShimNetwork = "dev.hutch.network"
+	// kubeShimEgress holds a pod that keeps the pod network to the egress
+	// a local sandbox with network open has, enforced by the shim on the
+	// node: no other pod, no private or metadata address, no node.
+	kubeShimEgress = "dev.hutch.egress"
 	// kubeShimCPUs and kubeShimMemory are the shim's annotations of the
 	// sandbox's own limits, inside the pod's cgroup: the same as the
 	// pod's, which they must not exceed.

@@ -56,6 +56,9 @@ func TestRenderPod(t *testing.T) {
 		t.Errorf("metadata %+v: want name hutch-ID, tenant and ID labels", p.Metadata)
 	}
 	a := p.Metadata.Annotations
+	if _, held := a["dev.hutch.egress"]; held {
+		t.Errorf("annotations %v: a sandbox without network needs no egress hold", a)
+	}
 	if a["dev.hutch.network"] != "none" || a["hutch.dev/deadline"] != "2026-01-02T03:04:35Z" {
 		t.Errorf("annotations %v: want the shim's network none and the deadline 30 s on", a)
 	}
@@ -118,6 +121,9 @@ func TestPodSandboxState(t *testing.T) {
 		}
 		if _, ok := p.Metadata.Annotations["dev.hutch.network"]; ok {
 			t.Errorf("an open sandbox's pod has the shim's network annotation: %v", p.Metadata.Annotations)
+		}
+		if p.Metadata.Annotations["dev.hutch.egress"] != "public" {
+			t.Errorf("an open sandbox's pod is not held to public egress on its node: %v", p.Metadata.Annotations)
 		}
 	}
 	// Pods that are not the server's are not sandboxes.

@@ -97,6 +97,8 @@ func renderPod(kc *Config, sb kubeSandbox) (*kube.Pod, error) {
 	}
 	if sb.Network == "none" {
 		p.Metadata.Annotations[kubeShimNetwork] = "none"
+	} else {
+		p.Metadata.Annotations[kubeShimEgress] = "public"
 	}
 	if sb.Private {
 		p.Metadata.Annotations[kubeAnnPrivate] = "true"
