@@ -31,6 +31,9 @@ type NetworkSpec struct {
 	// DNS are the upstream servers the resolver forwards to; none means
 	// the host's own.
 	DNS []string
+	// Rate limits what the sandbox sends, in bits per second; 0 is no
+	// limit.
+	Rate int64
 	// Resume: the sandbox was paused and resumes on the address it had;
 	// a failed set-up keeps its address lease.
 	Resume bool
@@ -141,7 +144,7 @@ func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, e
 			TeardownNetwork(context.WithoutCancel(ctx), s.ID, handle, s.Resume) //nolint:errcheck // the first error matters
 		}
 	}()
-	n, err := hostnet.Setup(ctx, s.ID, policy.FirewallConfig{Mode: s.Mode, Allow: s.Allow})
+	n, err := hostnet.Setup(ctx, s.ID, policy.FirewallConfig{Mode: s.Mode, Allow: s.Allow}, s.Rate)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,9 @@ type CreateRequest struct {
 	// DNS are upstream resolvers for the sandbox's resolver; empty means
 	// the host's.
 	DNS []string
+	// NetRate limits what the sandbox sends, in bits per second
+	// (policy.ParseRate); 0 is no limit.
+	NetRate int64
 	// Env is added to the image's environment for every process.
 	Env []string
 	// Workdir is the default working directory of exec'd processes.
@@ -222,7 +225,7 @@ func (c *creation) prepare(ctx context.Context) error {
 	c.sb = &record{
 		ID: id, Name: req.Name, Image: c.img.Name, ImageDigest: c.img.Digest,
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
-		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, Env: pr.Env, Workdir: req.Workdir,
+		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, NetRate: req.NetRate, Env: pr.Env, Workdir: req.Workdir,
 		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
 	}
@@ -464,6 +467,9 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		return pr, err
 	}
 	if err := e.checkRootlessNetwork(pr.Network); err != nil {
+		return pr, err
+	}
+	if err := e.checkNetRate(req.NetRate, pr.Network); err != nil {
 		return pr, err
 	}
 	if req.Name != "" {

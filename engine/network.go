@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hutch.dev/hutch/assembly"
@@ -32,7 +33,7 @@ func (e *Engine) setupNetwork(ctx context.Context, sb *record, allow []policy.Al
 func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.AllowRule, undo *assembly.Undo) (string, []specs.Mount, error) {
 	undo.Add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
 	spec := assembly.NetworkSpec{
-		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Resume: sb.Paused,
+		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Rate: sb.NetRate, Resume: sb.Paused,
 	}
 	var n *assembly.Network
 	var err error
@@ -53,6 +54,23 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 		return "", nil, err
 	}
 	return n.NetnsPath, n.Mounts, nil
+}
+
+// checkNetRate refuses an egress rate that this sandbox could not be
+// given: without network it sends nothing; a rootless sandbox's traffic
+// leaves through slirp4netns, which hutch does not shape.
+func (e *Engine) checkNetRate(rate int64, network string) error {
+	switch {
+	case rate == 0:
+		return nil
+	case rate < policy.MinNetRate || rate > policy.MaxNetRate:
+		return fmt.Errorf("--net-rate %d bit/s: want between 64kbit and 32gbit: %w", rate, errdefs.ErrInvalidArgument)
+	case network == policy.NetNone:
+		return fmt.Errorf("--net-rate: the sandbox has no network (--net none) to limit: %w", errdefs.ErrInvalidArgument)
+	case e.rootless:
+		return fmt.Errorf("--net-rate: a rootless sandbox's traffic goes through slirp4netns, which hutch cannot limit; run as root for a rate: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // updateNetwork replaces a linked sandbox's firewall and what its resolver

@@ -13,6 +13,13 @@ import (
 // followed by "b", "ib" (any case).
 func ParseSize(s string) (int64, error) { return policy.ParseSize(s) }
 
+// ParseRate parses a network rate in bits per second: "10mbit", "1gbit",
+// "500kbit" (decimal units, as tc's).
+func ParseRate(s string) (int64, error) { return policy.ParseRate(s) }
+
+// FormatRate formats a rate as ParseRate reads it.
+func FormatRate(r int64) string { return policy.FormatRate(r) }
+
 // FormatSize formats n bytes with a binary unit ("512MiB", "1.5GiB").
 func FormatSize(n int64) string { return policy.FormatSize(n) }
 

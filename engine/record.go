@@ -33,6 +33,8 @@ type Sandbox struct {
 	Network string   `json:"network"`
 	Allow   []string `json:"allow,omitempty"`
 	DNS     []string `json:"dns,omitempty"`
+	// NetRate limits what the sandbox sends, in bits per second.
+	NetRate int64 `json:"netRate,omitempty"`
 	// IP is the sandbox's address on its network link.
 	IP       string            `json:"ip,omitempty"`
 	Env      []string          `json:"env,omitempty"`
@@ -124,7 +126,7 @@ func (r *record) view() *Sandbox {
 		ID: r.ID, Name: r.Name, Image: r.Image, ImageDigest: r.ImageDigest,
 		ImageUser: r.ImageUser, Created: r.Created, State: r.State,
 		CPUs: r.CPUs, Memory: r.Memory, Pids: r.Pids, Disk: r.Disk,
-		Network: r.Network, Allow: slices.Clone(r.Allow), DNS: slices.Clone(r.DNS),
+		Network: r.Network, Allow: slices.Clone(r.Allow), DNS: slices.Clone(r.DNS), NetRate: r.NetRate,
 		IP: r.IP, Env: slices.Clone(r.Env), Workdir: r.Workdir, Labels: labels,
 		Rootless: r.Rootless, UnenforcedLimits: slices.Clone(r.Unenforced),
 		Mounts: slices.Clone(r.Mounts), Ports: slices.Clone(r.Ports),

@@ -53,6 +53,8 @@ type record struct {
 	Network     string        `json:"network"`
 	Allow       []string      `json:"allow,omitempty"`
 	DNS         []string      `json:"dns,omitempty"`
+	// NetRate limits what the sandbox sends, in bits per second.
+	NetRate int64 `json:"netRate,omitempty"`
 	// Linked: the sandbox has a network link (it was created with a
 	// network mode other than none; an update to none firewalls it shut).
 	Linked bool `json:"linked,omitempty"`

@@ -243,3 +243,50 @@ func FormatSize(n int64) string {
 	}
 	return strings.TrimSuffix(strings.TrimSuffix(fmt.Sprintf("%.1f", f), "0"), ".") + units[i]
 }
+
+// MinNetRate and MaxNetRate bound a sandbox's egress rate (--net-rate),
+// in bits per second.
+const (
+	MinNetRate = 64_000
+	MaxNetRate = 32_000_000_000
+)
+
+// ParseRate parses a network rate such as "10mbit", "1.5gbit", "500kbit"
+// or "64000" (bits per second; units decimal, as tc's), within
+// MinNetRate and MaxNetRate.
+func ParseRate(s string) (int64, error) {
+	in := s
+	s = strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"bit", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || s == "" || strings.ContainsAny(s, "xpe+-_") || math.IsNaN(f) {
+		return 0, fmt.Errorf("%w: rate %q: want a number of bits per second with an optional unit (kbit, mbit, gbit), e.g. 10mbit", errdefs.ErrInvalidArgument, in)
+	}
+	v := f * mult
+	if v < MinNetRate || v > MaxNetRate {
+		return 0, fmt.Errorf("%w: rate %q: want between 64kbit and 32gbit", errdefs.ErrInvalidArgument, in)
+	}
+	return int64(v), nil
+}
+
+// FormatRate formats a rate in bits per second as ParseRate reads it.
+func FormatRate(r int64) string {
+	switch {
+	case r >= 1e9 && r%1e7 == 0:
+		return strconv.FormatFloat(float64(r)/1e9, 'f', -1, 64) + "gbit"
+	case r >= 1e6 && r%1e4 == 0:
+		return strconv.FormatFloat(float64(r)/1e6, 'f', -1, 64) + "mbit"
+	case r >= 1e3:
+		return strconv.FormatFloat(float64(r)/1e3, 'f', -1, 64) + "kbit"
+	}
+	return strconv.FormatInt(r, 10) + "bit"
+}

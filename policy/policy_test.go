@@ -167,3 +167,21 @@ func TestResourcesAndSeccomp(t *testing.T) {
 		t.Fatalf("rootless resources: %v %+v", err, s.Linux)
 	}
 }
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]int64{"10mbit": 10_000_000, "1.5gbit": 1_500_000_000, "500kbit": 500_000, "64000": 64_000, " 8Mbit ": 8_000_000} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "fast", "10mb", "-1mbit", "1kbit", "100gbit", "1e9", "NaN"} {
+		if _, err := ParseRate(in); err == nil || !strings.Contains(err.Error(), "rate") {
+			t.Errorf("ParseRate(%q): %v, want an error naming the rate", in, err)
+		}
+	}
+	for _, r := range []int64{64_000, 8_000_000, 1_500_000_000, 123_456} {
+		if got, err := ParseRate(FormatRate(r)); err != nil || got != r {
+			t.Errorf("FormatRate(%d) = %q, which parses as %d, %v", r, FormatRate(r), got, err)
+		}
+	}
+}

@@ -102,9 +102,10 @@ func names(id string) *Network {
 }
 
 // Setup allocates an address pair and creates the sandbox's namespace and
-// link, with the firewall in place before the link is up. On error it
+// link, with the firewall in place and what the sandbox sends limited to
+// rate bits per second (0: no limit) before the link is up. On error it
 // leaves nothing behind.
-func Setup(ctx context.Context, id string, fw policy.FirewallConfig) (n *Network, err error) {
+func Setup(ctx context.Context, id string, fw policy.FirewallConfig, rate int64) (n *Network, err error) {
 	n = names(id)
 	defer func() {
 		if err != nil {
@@ -151,13 +152,13 @@ func Setup(ctx context.Context, id string, fw policy.FirewallConfig) (n *Network
 		return nil, err
 	}
 	defer h.Close()
-	if err := configureSandboxSide(h, n); err != nil {
+	if err := configureSandboxSide(h, n, rate); err != nil {
 		return nil, fmt.Errorf("configure %s in %s: %w", sandboxIf, n.NetnsName, err)
 	}
 	return n, nil
 }
 
-func configureSandboxSide(h *netlink.Handle, n *Network) error {
+func configureSandboxSide(h *netlink.Handle, n *Network, rate int64) error {
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return err
@@ -170,6 +171,9 @@ func configureSandboxSide(h *netlink.Handle, n *Network) error {
 		return err
 	}
 	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet(n.SandboxIP, 30)}); err != nil {
+		return err
+	}
+	if err := limitEgress(h, eth, rate); err != nil {
 		return err
 	}
 	if err := h.LinkSetUp(eth); err != nil {

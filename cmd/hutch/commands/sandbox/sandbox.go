@@ -40,6 +40,7 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none (loopback only), open (anything but private, link-local and host addresses), allow (only --allow)"},
 	&cli.StringSliceFlag{Name: "allow", Usage: "allow egress to CIDR[:PORT], IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT]"},
 	&cli.StringSliceFlag{Name: "dns", Usage: "upstream DNS server for the sandbox's resolver (default: the host's)"},
+	&cli.StringFlag{Name: "net-rate", Usage: "limit what the sandbox sends, e.g. 10mbit, 1gbit (default unlimited; as root)"},
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
@@ -58,6 +59,11 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 		Secrets: c.StringSlice("secret"),
 	}
 	var err error
+	if r := c.String("net-rate"); r != "" {
+		if req.NetRate, err = engine.ParseRate(r); err != nil {
+			return req, clix.UsageError(fmt.Errorf("--net-rate: %w", err))
+		}
+	}
 	if req.CACerts, err = clix.CACerts(c); err != nil {
 		return req, err
 	}
