@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
@@ -70,7 +71,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	place   placement.Placement
-	tokens  tokenKey
+	tokens  credential.Key
 	log     *slog.Logger
 	audit   *auditLog
 	metrics *metrics
@@ -250,12 +251,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	if port == EnvdPort {
-		if !tokenMatches(s.tokens.envd(sb.ID), r.Header.Get("X-Access-Token")) {
+		if !credential.Match(s.envdToken(sb.ID), r.Header.Get("X-Access-Token")) {
 			writeSandboxError(w, r, notFound)
 			return
 		}
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
-		if !tokenMatches(s.tokens.traffic(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
+		if !credential.Match(s.trafficToken(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
 			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
 			return
 		}
