@@ -33,7 +33,7 @@ const EnvdPort = 49983
 const EnvdVersion = "0.5.7"
 
 // DefaultTenant is the tenant of every request when the server runs
-// without a tenants file (loopback only).
+// without a tenants file (loopback only, with Config.APIKey).
 const DefaultTenant = "default"
 
 // Config configures a Server.
@@ -44,11 +44,26 @@ type Config struct {
 	// pod instead (package serve/kubeplace): no engine is used.
 	Kube *kubeplace.Config
 	// Tenants authenticates API keys; nil serves one tenant,
-	// DefaultTenant, without keys (a server on loopback).
+	// DefaultTenant, whose key is APIKey.
 	Tenants *tenant.Store
+	// APIKey is the one key of a server without Tenants (required then):
+	// it acts as DefaultTenant and opens the operator's view too.
+	APIKey string
+	// OperatorKey, if set, opens the operator's view (GET /metrics); it
+	// acts as no tenant.
+	OperatorKey string
 	// Domain is the domain sandbox hosts are named under:
 	// PORT-SANDBOXID.Domain.
 	Domain string
+	// Listen is the address the server listens on (HOST:PORT): requests
+	// for it, and for localhost, 127.0.0.1 and [::1] at its port, are
+	// its own. Empty: loopback names at any port.
+	Listen string
+	// Hosts are further names requests may address the server by
+	// (NAME, or NAME:PORT for that port only). A request for any other
+	// name than these, Listen's, Domain and *.Domain answers 421, and
+	// one from a web page of another origin 403.
+	Hosts []string
 	// StateDir holds the server's own state: the key its access tokens
 	// are derived with. Empty: serve/ under the engine's root (required
 	// with Kube).
@@ -63,6 +78,18 @@ type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
 	// 1 MiB.
 	MaxBodyBytes int64
+	// AuditMaxBytes is the size past which the audit log is rotated;
+	// 0: 100 MiB. AuditKeep is how many rotated files are kept; 0: 5.
+	AuditMaxBytes int64
+	AuditKeep     int
+	// BodyTimeout bounds the reading of a request's body before its
+	// handler runs (data-plane streams and uploads are not bounded);
+	// 0: 30 s.
+	BodyTimeout time.Duration
+	// MaxUntrustedConns bounds the connections of one client address
+	// that have not presented a valid key or token: past it the oldest
+	// is closed. 0: 64.
+	MaxUntrustedConns int
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:
@@ -78,6 +105,8 @@ type Server struct {
 	procs   *processService
 	envd    http.Handler
 	api     http.Handler
+	front   front
+	conns   *connLimiter
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -119,8 +148,17 @@ func New(cfg Config) (*Server, error) {
 		engine.FillPoolsInProcess()
 		place = newHostPlacement(cfg.Engine, cfg.Logger)
 	}
+	if cfg.Tenants == nil && cfg.APIKey == "" {
+		return nil, fmt.Errorf("serve: a server without tenants needs an API key (Config.APIKey): %w", errdefs.ErrInvalidArgument)
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.MaxUntrustedConns <= 0 {
+		cfg.MaxUntrustedConns = 64
 	}
 	switch cfg.DefaultNetwork {
 	case "":
@@ -132,6 +170,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
 	}
+	fr, err := newFront(cfg.Listen, cfg.Domain, cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(cfg.Engine.Root(), "serve")
 	}
@@ -139,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	audit, err := openAudit(cfg.AuditLog)
+	audit, err := openAudit(cfg.AuditLog, cfg.AuditMaxBytes, cfg.AuditKeep)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +189,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
+		front:    fr,
+		conns:    newConnLimiter(cfg.MaxUntrustedConns),
 		reserved: map[string]tenant.Usage{},
 		locks:    locks,
 		stop:     cancel, stopCtx: ctx,
@@ -194,7 +238,12 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		plane := "api"
-		if id, port, ok := s.sandboxOf(r); ok {
+		// What follows the headers is read within the body timeout,
+		// until a handler that streams lifts it (noDeadline).
+		_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.BodyTimeout)) // not every writer can (tests' recorders)
+		if status, msg := s.front.check(r); status != 0 {
+			writeError(rw, status, msg)
+		} else if id, port, ok := s.sandboxOf(r); ok {
 			plane = "sandbox"
 			s.serveSandbox(rw, r, id, port)
 		} else {
@@ -255,12 +304,17 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 			writeSandboxError(w, r, notFound)
 			return
 		}
+		s.conns.trust(r.Context())
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
 		if !credential.Match(s.trafficToken(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
 			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
 			return
 		}
+		s.conns.trust(r.Context())
 	}
+	// Commands' streams, uploads and a preview's WebSockets last as
+	// long as they do.
+	noDeadline(w)
 	if sb.State == engine.StatePaused {
 		if sb, err = s.resume(r.Context(), sb, sb.Labels[placement.LabelTenant]); err != nil {
 			writeSandboxError(w, r, err)
@@ -334,20 +388,45 @@ func (s *Server) forget(id string) {
 	s.place.Forget(id)
 }
 
-// authenticate is the tenant of a control-plane request.
-func (s *Server) authenticate(r *http.Request) (string, error) {
-	if s.cfg.Tenants == nil {
-		return DefaultTenant, nil
-	}
-	key := r.Header.Get("X-API-Key")
+// authenticate is who a control-plane request's API key is (X-API-Key,
+// else Authorization: Bearer). A request that presents a valid key makes
+// its connection trusted.
+func (s *Server) authenticate(r *http.Request) (credential.Principal, error) {
+	key := credential.Presented(r.Header)
 	if key == "" {
-		return "", fmt.Errorf("missing API key: set the X-API-Key header (E2B_API_KEY): %w", errdefs.ErrUnauthenticated)
+		return credential.Principal{}, fmt.Errorf("missing API key: set the X-API-Key header (E2B_API_KEY) or Authorization: Bearer: %w", errdefs.ErrUnauthenticated)
 	}
-	t, ok := s.cfg.Tenants.Authenticate(key)
-	if !ok {
-		return "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	var p credential.Principal
+	switch {
+	case credential.Match(s.cfg.OperatorKey, key):
+		p = credential.Principal{Operator: true}
+	case s.cfg.Tenants == nil:
+		if !credential.Match(s.cfg.APIKey, key) {
+			return p, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+		}
+		p = credential.Principal{Tenant: DefaultTenant, Operator: true}
+	default:
+		t, ok := s.cfg.Tenants.Authenticate(key)
+		if !ok {
+			return p, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+		}
+		p = credential.Principal{Tenant: t.Name}
 	}
-	return t.Name, nil
+	s.conns.trust(r.Context())
+	return p, nil
+}
+
+// authenticateTenant is the tenant of a control-plane request: the
+// operator's own key acts as no tenant.
+func (s *Server) authenticateTenant(r *http.Request) (string, error) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		return "", err
+	}
+	if p.Tenant == "" {
+		return "", fmt.Errorf("the operator key acts as no tenant: %s %s needs a tenant's API key: %w", r.Method, r.URL.Path, errdefs.ErrPermissionDenied)
+	}
+	return p.Tenant, nil
 }
 
 // statusWriter records the status a handler answered with.
