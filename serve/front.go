@@ -66,6 +66,9 @@ func parseHostName(s string) (hostName, error) {
 	bad := func(why string) (hostName, error) {
 		return hostName{}, fmt.Errorf("host %q: %s: want a name or an IP address, optionally with :PORT (e.g. hutch.example.test or 192.0.2.7:3000): %w", s, why, errdefs.ErrInvalidArgument)
 	}
+	if strings.ContainsAny(s, "/?#@*") {
+		return bad("a name, not a URL or a pattern")
+	}
 	host, port := splitHostPort(s)
 	if port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
