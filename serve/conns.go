@@ -3,6 +3,7 @@ package serve
 import (
 	"container/list"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -34,9 +35,11 @@ func (s *Server) HTTPServer() *http.Server {
 // Listener is l with the server's bound on untrusted connections: of the
 // connections from one client address that have not yet presented a valid
 // API key or sandbox token, at most Config.MaxUntrustedConns stay open;
-// one more closes the oldest. A client that shows a key on its
-// connection is never closed for others, and one that holds many idle or
-// slow connections without a key crowds out only itself.
+// one more closes the oldest that is not in a request (waiting for its
+// headers, or idle after a request without a key), else the oldest. A
+// client that shows a key on its connection is never closed for others,
+// nor, in a burst, one whose request is being answered; one that holds
+// many idle or slow connections without a key crowds out only itself.
 func (s *Server) Listener(l net.Listener) net.Listener {
 	return &limitListener{Listener: l, lim: s.conns}
 }
@@ -44,23 +47,29 @@ func (s *Server) Listener(l net.Listener) net.Listener {
 // connLimiter tracks the untrusted connections of each client address.
 type connLimiter struct {
 	max int
+	log *slog.Logger
 
 	// mu guards untrusted, the untrusted connections by client
-	// address, oldest first, and each trackedConn's elem.
+	// address, oldest first, each trackedConn's elem and busy, and the
+	// count of closed connections not yet logged.
 	mu        sync.Mutex
 	untrusted map[string]*list.List
+	closed    int
+	loggedAt  time.Time
 }
 
-func newConnLimiter(max int) *connLimiter {
-	return &connLimiter{max: max, untrusted: map[string]*list.List{}}
+func newConnLimiter(max int, log *slog.Logger) *connLimiter {
+	return &connLimiter{max: max, log: log, untrusted: map[string]*list.List{}}
 }
 
-// trackedConn is an accepted connection, untrusted while elem is set.
+// trackedConn is an accepted connection, untrusted while elem is set,
+// busy while the server answers a request on it.
 type trackedConn struct {
 	net.Conn
 	lim  *connLimiter
 	addr string
 	elem *list.Element
+	busy bool
 }
 
 func (c *trackedConn) Close() error {
@@ -81,11 +90,35 @@ func (l *connLimiter) add(c *trackedConn) {
 	var evict *trackedConn
 	if conns.Len() > l.max {
 		evict = conns.Front().Value.(*trackedConn)
+		for e := conns.Front(); e != nil; e = e.Next() {
+			if tc := e.Value.(*trackedConn); !tc.busy {
+				evict = tc
+				break
+			}
+		}
 		l.removeLocked(evict)
+		l.closed++
+	}
+	var report int
+	if l.closed > 0 && time.Since(l.loggedAt) > 10*time.Second {
+		report, l.closed, l.loggedAt = l.closed, 0, time.Now()
 	}
 	l.mu.Unlock()
 	if evict != nil {
 		evict.Conn.Close()
+	}
+	if report > 0 && l.log != nil {
+		l.log.Warn("closed connections that showed no key: too many open from one address", "closed", report, "address", c.addr, "max", l.max)
+	}
+}
+
+// serving marks the connection of a request as answering it (busy) or
+// done.
+func (l *connLimiter) serving(ctx context.Context, busy bool) {
+	if tc, ok := ctx.Value(connKey{}).(*trackedConn); ok {
+		l.mu.Lock()
+		tc.busy = busy
+		l.mu.Unlock()
 	}
 }
 

@@ -107,7 +107,7 @@ func TestCheckJSONBody(t *testing.T) {
 // Past the bound, a new untrusted connection closes the oldest one of
 // its address; trusted ones and other addresses' are left alone.
 func TestConnLimiter(t *testing.T) {
-	l := newConnLimiter(2)
+	l := newConnLimiter(2, nil)
 	conn := func(addr string) *fakeConn {
 		fc := &fakeConn{}
 		fc.tc = &trackedConn{Conn: fc, lim: l, addr: addr}
@@ -129,9 +129,15 @@ func TestConnLimiter(t *testing.T) {
 	}
 	// A closed connection no longer counts.
 	second.tc.Close()
-	conn("10.0.0.1")
+	fourth := conn("10.0.0.1")
 	if third.closed {
 		t.Error("a closed connection still counted")
+	}
+	// One being answered is closed after those that are not.
+	l.serving(connContext(context.Background(), third.tc), true)
+	conn("10.0.0.1")
+	if third.closed || !fourth.closed {
+		t.Errorf("closed the busy connection (%v) before the idle one (%v)", third.closed, fourth.closed)
 	}
 }
 

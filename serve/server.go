@@ -88,7 +88,7 @@ type Config struct {
 	BodyTimeout time.Duration
 	// MaxUntrustedConns bounds the connections of one client address
 	// that have not presented a valid key or token: past it the oldest
-	// is closed. 0: 64.
+	// is closed (Listener). 0: 128.
 	MaxUntrustedConns int
 }
 
@@ -158,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.BodyTimeout = 30 * time.Second
 	}
 	if cfg.MaxUntrustedConns <= 0 {
-		cfg.MaxUntrustedConns = 64
+		cfg.MaxUntrustedConns = 128
 	}
 	switch cfg.DefaultNetwork {
 	case "":
@@ -190,7 +190,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
 		front:    fr,
-		conns:    newConnLimiter(cfg.MaxUntrustedConns),
+		conns:    newConnLimiter(cfg.MaxUntrustedConns, cfg.Logger),
 		reserved: map[string]tenant.Usage{},
 		locks:    locks,
 		stop:     cancel, stopCtx: ctx,
@@ -238,6 +238,8 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		plane := "api"
+		s.conns.serving(r.Context(), true)
+		defer s.conns.serving(r.Context(), false)
 		// What follows the headers is read within the body timeout,
 		// until a handler that streams lifts it (noDeadline).
 		_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.BodyTimeout)) // not every writer can (tests' recorders)
