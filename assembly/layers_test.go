@@ -116,6 +116,15 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		}
+		// credential makes and checks credentials; what they open is
+		// its callers' business.
+		if under(path, "credential") {
+			for _, d := range p.allImports() {
+				if under(d, "") && !under(d, "credential") {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
 		// runsc runs what it is given.
 		if under(path, "runsc") {
 			for _, d := range p.Deps {

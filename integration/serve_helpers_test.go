@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // serveDomain is the domain the tests' servers and SDK clients use: the
@@ -35,11 +37,18 @@ type server struct {
 	tenants string
 	audit   string
 	logPath string
-	// flags are more flags of hutch serve.
-	flags   []string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool
+	// noTenants starts the server without --tenants: apiKey is then the
+	// key it made (serve/api.key under its root), once it answers.
+	noTenants bool
+	apiKey    string
+	// flags are more flags of hutch serve.
+	flags []string
+	// nofile, if set, is the server's limit of open files (soft and
+	// hard), set as soon as it starts.
+	nofile uint64
 }
 
 // sharedBase is the state root in which the default image ("base") is
@@ -141,14 +150,17 @@ func (s *server) start() error {
 		return err
 	}
 	defer logf.Close()
-	s.cmd = s.env.cmd(nil, append([]string{"--root", s.root, "serve",
-		"--listen", s.addr(),
-		"--tenants", s.tenants,
-		"--domain", serveDomain,
-		"--audit-log", s.audit}, s.flags...)...)
+	s.cmd = s.env.cmd(nil, s.args()...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start hutch serve: %w", err)
+	}
+	if s.nofile > 0 {
+		lim := unix.Rlimit{Cur: s.nofile, Max: s.nofile}
+		if err := unix.Prlimit(s.cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+			s.cmd.Process.Kill()
+			return fmt.Errorf("limit hutch serve's open files: %w", err)
+		}
 	}
 	s.exited = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.exited) }() //nolint:errcheck // the exit status is read from ProcessState
@@ -162,6 +174,7 @@ func (s *server) start() error {
 		if resp, err := httpClient.Get(s.url("/health")); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				s.readAPIKey()
 				return nil
 			}
 		}
@@ -170,6 +183,28 @@ func (s *server) start() error {
 	s.cmd.Process.Kill()
 	<-s.exited
 	return fmt.Errorf("GET /health did not answer 200 within 30s")
+}
+
+// args are the arguments of the server's hutch serve.
+func (s *server) args() []string {
+	args := []string{"--root", s.root, "serve", "--listen", s.addr(), "--domain", serveDomain, "--audit-log", s.audit}
+	if !s.noTenants {
+		args = append(args, "--tenants", s.tenants)
+	}
+	return append(args, s.flags...)
+}
+
+// apiKeyFile is where a server without tenants keeps its key.
+func (s *server) apiKeyFile() string { return filepath.Join(s.root, "serve", "api.key") }
+
+// readAPIKey reads the key of a server without tenants, if it made one.
+func (s *server) readAPIKey() {
+	if !s.noTenants {
+		return
+	}
+	if b, err := os.ReadFile(s.apiKeyFile()); err == nil {
+		s.apiKey = strings.TrimSpace(string(b))
+	}
 }
 
 func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }

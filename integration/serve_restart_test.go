@@ -213,11 +213,7 @@ func restartServer(t *testing.T, s *server) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = s.env.cmd(nil, "--root", s.root, "serve",
-		"--listen", s.addr(),
-		"--tenants", s.tenants,
-		"--domain", serveDomain,
-		"--audit-log", s.audit)
+	s.cmd = s.env.cmd(nil, s.args()...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	start := time.Now()
 	if err := s.cmd.Start(); err != nil {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +25,17 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err == nil && !p.Operator {
+			err = fmt.Errorf("GET /metrics names every tenant: it needs the operator's key (hutch serve --operator-key-file), not a tenant's: %w", errdefs.ErrPermissionDenied)
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		s.metrics.handler().ServeHTTP(w, r)
+	})
 
 	handle := func(pattern string, mutating bool, h apiHandler) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +84,7 @@ func (s *Server) routes() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not supported by this server (hutch serve); see docs/api.md for the calls it serves", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not supported by this server (hutch serve); see docs/api.md for the calls it serves", r.Method, clip(r.URL.Path, 200)))
 	})
 	return mux
 }
@@ -81,22 +92,17 @@ func (s *Server) routes() http.Handler {
 // serveAPI authenticates r, runs h and answers; a mutating call is
 // written to the audit log.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool, h apiHandler) {
-	tenantName, err := s.authenticate(r)
+	tenantName, err := s.authenticateTenant(r)
 	if err != nil {
 		writeErr(w, err)
 		if mutating {
-			s.audit.record(auditEntry{Time: time.Now(), Call: r.Method + " " + r.URL.Path, Status: httpStatus(err), Result: err.Error(), Remote: r.RemoteAddr})
+			s.audit.refused(r, httpStatus(err), err)
 		}
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	status, body, err := h(r, tenantName)
+	status, body, err := s.runAPI(w, r, tenantName, h)
 	if err != nil {
 		status = httpStatus(err)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
 		writeError(w, status, message(err))
 	} else if p, ok := body.(paged); ok {
 		w.Header().Set("X-Next-Token", p.next)
@@ -122,6 +128,32 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool,
 	if err != nil && status >= 500 && status != http.StatusNotImplemented {
 		s.log.Error("request failed", "tenant", tenantName, "method", r.Method, "path", r.URL.Path, "err", err)
 	}
+}
+
+// runAPI reads r's body (JSON, at most MaxBodyBytes, within the body
+// timeout the server set) and runs h on it. The handler itself runs
+// without a read deadline: a create that builds an image takes minutes.
+func (s *Server) runAPI(w http.ResponseWriter, r *http.Request, tenantName string, h apiHandler) (int, any, error) {
+	if err := checkJSONBody(r); err != nil {
+		return 0, nil, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return 0, nil, fmt.Errorf("request body larger than %d bytes: %w", mbe.Limit, err)
+		}
+		return 0, nil, fmt.Errorf("read request body: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	noDeadline(w)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return h(r, tenantName)
+}
+
+// noDeadline lifts the read deadline of w's connection, for a handler
+// that outlasts the body timeout (a stream, an upload, a long create).
+func noDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // not every writer can (tests' recorders)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -148,41 +146,6 @@ func TestMessage(t *testing.T) {
 	}
 	if got := message(errors.New("plain")); got != "plain" {
 		t.Errorf("message = %q", got)
-	}
-}
-
-func TestTokenKey(t *testing.T) {
-	dir := t.TempDir()
-	k1, err := loadTokenKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k2, err := loadTokenKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	if k1.envd(a) != k2.envd(a) {
-		t.Fatal("a reloaded key derives other tokens")
-	}
-	if k1.envd(a) == k1.envd(b) || k1.envd(a) == k1.traffic(a) {
-		t.Fatal("tokens of different sandboxes or kinds are equal")
-	}
-	if !tokenMatches(k1.envd(a), k2.envd(a)) || tokenMatches(k1.envd(a), k1.envd(b)) || tokenMatches(k1.envd(a), "") || tokenMatches("", "") {
-		t.Fatal("tokenMatches")
-	}
-	fi, err := os.Stat(filepath.Join(dir, tokenKeyFile))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("key file: %v %v", fi.Mode(), err)
-	}
-	os.Remove(filepath.Join(dir, tokenKeyFile))
-	k3, _ := loadTokenKey(dir)
-	if k3.envd(a) == k1.envd(a) {
-		t.Fatal("a new key derives the old tokens")
-	}
-	os.WriteFile(filepath.Join(dir, tokenKeyFile), []byte("short"), 0o600)
-	if _, err := loadTokenKey(dir); err == nil {
-		t.Fatal("a truncated key file is accepted")
 	}
 }
 

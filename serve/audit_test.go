@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 func TestAuditLog(t *testing.T) {
@@ -18,7 +21,7 @@ func TestAuditLog(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"call":"earlier"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := openAudit(path)
+	a, err := openAudit(path, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +83,16 @@ func TestAuditLog(t *testing.T) {
 func TestAuditLogConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	// Two logs on one file, as two servers (or a restart) would share it.
-	a1, err := openAudit(path)
+	a1, err := openAudit(path, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := openAudit(path)
+	a2, err := openAudit(path, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const writers, each = 16, 200
-	long := strings.Repeat("x", 3000) // lines longer than a small buffer
+	long := strings.Repeat("x", auditBounds.result) // lines longer than a small buffer
 	var wg sync.WaitGroup
 	for w := range writers {
 		a := a1
@@ -131,7 +134,7 @@ func TestAuditLogConcurrent(t *testing.T) {
 func TestAuditLogNoPath(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
-	a, err := openAudit("")
+	a, err := openAudit("", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestAuditLogNoPath(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("a log with no path wrote %s", ents[0].Name())
 	}
-	if _, err := openAudit(filepath.Join(dir, "missing", "audit.log")); err == nil || !strings.Contains(err.Error(), "missing/audit.log") {
+	if _, err := openAudit(filepath.Join(dir, "missing", "audit.log"), 0, 0); err == nil || !strings.Contains(err.Error(), "missing/audit.log") {
 		t.Errorf("openAudit in a missing directory = %v; want an error naming the path", err)
 	}
 }
@@ -164,4 +167,70 @@ func readLines(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return lines
+}
+
+func TestAuditLogBounds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := openAudit(path, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "/sandboxes/" + strings.Repeat("A", 500<<10)
+	a.record(auditEntry{Tenant: "acme", Call: "DELETE " + long, Sandbox: long, Status: 404, Result: "sandbox " + long + " not found", Remote: "127.0.0.1:1"})
+	r := httptest.NewRequest("DELETE", long, nil)
+	a.refused(r, 401, fmt.Errorf("missing API key: %w", errdefs.ErrUnauthenticated))
+	a.record(auditEntry{Tenant: "acme", Call: "POST /sandboxes", Status: 201, Result: "ok"})
+	a.Close()
+	lines := readLines(t, path)
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3", len(lines))
+	}
+	for i, max := range []int{2048, 400, 200} {
+		if len(lines[i]) > max {
+			t.Errorf("line %d has %d bytes, want at most %d", i+1, len(lines[i]), max)
+		}
+		var e auditEntry
+		if err := json.Unmarshal([]byte(lines[i]), &e); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if want := i < 2; e.Truncated != want || strings.Contains(lines[i], "bytes more") != want {
+			t.Errorf("line %d: truncated %v, want %v: %s", i+1, e.Truncated, want, lines[i])
+		}
+	}
+	if !strings.Contains(lines[1], `"status":401`) || !strings.Contains(lines[1], "missing API key") {
+		t.Errorf("the refused call's line lacks its status or result: %s", lines[1])
+	}
+}
+
+func TestAuditLogRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	a, err := openAudit(path, 4096, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		a.record(auditEntry{Tenant: "acme", Call: "POST /sandboxes", Sandbox: fmt.Sprintf("sb%04d", i), Status: 201, Result: "ok"})
+	}
+	a.Close()
+	names, _ := filepath.Glob(path + "*")
+	if want := []string{path, path + ".1", path + ".2"}; fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Fatalf("files %v, want %v", names, want)
+	}
+	var all []string
+	for _, f := range []string{path + ".2", path + ".1", path} {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Size() > 4096 || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, size %d mode %v: want at most 4096 bytes, 0600", f, err, fi.Size(), fi.Mode().Perm())
+		}
+		all = append(all, readLines(t, f)...)
+	}
+	// The kept files hold the newest lines, in order, up to the last.
+	for i, l := range all {
+		want := fmt.Sprintf(`"sandbox":"sb%04d"`, n-len(all)+i)
+		if !strings.Contains(l, want) {
+			t.Fatalf("line %d of the kept files is %s, want %s", i+1, l, want)
+		}
+	}
 }

@@ -15,7 +15,13 @@ import (
 // httpStatus maps an error wrapping an errdefs sentinel to the HTTP status
 // E2B's API answers with.
 func httpStatus(err error) int {
+	var ume *unsupportedMediaError
+	var mbe *http.MaxBytesError
 	switch {
+	case errors.As(err, &ume):
+		return http.StatusUnsupportedMediaType
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errdefs.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, errdefs.ErrInvalidArgument):

@@ -94,3 +94,7 @@ func (s *Server) countSandboxes(ctx context.Context) (map[[2]string]int, error) 
 	}
 	return out, nil
 }
+
+// MetricsHandler is GET /metrics without a key, for a listener of its own
+// (hutch serve --metrics-listen): it names every tenant.
+func (s *Server) MetricsHandler() http.Handler { return s.metrics.handler() }

@@ -112,10 +112,10 @@ func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
 	domain := s.cfg.Domain
 	out := sandboxJSON{
 		TemplateID: sb.Labels[placement.LabelTemplate], SandboxID: sb.ID, ClientID: "hutch",
-		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.tokens.envd(sb.ID),
+		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.envdToken(sb.ID),
 	}
 	if sb.Labels[placement.LabelPrivate] == "true" {
-		t := s.tokens.traffic(sb.ID)
+		t := s.trafficToken(sb.ID)
 		out.TrafficAccessToken = &t
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
@@ -32,7 +33,7 @@ const EnvdPort = 49983
 const EnvdVersion = "0.5.7"
 
 // DefaultTenant is the tenant of every request when the server runs
-// without a tenants file (loopback only).
+// without a tenants file (loopback only, with Config.APIKey).
 const DefaultTenant = "default"
 
 // Config configures a Server.
@@ -43,11 +44,26 @@ type Config struct {
 	// pod instead (package serve/kubeplace): no engine is used.
 	Kube *kubeplace.Config
 	// Tenants authenticates API keys; nil serves one tenant,
-	// DefaultTenant, without keys (a server on loopback).
+	// DefaultTenant, whose key is APIKey.
 	Tenants *tenant.Store
+	// APIKey is the one key of a server without Tenants (required then):
+	// it acts as DefaultTenant and opens the operator's view too.
+	APIKey string
+	// OperatorKey, if set, opens the operator's view (GET /metrics); it
+	// acts as no tenant.
+	OperatorKey string
 	// Domain is the domain sandbox hosts are named under:
 	// PORT-SANDBOXID.Domain.
 	Domain string
+	// Listen is the address the server listens on (HOST:PORT): requests
+	// for it, and for localhost, 127.0.0.1 and [::1] at its port, are
+	// its own. Empty: loopback names at any port.
+	Listen string
+	// Hosts are further names requests may address the server by
+	// (NAME, or NAME:PORT for that port only). A request for any other
+	// name than these, Listen's, Domain and *.Domain answers 421, and
+	// one from a web page of another origin 403.
+	Hosts []string
 	// StateDir holds the server's own state: the key its access tokens
 	// are derived with. Empty: serve/ under the engine's root (required
 	// with Kube).
@@ -65,6 +81,18 @@ type Config struct {
 	// Watches bounds the filesystem watches one tenant and one sandbox
 	// may hold open; zero: DefaultTenantWatchers, DefaultSandboxWatchers.
 	Watches WatchLimits
+	// AuditMaxBytes is the size past which the audit log is rotated;
+	// 0: 100 MiB. AuditKeep is how many rotated files are kept; 0: 5.
+	AuditMaxBytes int64
+	AuditKeep     int
+	// BodyTimeout bounds the reading of a request's body before its
+	// handler runs (data-plane streams and uploads are not bounded);
+	// 0: 30 s.
+	BodyTimeout time.Duration
+	// MaxUntrustedConns bounds the connections of one client address
+	// that have not presented a valid key or token: past it the oldest
+	// is closed (Listener). 0: 128.
+	MaxUntrustedConns int
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:
@@ -73,13 +101,15 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	place   placement.Placement
-	tokens  tokenKey
+	tokens  credential.Key
 	log     *slog.Logger
 	audit   *auditLog
 	metrics *metrics
 	procs   *processService
 	envd    http.Handler
 	api     http.Handler
+	front   front
+	conns   *connLimiter
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -124,8 +154,17 @@ func New(cfg Config) (*Server, error) {
 		engine.FillPoolsInProcess()
 		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches)
 	}
+	if cfg.Tenants == nil && cfg.APIKey == "" {
+		return nil, fmt.Errorf("serve: a server without tenants needs an API key (Config.APIKey): %w", errdefs.ErrInvalidArgument)
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.MaxUntrustedConns <= 0 {
+		cfg.MaxUntrustedConns = 128
 	}
 	switch cfg.DefaultNetwork {
 	case "":
@@ -137,6 +176,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
 	}
+	fr, err := newFront(cfg.Listen, cfg.Domain, cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(cfg.Engine.Root(), "serve")
 	}
@@ -144,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	audit, err := openAudit(cfg.AuditLog)
+	audit, err := openAudit(cfg.AuditLog, cfg.AuditMaxBytes, cfg.AuditKeep)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +195,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
+		front:    fr,
+		conns:    newConnLimiter(cfg.MaxUntrustedConns, cfg.Logger),
 		reserved: map[string]tenant.Usage{},
 		locks:    locks,
 		logReads: inFlight{what: "log reads", max: maxLogReads},
@@ -200,7 +245,14 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		plane := "api"
-		if id, port, ok := s.sandboxOf(r); ok {
+		s.conns.serving(r.Context(), true)
+		defer s.conns.serving(r.Context(), false)
+		// What follows the headers is read within the body timeout,
+		// until a handler that streams lifts it (noDeadline).
+		_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.BodyTimeout)) // not every writer can (tests' recorders)
+		if status, msg := s.front.check(r); status != 0 {
+			writeError(rw, status, msg)
+		} else if id, port, ok := s.sandboxOf(r); ok {
 			plane = "sandbox"
 			s.serveSandbox(rw, r, id, port)
 		} else {
@@ -257,16 +309,21 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	if port == EnvdPort {
-		if !tokenMatches(s.tokens.envd(sb.ID), r.Header.Get("X-Access-Token")) {
+		if !credential.Match(s.envdToken(sb.ID), r.Header.Get("X-Access-Token")) {
 			writeSandboxError(w, r, notFound)
 			return
 		}
+		s.conns.trust(r.Context())
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
-		if !tokenMatches(s.tokens.traffic(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
+		if !credential.Match(s.trafficToken(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
 			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
 			return
 		}
+		s.conns.trust(r.Context())
 	}
+	// Commands' streams, uploads and a preview's WebSockets last as
+	// long as they do.
+	noDeadline(w)
 	if sb.State == engine.StatePaused {
 		// A request with one of the sandbox's tokens is its tenant's; a
 		// port preview of a public sandbox may come from anyone, and
@@ -355,20 +412,45 @@ func (s *Server) forget(id string) {
 	s.place.Forget(id)
 }
 
-// authenticate is the tenant of a control-plane request.
-func (s *Server) authenticate(r *http.Request) (string, error) {
-	if s.cfg.Tenants == nil {
-		return DefaultTenant, nil
-	}
-	key := r.Header.Get("X-API-Key")
+// authenticate is who a control-plane request's API key is (X-API-Key,
+// else Authorization: Bearer). A request that presents a valid key makes
+// its connection trusted.
+func (s *Server) authenticate(r *http.Request) (credential.Principal, error) {
+	key := credential.Presented(r.Header)
 	if key == "" {
-		return "", fmt.Errorf("missing API key: set the X-API-Key header (E2B_API_KEY): %w", errdefs.ErrUnauthenticated)
+		return credential.Principal{}, fmt.Errorf("missing API key: set the X-API-Key header (E2B_API_KEY) or Authorization: Bearer: %w", errdefs.ErrUnauthenticated)
 	}
-	t, ok := s.cfg.Tenants.Authenticate(key)
-	if !ok {
-		return "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	var p credential.Principal
+	switch {
+	case credential.Match(s.cfg.OperatorKey, key):
+		p = credential.Principal{Operator: true}
+	case s.cfg.Tenants == nil:
+		if !credential.Match(s.cfg.APIKey, key) {
+			return p, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+		}
+		p = credential.Principal{Tenant: DefaultTenant, Operator: true}
+	default:
+		t, ok := s.cfg.Tenants.Authenticate(key)
+		if !ok {
+			return p, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+		}
+		p = credential.Principal{Tenant: t.Name}
 	}
-	return t.Name, nil
+	s.conns.trust(r.Context())
+	return p, nil
+}
+
+// authenticateTenant is the tenant of a control-plane request: the
+// operator's own key acts as no tenant.
+func (s *Server) authenticateTenant(r *http.Request) (string, error) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		return "", err
+	}
+	if p.Tenant == "" {
+		return "", fmt.Errorf("the operator key acts as no tenant: %s %s needs a tenant's API key: %w", r.Method, r.URL.Path, errdefs.ErrPermissionDenied)
+	}
+	return p.Tenant, nil
 }
 
 // statusWriter records the status a handler answered with.

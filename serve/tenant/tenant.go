@@ -15,7 +15,6 @@
 package tenant
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -37,6 +36,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"hutch.dev/hutch/credential"
 )
 
 // Quota bounds what one tenant holds at once. A zero field is unlimited.
@@ -105,10 +106,7 @@ type file struct {
 }
 
 // KeyPrefix starts every API key, as E2B's keys do.
-const KeyPrefix = "e2b_"
-
-// keyBytes is the random part of a key: 160 bits, written as 40 hex digits.
-const keyBytes = 20
+const KeyPrefix = credential.APIKeyPrefix
 
 // checkEvery is how often Authenticate looks at the file for changes.
 const checkEvery = time.Second
@@ -159,13 +157,6 @@ func (q Quota) Validate() error {
 func hashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
-}
-
-// newKey is a fresh API key: KeyPrefix and 40 hex digits from crypto/rand.
-func newKey() string {
-	b := make([]byte, keyBytes)
-	_, _ = rand.Read(b) // never fails (crypto/rand.Read panics instead)
-	return KeyPrefix + hex.EncodeToString(b)
 }
 
 // fileID tells one version of the file from another without reading it.
@@ -282,7 +273,7 @@ func (s *Store) Add(name string, q Quota) (key string, err error) {
 	if err := q.Validate(); err != nil {
 		return "", err
 	}
-	key = newKey()
+	key = credential.NewAPIKey()
 	err = s.update(func(recs []record) ([]record, error) {
 		for _, r := range recs {
 			if r.Name == name {

@@ -47,7 +47,7 @@ on this host. See docs/mcp.md.`,
 		&cli.StringFlag{Name: "owner", Usage: "owner label of this server's sandboxes (default: new for each server); a stable name lets a restarted server manage the sandboxes of the one before"},
 		&cli.BoolFlag{Name: "all-sandboxes", Usage: "manage every sandbox of the state root (or of the --server tenant), not only this server's"},
 		&cli.StringFlag{Name: "server", Usage: "URL of a remote `hutch serve` whose sandboxes the tools use instead of this host's, e.g. http://hutch.example.test:3000"},
-		&cli.StringFlag{Name: "api-key", EnvVars: []string{"E2B_API_KEY"}, Usage: "with --server: the tenant's API key (from `hutch tenant add`)"},
+		&cli.StringFlag{Name: "api-key", EnvVars: []string{"E2B_API_KEY"}, Usage: "with --server: the tenant's API key (from `hutch tenant add`; for a server without tenants, its serve/api.key)"},
 	},
 	Action: run,
 }
@@ -138,7 +138,8 @@ func remoteClient(server, key string) (*client.Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("--server %q: want the server's base URL, http://HOST:PORT or https://HOST", server)
 	}
-	// An empty key is for a server without tenants; one with tenants
+	// Every hutch serve needs a key (one without tenants, the one in
+	// serve/api.key under its state root); without one the server
 	// answers each call with a message naming the missing key.
 	return &client.Client{APIURL: strings.TrimRight(u.String(), "/"), APIKey: key}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
 	"hutch.dev/hutch/serve"
@@ -30,10 +31,18 @@ import (
 var Command = &cli.Command{
 	Name:  "serve",
 	Usage: "serve E2B's API (REST control plane and envd data plane) over this host's sandboxes",
-	Description: `Without --tenants the server has one tenant, takes no API keys and listens
-on loopback only. With --tenants FILE (made with 'hutch tenant add') every call
-needs a tenant's key in X-API-Key, and each tenant sees only its own
-sandboxes and snapshots. See docs/api.md.
+	Description: `Without --tenants the server has one tenant and listens on loopback only;
+every call needs its API key, which the first start makes, prints once and
+keeps in serve/api.key under the state root. With --tenants FILE (made with
+'hutch tenant add') every call needs a tenant's key, and each tenant sees only
+its own sandboxes and snapshots. Keys go in X-API-Key (E2B_API_KEY) or
+Authorization: Bearer. GET /metrics needs the operator's key
+(--operator-key-file), or is served without one on --metrics-listen.
+
+The server answers only requests addressed to its own names: its listen
+address, localhost at its port, --domain and *.DOMAIN, and each --host;
+others get 421, and requests from web pages of other origins 403. See
+docs/api.md and docs/credentials.md.
 
 With --backend kubernetes --kubeconfig FILE the server runs no sandbox on
 this host: each one is a pod with runtimeClassName hutch on the cluster, which
@@ -44,7 +53,12 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "address to listen on"},
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (hutch tenant add)", EnvVars: []string{"HUTCH_TENANTS"}},
 		&cli.StringFlag{Name: "domain", Value: "localhost", Usage: "domain of sandbox hosts: PORT-SANDBOXID.DOMAIN (E2B_DOMAIN)"},
+		&cli.StringSliceFlag{Name: "host", Usage: "another name clients reach the server by, NAME or NAME:PORT (its DNS name or address; repeatable); requests for names not its own answer 421"},
+		&cli.StringFlag{Name: "operator-key-file", Usage: "FILE holding the operator's API key, which opens GET /metrics (made, mode 0600, with a new key if missing)"},
+		&cli.StringFlag{Name: "metrics-listen", Usage: "also serve GET /metrics, without a key, on this address (e.g. 127.0.0.1:9090)"},
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
+		&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
+		&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
 		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
 		&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
@@ -126,16 +140,37 @@ func run(c *cli.Context) error {
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return clix.UsageError(fmt.Errorf("--listen %q: without --tenants the server takes no API keys, so it listens on loopback only", listen))
 		}
-		log.Warn("no --tenants: one tenant, no API keys, loopback only")
 	}
 	cfg := serve.Config{
-		Tenants: tenants, Domain: c.String("domain"),
-		Logger: log, DefaultNetwork: c.String("default-network"),
+		Tenants: tenants, Domain: c.String("domain"), Listen: listen, Hosts: c.StringSlice("host"),
+		Logger: log, DefaultNetwork: c.String("default-network"), AuditKeep: c.Int("audit-log-keep"),
 		Watches: serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
 	}
 	for _, f := range []string{"tenant-watchers", "sandbox-watchers"} {
 		if c.Int(f) < 1 {
 			return clix.UsageError(fmt.Errorf("--%s %d: want at least 1", f, c.Int(f)))
+		}
+	}
+	if cfg.AuditMaxBytes, err = engine.ParseSize(c.String("audit-log-max-size")); err != nil || cfg.AuditMaxBytes < 4096 {
+		return clix.UsageError(fmt.Errorf("--audit-log-max-size %q: want a size of at least 4k, e.g. 100m", c.String("audit-log-max-size")))
+	}
+	if cfg.AuditKeep < 1 {
+		return clix.UsageError(fmt.Errorf("--audit-log-keep %d: want at least 1", cfg.AuditKeep))
+	}
+	if f := c.String("operator-key-file"); f != "" {
+		key, created, err := credential.LoadAPIKey(f)
+		if err != nil {
+			return clix.UsageError(fmt.Errorf("--operator-key-file: %w", err))
+		}
+		if created {
+			log.Info("made the operator key", "file", f)
+		}
+		cfg.OperatorKey = key
+	}
+	metricsListen := c.String("metrics-listen")
+	if metricsListen != "" {
+		if _, _, err := net.SplitHostPort(metricsListen); err != nil {
+			return clix.UsageError(fmt.Errorf("--metrics-listen %q: %w", metricsListen, err))
 		}
 	}
 	var root string
@@ -153,6 +188,13 @@ func run(c *cli.Context) error {
 			return err
 		}
 		root = cfg.Engine.Root()
+		cfg.StateDir = filepath.Join(root, "serve")
+	}
+	if tenants == nil {
+		if cfg.APIKey, err = defaultKey(c, cfg.StateDir); err != nil {
+			return err
+		}
+		log.Warn("no --tenants: one tenant, loopback only", "api_key_file", filepath.Join(cfg.StateDir, serve.APIKeyFile))
 	}
 	audit := c.String("audit-log")
 	switch audit {
@@ -183,11 +225,23 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	hs := srv.HTTPServer()
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(srv.Listener(l)) }()
+	if metricsListen != "" {
+		ml, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second}
+		defer ms.Close()
+		go func() { errc <- ms.Serve(ml) }()
+		log.Info("serving /metrics without a key", "listen", ml.Addr().String())
+	}
 	log.Info("serving", "listen", l.Addr().String(), "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
@@ -201,6 +255,20 @@ func run(c *cli.Context) error {
 		return err
 	}
 	return nil
+}
+
+// defaultKey is the API key of a server without tenants, in dir: made on
+// the first start, and then printed once, with where to read it again.
+func defaultKey(c *cli.Context, dir string) (string, error) {
+	path := filepath.Join(dir, serve.APIKeyFile)
+	key, created, err := credential.LoadAPIKey(path)
+	if err != nil {
+		return "", fmt.Errorf("the API key of a server without --tenants: %w", err)
+	}
+	if created {
+		fmt.Fprintf(c.App.ErrWriter, "hutch serve: every call needs this API key (X-API-Key, E2B_API_KEY; or Authorization: Bearer):\n\n    %s\n\nIt is shown only now; read it again with: cat %s\n\n", key, path)
+	}
+	return key, nil
 }
 
 // kubeConfig is the Kubernetes placement the flags ask for.
