@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -81,5 +82,41 @@ func TestNetRateLimitsEgress(t *testing.T) {
 	e.assertClean(free)
 	if out := e.ok("ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("refused creates left sandboxes: %s", out)
+	}
+}
+
+// hutch serve --net-rate gives every sandbox with a network link the
+// limit (one denied the internet keeps its link, for a later update),
+// and none to one without a link.
+func TestServeNetRate(t *testing.T) {
+	requiresRoot(t)
+	s := newServer(t, "")
+	key := s.tenantAdd("rated")
+	s.flags = []string{"--net-rate", "8mbit"}
+	s.serve()
+	h := map[string]string{"X-API-KEY": key, "Content-Type": "application/json"}
+	for body, want := range map[string]int64{
+		`{"templateID":"busybox","allow_internet_access":true}`:  8_000_000,
+		`{"templateID":"busybox","allow_internet_access":false}`: 8_000_000,
+		`{"templateID":"busybox"}`:                               0,
+	} {
+		r := s.do("POST", "/sandboxes", strings.NewReader(body), h)
+		var c createdSandbox
+		if r.status != 201 || json.Unmarshal([]byte(r.body), &c) != nil {
+			t.Fatalf("POST /sandboxes %s: %s", body, r)
+		}
+		var sb struct {
+			NetRate int64 `json:"netRate"`
+		}
+		s.env.inspectInto(c.SandboxID, &sb)
+		if sb.NetRate != want {
+			t.Errorf("%s: netRate %d, want %d", body, sb.NetRate, want)
+		}
+	}
+	s.stop()
+	bad := newServer(t, "")
+	bad.flags = []string{"--net-rate", "fast"}
+	if err := bad.start(); err == nil {
+		t.Errorf("hutch serve --net-rate fast started")
 	}
 }

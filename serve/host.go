@@ -38,6 +38,8 @@ type hostPlacement struct {
 	// previews.
 	dialMu  sync.Mutex
 	dialers map[string]*engine.PortDialer
+	// netRate limits what each sandbox with network sends (Config.NetRate).
+	netRate int64
 }
 
 var _ placement.Placement = (*hostPlacement)(nil)
@@ -135,6 +137,9 @@ func (h *hostPlacement) Prepare(ctx context.Context, req placement.CreateRequest
 	}
 	if req.Timeout == 0 {
 		creq.OnTimeout = ""
+	}
+	if req.Network != "none" {
+		creq.NetRate = h.netRate
 	}
 	if err := h.eng.ValidateCreate(creq); err != nil {
 		return nil, err

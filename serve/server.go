@@ -75,6 +75,9 @@ type Config struct {
 	// DefaultNetwork is the network mode of a sandbox whose create asks
 	// for nothing: "none" (hutch's default) or "open" (E2B's).
 	DefaultNetwork string
+	// NetRate limits what each sandbox with network sends, in bits per
+	// second (engine.ParseRate); 0 is no limit. Host placement only.
+	NetRate int64
 	// MaxBodyBytes bounds JSON request bodies (not file uploads); 0:
 	// 1 MiB.
 	MaxBodyBytes int64
@@ -145,6 +148,9 @@ func New(cfg Config) (*Server, error) {
 		if cfg.StateDir == "" {
 			return nil, fmt.Errorf("serve: a server on Kubernetes needs a state directory for its token key: %w", errdefs.ErrInvalidArgument)
 		}
+		if cfg.NetRate != 0 {
+			return nil, fmt.Errorf("serve: a sandbox's network rate is not applied on Kubernetes: %w", errdefs.ErrInvalidArgument)
+		}
 		place = kp
 	case cfg.Engine == nil:
 		return nil, fmt.Errorf("serve: no engine: %w", errdefs.ErrInvalidArgument)
@@ -153,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
 		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches)
+		place.(*hostPlacement).netRate = cfg.NetRate
 	}
 	if cfg.Tenants == nil && cfg.APIKey == "" {
 		return nil, fmt.Errorf("serve: a server without tenants needs an API key (Config.APIKey): %w", errdefs.ErrInvalidArgument)

@@ -60,6 +60,7 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
 		&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
 		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
+		&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
 		&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
 		&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
@@ -145,6 +146,11 @@ func run(c *cli.Context) error {
 		Tenants: tenants, Domain: c.String("domain"), Listen: listen, Hosts: c.StringSlice("host"),
 		Logger: log, DefaultNetwork: c.String("default-network"), AuditKeep: c.Int("audit-log-keep"),
 		Watches: serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
+	}
+	if r := c.String("net-rate"); r != "" {
+		if cfg.NetRate, err = engine.ParseRate(r); err != nil {
+			return clix.UsageError(fmt.Errorf("--net-rate: %w", err))
+		}
 	}
 	for _, f := range []string{"tenant-watchers", "sandbox-watchers"} {
 		if c.Int(f) < 1 {
