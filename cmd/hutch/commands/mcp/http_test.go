@@ -106,11 +106,30 @@ func TestToken(t *testing.T) {
 			t.Errorf("Authorization %q: %d %q, want %d", auth, w.Code, w.Body.String(), code)
 		}
 	}
+	// A token file someone changed is put back; a new key is a new
+	// token, and the old one no longer opens anything.
 	if err := os.WriteFile(filepath.Join(dir, tokenFile), []byte("short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadToken(dir); err == nil || !strings.Contains(err.Error(), "remove it") {
-		t.Errorf("a malformed token file: %v, want an error saying how to renew it", err)
+	if again, err := loadToken(dir); err != nil || again.value != tok.value {
+		t.Errorf("after the token file was changed: %q %v, want the token again", again.value, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, tokenFile)); strings.TrimSpace(string(b)) != tok.value {
+		t.Errorf("the token file holds %q, want the token", b)
+	}
+	if err := os.Remove(filepath.Join(dir, keyFile)); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := loadToken(dir)
+	if err != nil || renewed.value == tok.value || len(renewed.value) != 2*tokenLen {
+		t.Fatalf("after the key was removed: %q %v, want a new token", renewed.value, err)
+	}
+	r := httptest.NewRequest("POST", "/mcp", nil)
+	r.Header.Set("Authorization", "Bearer "+tok.value)
+	w := httptest.NewRecorder()
+	renewed.require(h).ServeHTTP(w, r)
+	if w.Code != 401 {
+		t.Errorf("the revoked token: %d, want 401", w.Code)
 	}
 }
 

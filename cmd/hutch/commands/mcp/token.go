@@ -2,75 +2,65 @@ package mcp
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+
+	"hutch.dev/hutch/credential"
 )
 
 // tokenFile is the HTTP transport's bearer token, in the server's state
-// directory.
-const tokenFile = "token"
+// directory, for the owner's clients to read; keyFile is the key it is
+// derived from.
+const (
+	tokenFile = "token"
+	keyFile   = "token.key"
+)
 
 // tokenLen is the token's length in bytes: 40 hex digits.
 const tokenLen = 20
 
+// mcpServer is the name the token is derived for: the host's one server,
+// not a sandbox.
+const mcpServer = "hutch-mcp"
+
 // token is the bearer credential of `hutch mcp --transport http` on TCP:
-// a request without it is refused. It is tokenLen random bytes in lower
-// hex, kept in the state directory (0600, in a 0700 directory) so that
-// the owner's clients can read it and a restarted server keeps it;
-// removing the file revokes it at the next start. That is the shape of
-// the tokens `hutch serve` derives from its token key (HMAC-SHA256 of a
-// purpose and an ID, cut to 20 bytes), so that it can become the token
-// derived for the purpose "mcp" by changing loadToken alone: clients,
-// the file and the check stay as they are.
+// a request without it is refused. It is the token of purpose
+// credential.MCP derived from the key in the state directory (0600, in a
+// 0700 directory), written beside it (0600) for the owner's clients to
+// read; a restarted server gives the same token, and removing the key
+// file revokes it at the next start.
 type token struct {
 	value string
 	// file holds the value, for the messages that point to it.
 	file string
 }
 
-// loadToken reads dir's token, making one on first use.
+// loadToken derives dir's token from its key, making the key on first
+// use, and keeps the token file in step with it.
 func loadToken(dir string) (token, error) {
-	p := filepath.Join(dir, tokenFile)
-	b, err := os.ReadFile(p)
-	if err == nil {
-		v := strings.TrimSpace(string(b))
-		if d, err := hex.DecodeString(v); err != nil || len(d) != tokenLen || v != strings.ToLower(v) {
-			return token{}, fmt.Errorf("%s: want %d hex digits (remove it to make a new token)", p, 2*tokenLen)
-		}
-		return token{value: v, file: p}, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return token{}, err
-	}
-	r := make([]byte, tokenLen)
-	if _, err := rand.Read(r); err != nil {
-		return token{}, err
-	}
-	v := hex.EncodeToString(r)
-	// O_EXCL: of two servers starting at once, one token wins.
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return loadToken(dir)
-	}
+	key, err := credential.LoadKey(filepath.Join(dir, keyFile))
 	if err != nil {
 		return token{}, err
 	}
-	if _, err := f.WriteString(v + "\n"); err != nil {
-		f.Close()
-		os.Remove(p)
+	v := key.Token(credential.MCP, mcpServer, 0)
+	p := filepath.Join(dir, tokenFile)
+	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
+		return token{value: v, file: p}, nil
+	}
+	// Written whole under another name, then renamed: a client never
+	// reads half a token.
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(v+"\n"), 0o600); err != nil {
 		return token{}, err
 	}
-	if err := f.Close(); err != nil {
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
 		return token{}, err
 	}
 	return token{value: v, file: p}, nil
