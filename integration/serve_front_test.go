@@ -22,6 +22,11 @@ func TestServeNoTenantsKey(t *testing.T) {
 	requireSDK(t)
 	s := newServer(t, baseArchive(t))
 	s.noTenants = true
+	// The state root is the test process's shared one: a key an earlier
+	// run of this test made there would make this start not the first.
+	if err := os.Remove(s.apiKeyFile()); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 	s.serve()
 	if s.apiKey == "" {
 		t.Fatalf("the server made no API key in %s\nserver log:\n%s", s.apiKeyFile(), s.logTail(20))
