@@ -44,13 +44,14 @@ type hostPlacement struct {
 
 var _ placement.Placement = (*hostPlacement)(nil)
 
-// newHostPlacement places sandboxes with eng; its filesystem service
-// keeps watches within limits.
-func newHostPlacement(eng *engine.Engine, log *slog.Logger, limits WatchLimits) *hostPlacement {
+// newHostPlacement places sandboxes with eng, each with a network link
+// limited to netRate (0: no limit); its filesystem service keeps watches
+// within limits.
+func newHostPlacement(eng *engine.Engine, log *slog.Logger, limits WatchLimits, netRate int64) *hostPlacement {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng, limits), dialers: map[string]*engine.PortDialer{}}
+	return &hostPlacement{eng: eng, log: log, fs: newFilesystemService(eng, limits), dialers: map[string]*engine.PortDialer{}, netRate: netRate}
 }
 
 // Unsupported: the engine does every call; of a create's fields it

@@ -158,8 +158,7 @@ func New(cfg Config) (*Server, error) {
 		// Warm pools this server claims from refill in its own
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
-		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches)
-		place.(*hostPlacement).netRate = cfg.NetRate
+		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches, cfg.NetRate)
 	}
 	if cfg.Tenants == nil && cfg.APIKey == "" {
 		return nil, fmt.Errorf("serve: a server without tenants needs an API key (Config.APIKey): %w", errdefs.ErrInvalidArgument)
