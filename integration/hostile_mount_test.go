@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,17 +102,7 @@ func checkNoSetID(t *testing.T, dir string, owner *syscall.Credential, run bool)
 // runs it stays who they are.
 func TestHostileHostMountSetID(t *testing.T) {
 	e := newEnv(t)
-	owner := testUser(t, "hutchmount")
-	uid, _ := strconv.Atoi(owner.Uid)
-	gid, _ := strconv.Atoi(owner.Gid)
-	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-
-	dir, src := mountDir(t, cred)
-	out := e.ok("run", "--rm", "--image", "busybox", "-v", dir+":/m", "-v", src+":/src:ro", "--", "sh", "-c", plantSetID)
-	if strings.Contains(out, "chown-ok") || !strings.Contains(out, "planted") {
-		t.Fatalf("planting: %q (a chown to another owner must be refused)", out)
-	}
-	checkNoSetID(t, dir, cred, true)
+	cred := plantInUsersDir(t, e, testUser(t, "hutchmount"))
 
 	// The same in a created sandbox, by exec, and in one whose mount is
 	// root's: what root writes there stays root's, still without set-ID.
@@ -127,7 +118,7 @@ func TestHostileHostMountSetID(t *testing.T) {
 	// choose: still no set-ID bit reaches the host.
 	e.ok("volume", "create", "planted")
 	vdir := filepath.Join(e.root, "volumes", "planted", "data")
-	out = e.ok("run", "--rm", "--image", "busybox", "-v", "planted:/m", "-v", src+":/src:ro", "--", "sh", "-c", plantSetID)
+	out := e.ok("run", "--rm", "--image", "busybox", "-v", "planted:/m", "-v", src2+":/src:ro", "--", "sh", "-c", plantSetID)
 	if !strings.Contains(out, "planted") {
 		t.Fatalf("planting in a volume: %q", out)
 	}
@@ -148,8 +139,13 @@ func TestHostileHostMountSetID(t *testing.T) {
 // inside the sandbox writes to the user's directory are the user's, with
 // no set-ID bit another local user could run.
 func TestHostileHostMountSetIDRootless(t *testing.T) {
-	e := newRootlessEnv(t)
-	u := rootlessUser(t)
+	plantInUsersDir(t, newRootlessEnv(t), rootlessUser(t))
+}
+
+// plantInUsersDir runs plantSetID as root inside a sandbox of e on a
+// directory of u's, checks what it left there, and returns u's IDs.
+func plantInUsersDir(t *testing.T, e *env, u *user.User) *syscall.Credential {
+	t.Helper()
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -159,4 +155,5 @@ func TestHostileHostMountSetIDRootless(t *testing.T) {
 		t.Fatalf("planting: %q (a chown to another owner must be refused)", out)
 	}
 	checkNoSetID(t, dir, cred, true)
+	return cred
 }
