@@ -3,6 +3,7 @@ package serve
 import (
 	"container/list"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +30,9 @@ func (s *Server) HTTPServer() *http.Server {
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ConnContext:       connContext,
+		// Failed TLS handshakes and the like, which any client can
+		// cause, at debug level.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }
 
@@ -63,13 +67,14 @@ func newConnLimiter(max int, log *slog.Logger) *connLimiter {
 }
 
 // trackedConn is an accepted connection, untrusted while elem is set,
-// busy while the server answers a request on it.
+// busy while the server answers requests on it (HTTP/2 answers several
+// at once).
 type trackedConn struct {
 	net.Conn
 	lim  *connLimiter
 	addr string
 	elem *list.Element
-	busy bool
+	busy int
 }
 
 func (c *trackedConn) Close() error {
@@ -91,7 +96,7 @@ func (l *connLimiter) add(c *trackedConn) {
 	if conns.Len() > l.max {
 		evict = conns.Front().Value.(*trackedConn)
 		for e := conns.Front(); e != nil; e = e.Next() {
-			if tc := e.Value.(*trackedConn); !tc.busy {
+			if tc := e.Value.(*trackedConn); tc.busy == 0 {
 				evict = tc
 				break
 			}
@@ -117,7 +122,11 @@ func (l *connLimiter) add(c *trackedConn) {
 func (l *connLimiter) serving(ctx context.Context, busy bool) {
 	if tc, ok := ctx.Value(connKey{}).(*trackedConn); ok {
 		l.mu.Lock()
-		tc.busy = busy
+		if busy {
+			tc.busy++
+		} else {
+			tc.busy--
+		}
 		l.mu.Unlock()
 	}
 }
@@ -142,8 +151,12 @@ func (l *connLimiter) removeLocked(c *trackedConn) {
 
 type connKey struct{}
 
-// connContext puts the connection in its requests' contexts, for trust.
+// connContext puts the connection in its requests' contexts, for trust;
+// over TLS, the connection under it.
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	if tc, ok := c.(*trackedConn); ok {
 		return context.WithValue(ctx, connKey{}, tc)
 	}

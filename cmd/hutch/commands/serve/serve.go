@@ -39,6 +39,12 @@ its own sandboxes and snapshots. Keys go in X-API-Key (E2B_API_KEY) or
 Authorization: Bearer. GET /metrics needs the operator's key
 (--operator-key-file), or is served without one on --metrics-listen.
 
+With --tls-cert and --tls-key, or --tls-self-signed, the server speaks
+HTTPS only (TLS 1.2 or later, HTTP/2 by ALPN) on --listen: listen on port
+443 for the SDKs' default URLs, https://api.DOMAIN and
+https://PORT-ID.DOMAIN. SIGHUP reloads the certificate files; connections
+already open keep theirs. Without them it speaks plain HTTP.
+
 The server answers only requests addressed to its own names: its listen
 address, localhost at its port, --domain and *.DOMAIN, and each --host;
 others get 421, and requests from web pages of other origins 403. See
@@ -54,6 +60,9 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (hutch tenant add)", EnvVars: []string{"HUTCH_TENANTS"}},
 		&cli.StringFlag{Name: "domain", Value: "localhost", Usage: "domain of sandbox hosts: PORT-SANDBOXID.DOMAIN (E2B_DOMAIN)"},
 		&cli.StringSliceFlag{Name: "host", Usage: "another name clients reach the server by, NAME or NAME:PORT (its DNS name or address; repeatable); requests for names not its own answer 421"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with this PEM certificate (chain after the leaf); it must cover DOMAIN and *.DOMAIN; reloaded on SIGHUP"},
+		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
+		&cli.BoolFlag{Name: "tls-self-signed", Usage: "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a development CA kept in serve/tls under the state root (made on first use; prints how to trust it)"},
 		&cli.StringFlag{Name: "operator-key-file", Usage: "FILE holding the operator's API key, which opens GET /metrics (made, mode 0600, with a new key if missing)"},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "also serve GET /metrics, without a key, on this address (e.g. 127.0.0.1:9090)"},
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
@@ -173,6 +182,10 @@ func run(c *cli.Context) error {
 		}
 		cfg.OperatorKey = key
 	}
+	tlsFlags, err := tlsFlags(c)
+	if err != nil {
+		return clix.UsageError(err)
+	}
 	metricsListen := c.String("metrics-listen")
 	if metricsListen != "" {
 		if _, _, err := net.SplitHostPort(metricsListen); err != nil {
@@ -201,6 +214,10 @@ func run(c *cli.Context) error {
 			return err
 		}
 		log.Warn("no --tenants: one tenant, loopback only", "api_key_file", filepath.Join(cfg.StateDir, serve.APIKeyFile))
+	}
+	certs, err := tlsFlags.load(c, filepath.Join(cfg.StateDir, "tls"), cfg.Domain, log)
+	if err != nil {
+		return clix.UsageError(err)
 	}
 	audit := c.String("audit-log")
 	switch audit {
@@ -234,8 +251,16 @@ func run(c *cli.Context) error {
 	hs := srv.HTTPServer()
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go reloadOnHangup(ctx, certs, log)
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(srv.Listener(l)) }()
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+		hs.TLSConfig = certs.Config()
+		go func() { errc <- hs.ServeTLS(srv.Listener(l), "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(srv.Listener(l)) }()
+	}
 	if metricsListen != "" {
 		ml, err := net.Listen("tcp", metricsListen)
 		if err != nil {
@@ -248,7 +273,7 @@ func run(c *cli.Context) error {
 		go func() { errc <- ms.Serve(ml) }()
 		log.Info("serving /metrics without a key", "listen", ml.Addr().String())
 	}
-	log.Info("serving", "listen", l.Addr().String(), "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
+	log.Info("serving", "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
 		return err
