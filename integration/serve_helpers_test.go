@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,6 +52,25 @@ type server struct {
 	// nofile, if set, is the server's limit of open files (soft and
 	// hard), set as soon as it starts.
 	nofile uint64
+	// listen, if set, is the address the server listens on, instead of
+	// a free loopback port.
+	listen string
+	// tls, if set, is the client side of a server that speaks HTTPS
+	// (its flags are the test's): the test's clients trust its roots,
+	// and address the API as https://api.serveDomain at listen.
+	tls *tlsClient
+}
+
+// tlsClient is how the tests reach a server over TLS.
+type tlsClient struct {
+	// roots are the CAs the clients trust; caFile holds them, for
+	// NODE_EXTRA_CA_CERTS. Without roots, the clients trust what caFile
+	// holds when they are made.
+	roots  *x509.CertPool
+	caFile string
+	// netns is the network namespace the SDK's scripts run in, whose
+	// resolver answers serveDomain's names with the server's address.
+	netns string
 }
 
 // sharedBase is the state root in which the default image ("base") is
@@ -144,7 +166,9 @@ func (s *server) serve() {
 }
 
 func (s *server) start() error {
-	s.port = freePort(s.t)
+	if s.listen == "" {
+		s.port = freePort(s.t)
+	}
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -171,7 +195,7 @@ func (s *server) start() error {
 			return fmt.Errorf("hutch serve exited: %v", s.cmd.ProcessState)
 		default:
 		}
-		if resp, err := httpClient.Get(s.url("/health")); err == nil {
+		if resp, err := s.client().Get(s.url("/health")); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				s.readAPIKey()
@@ -207,9 +231,49 @@ func (s *server) readAPIKey() {
 	}
 }
 
-func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+func (s *server) addr() string {
+	if s.listen != "" {
+		return s.listen
+	}
+	return "127.0.0.1:" + strconv.Itoa(s.port)
+}
 
-func (s *server) url(path string) string { return "http://" + s.addr() + path }
+// url is path at the server's API: http://ADDR, or over TLS
+// https://api.serveDomain[:PORT], as the SDK addresses it.
+func (s *server) url(path string) string {
+	if s.tls == nil {
+		return "http://" + s.addr() + path
+	}
+	host := "api." + serveDomain
+	if _, port, _ := net.SplitHostPort(s.addr()); port != "443" {
+		host += ":" + port
+	}
+	return "https://" + host + path
+}
+
+// client is an HTTP client of the server: over TLS, one that trusts its
+// roots and dials its address for every name (HTTP/2 where offered).
+func (s *server) client() *http.Client {
+	if s.tls == nil {
+		return httpClient
+	}
+	addr := s.addr()
+	roots := s.tls.roots
+	if roots == nil {
+		// A CA the server makes: in caFile once it has.
+		roots = x509.NewCertPool()
+		if b, err := os.ReadFile(s.tls.caFile); err == nil {
+			roots.AppendCertsFromPEM(b)
+		}
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+}
 
 // stop sends SIGTERM and waits (30s at most) for a graceful exit.
 func (s *server) stop() {
@@ -331,7 +395,11 @@ func (s *server) do(method, path string, body io.Reader, header map[string]strin
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	c := http.DefaultClient
+	if s.tls != nil {
+		c = s.client()
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v\nserver log:\n%s", method, path, err, s.logTail(20))
 	}
@@ -427,6 +495,13 @@ func (s *server) runScript(t *testing.T, script, key string, extra map[string]st
 		"E2B_DOMAIN="+serveDomain,
 		"HUTCH_SERVE_PORT="+strconv.Itoa(s.port),
 	)
+	if s.tls != nil {
+		// What a user of the SDK sets against a real deployment: the
+		// key and the domain; names resolve in the namespace's DNS.
+		cmd = exec.CommandContext(ctx, "ip", "netns", "exec", s.tls.netns, node, filepath.Join(e2bDir, script))
+		cmd.Env = append(withoutEnv(os.Environ(), "E2B_", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"),
+			"E2B_API_KEY="+key, "E2B_DOMAIN="+serveDomain, "NODE_EXTRA_CA_CERTS="+s.tls.caFile)
+	}
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -483,6 +558,22 @@ func (s *server) runScript(t *testing.T, script, key string, extra map[string]st
 		t.Logf("%s output:\n%s\n%s", script, strings.Join(other, "\n"), stderr.String())
 	}
 	return keep
+}
+
+// withoutEnv is env without the variables whose names start with any of
+// prefixes.
+func withoutEnv(env []string, prefixes ...string) []string {
+	var out []string
+next:
+	for _, kv := range env {
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // auditLines is the server's audit log, one decoded JSON object a line.
