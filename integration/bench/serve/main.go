@@ -10,9 +10,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,19 +102,26 @@ func main() {
 // bench is one run: a fresh state root, a server on it, and the sandboxes
 // the commands run in.
 type bench struct {
-	cfg     config
-	tmp     string
-	root    string
-	env     []string // of every hutch command: HUTCH_ROOT, no other HUTCH_*
-	srv     *exec.Cmd
-	exited  chan struct{}
-	addr    string
-	c       *client.Client
-	busybox *client.Sandbox
-	globals []string // runsc global flags of the busybox sandbox
-	base    *client.Sandbox
-	node    *nodeSDK
-	done    bool
+	cfg    config
+	tmp    string
+	root   string
+	env    []string // of every hutch command: HUTCH_ROOT, no other HUTCH_*
+	srv    *exec.Cmd
+	exited chan struct{}
+	addr   string
+	c      *client.Client
+	// The same over TLS: HTTPS with HTTP/2, on the same state root.
+	tlsSrv    *exec.Cmd
+	tlsExited chan struct{}
+	tlsAddr   string
+	tlsC      *client.Client
+	// tlsVersion is the TLS version the client and server negotiated.
+	tlsVersion string
+	busybox    *client.Sandbox
+	globals    []string // runsc global flags of the busybox sandbox
+	base       *client.Sandbox
+	node       *nodeSDK
+	done       bool
 }
 
 func progress(format string, a ...any) {
@@ -141,44 +150,83 @@ func start(c config) (*bench, error) {
 	if err != nil {
 		return b, err
 	}
+	// Two servers on the one state root, which share its key and so the
+	// sandboxes' tokens: plain HTTP/1.1, and HTTPS with HTTP/2 (the
+	// development CA, for localhost).
+	if b.addr, b.srv, b.exited, err = b.serve("plain", "--tenants", tenants, "--audit-log", "-"); err != nil {
+		return b, err
+	}
+	if b.tlsAddr, b.tlsSrv, b.tlsExited, err = b.serve("tls", "--tenants", tenants, "--audit-log", "-", "--tls-self-signed"); err != nil {
+		return b, err
+	}
+	url := "http://" + b.addr
+	b.c = &client.Client{APIURL: url, APIKey: strings.TrimSpace(key)}
+	ca, err := os.ReadFile(filepath.Join(b.root, "serve", "tls", "ca.pem"))
+	if err != nil {
+		return b, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	b.tlsC = &client.Client{APIURL: "https://localhost:" + strings.Split(b.tlsAddr, ":")[1], APIKey: b.c.APIKey, HTTP: &http.Client{
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true},
+	}}
+	resp, err := b.tlsC.HTTP.Get(b.tlsC.APIURL + "/health")
+	if err != nil {
+		return b, err
+	}
+	resp.Body.Close()
+	if resp.Proto != "HTTP/2.0" {
+		return b, fmt.Errorf("the TLS server answered over %s, not HTTP/2", resp.Proto)
+	}
+	b.tlsVersion = tls.VersionName(resp.TLS.Version)
+	return b, nil
+}
+
+// serve starts a hutch serve on a free loopback port with args, and
+// waits until it answers GET /health.
+func (b *bench) serve(name string, args ...string) (string, *exec.Cmd, chan struct{}, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return b, err
+		return "", nil, nil, err
 	}
-	b.addr = l.Addr().String()
+	addr := l.Addr().String()
 	l.Close()
-	logf, err := os.Create(filepath.Join(tmp, "serve.log"))
+	logf, err := os.Create(filepath.Join(b.tmp, "serve-"+name+".log"))
 	if err != nil {
-		return b, err
+		return "", nil, nil, err
 	}
 	defer logf.Close()
-	b.srv = exec.Command(filepath.Join(c.bin, "hutch"), "serve", "--listen", b.addr, "--tenants", tenants, "--audit-log", "-")
-	b.srv.Env = b.env
-	b.srv.Stdout, b.srv.Stderr = logf, logf
-	if err := b.srv.Start(); err != nil {
-		return b, err
+	srv := exec.Command(filepath.Join(b.cfg.bin, "hutch"), append([]string{"serve", "--listen", addr}, args...)...)
+	srv.Env = b.env
+	srv.Stdout, srv.Stderr = logf, logf
+	if err := srv.Start(); err != nil {
+		return "", nil, nil, err
 	}
-	b.exited = make(chan struct{})
-	go func() { b.srv.Wait(); close(b.exited) }() //nolint:errcheck // its status is in ProcessState
-	url := "http://" + b.addr
+	exited := make(chan struct{})
+	go func() { srv.Wait(); close(exited) }() //nolint:errcheck // its status is in ProcessState
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	scheme := "http://"
+	if slices.Contains(args, "--tls-self-signed") {
+		scheme = "https://"
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url + "/health"); err == nil {
+		if resp, err := hc.Get(scheme + addr + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return addr, srv, exited, nil
 			}
 		}
 		select {
-		case <-b.exited:
-			return b, fmt.Errorf("hutch serve exited: %v (log: %s)", b.srv.ProcessState, logf.Name())
+		case <-exited:
+			return "", nil, nil, fmt.Errorf("hutch serve exited: %v (log: %s)", srv.ProcessState, logf.Name())
 		default:
 		}
 		if time.Now().After(deadline) {
-			return b, errors.New("hutch serve did not answer GET /health within 30s")
+			srv.Process.Kill()
+			<-exited
+			return "", nil, nil, fmt.Errorf("hutch serve (%s) did not answer GET /health within 30s", name)
 		}
 	}
-	b.c = &client.Client{APIURL: url, APIKey: strings.TrimSpace(key)}
-	return b, nil
 }
 
 // hutch runs hutch on the run's state root and returns its stdout.
@@ -209,13 +257,19 @@ func (b *bench) cleanup() {
 			b.hutch("rm", "-f", id) //nolint:errcheck // best effort on the way out
 		}
 	}
-	if b.srv != nil && b.srv.Process != nil {
-		b.srv.Process.Signal(syscall.SIGTERM)
+	for _, srv := range []struct {
+		cmd    *exec.Cmd
+		exited chan struct{}
+	}{{b.srv, b.exited}, {b.tlsSrv, b.tlsExited}} {
+		if srv.cmd == nil || srv.cmd.Process == nil {
+			continue
+		}
+		srv.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-b.exited:
+		case <-srv.exited:
 		case <-time.After(15 * time.Second):
-			b.srv.Process.Kill()
-			<-b.exited
+			srv.cmd.Process.Kill()
+			<-srv.exited
 		}
 	}
 	if pb, err := os.ReadFile(filepath.Join(b.root, "buildkit", "supervisor.pid")); err == nil {
@@ -298,8 +352,13 @@ func (b *bench) measure() (*report, error) {
 	}
 
 	id := b.busybox.ID
+	overTLS, err := b.tlsC.Connect(ctx, id, time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the busybox sandbox over TLS: %w", err)
+	}
 	rep.exec = []*side{
 		{name: "API, Go client", run: func() (time.Duration, error) { return b.apiEcho(ctx, b.busybox) }},
+		{name: "API, Go client, HTTPS (" + b.tlsVersion + ", HTTP/2)", run: func() (time.Duration, error) { return b.apiEcho(ctx, overTLS) }},
 		{name: "`hutch exec ID -- /bin/echo hi`", run: func() (time.Duration, error) {
 			return timeCmd(b.env, filepath.Join(b.cfg.bin, "hutch"), "exec", id, "--", "/bin/echo", "hi")
 		}},
@@ -615,16 +674,19 @@ func render(r *report) string {
 		"p99 is by nearest rank.\n\n", r.cfg.warmup)
 
 	p("### `echo hi` → exit, into one running sandbox\n\n")
-	p("All three run `/bin/echo hi` directly (no shell) as a new process in the same busybox sandbox, " +
+	p("All four run `/bin/echo hi` directly (no shell) as a new process in the same busybox sandbox, " +
 		"which the API created, and check its output. " +
 		"*API*: the Go client (`hutch.dev/hutch/client`) calls the envd process service's `Start` over the kept-alive " +
 		"HTTP connection and reads the stream to the end event. " +
+		"*HTTPS*: the same, through a second `hutch serve --tls-self-signed` on the same state root (so the same sandbox), " +
+		"over one kept-alive TLS connection speaking HTTP/2 (its version in the row), which the first call's handshake opened. " +
 		"*`hutch exec`*: the CLI, from fork to exit (it makes runsc's exec calls on the sandbox's control socket itself). " +
 		"*`runsc exec`*: runsc with the sandbox's own global flags, from fork to exit.\n\n")
 	table(&w, r.exec)
-	api, cli, raw := median(r.exec[0]), median(r.exec[1]), median(r.exec[2])
-	p("Difference of medians: API − `hutch exec` %s, API − `runsc exec` %s.\n\n",
-		signed(api-cli), signed(api-raw))
+	api, tls, cli, raw := median(r.exec[0]), median(r.exec[1]), median(r.exec[2]), median(r.exec[3])
+	p("Difference of medians: API − `hutch exec` %s, API − `runsc exec` %s. "+
+		"Over HTTPS the API's median is %.2fx that of plain HTTP/1.1 (%s).\n\n",
+		signed(api-cli), signed(api-raw), tls/api, signed(tls-api))
 
 	p("### A command as the E2B SDKs run it, `bash -l -c 'echo hi'`\n\n")
 	if r.sdkSkipped != "" {
