@@ -39,6 +39,8 @@ type Options struct {
 	Tag string
 	// BuildArgs are the Dockerfile's ARG values.
 	BuildArgs map[string]string
+	// Labels are set on the image, over the Dockerfile's LABELs.
+	Labels map[string]string
 	// Status, if set, receives BuildKit's progress; Build closes it.
 	Status chan *client.SolveStatus
 	// Image, if set, finds the images FROM names, putting them in the
@@ -173,6 +175,9 @@ func (b *Builder) prepare(ctx context.Context, o Options) (*prepared, error) {
 	attrs := map[string]string{"filename": filepath.Base(df)}
 	for k, v := range o.BuildArgs {
 		attrs["build-arg:"+k] = v
+	}
+	for k, v := range o.Labels {
+		attrs["label:"+k] = v
 	}
 	if _, ok := o.BuildArgs["SOURCE_DATE_EPOCH"]; !ok {
 		// Equal input gives an equal image: no build time in the config.

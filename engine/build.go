@@ -25,6 +25,9 @@ type BuildRequest struct {
 	Tag string
 	// BuildArgs set the Dockerfile's ARGs.
 	BuildArgs map[string]string
+	// Labels are set on the image, over the Dockerfile's LABELs (e.g.
+	// LabelStart and LabelReady, which make it a template).
+	Labels map[string]string
 	// Status, if set, receives BuildKit's progress and is closed when the
 	// build ends.
 	Status chan *client.SolveStatus
@@ -65,7 +68,7 @@ func (e *Engine) builder() *buildimg.Builder {
 func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, error) {
 	return e.builder().Build(ctx, buildimg.Options{
 		ContextDir: req.ContextDir, Dockerfile: req.Dockerfile, Tag: req.Tag,
-		BuildArgs: req.BuildArgs, Status: req.Status, Image: e.Image,
+		BuildArgs: req.BuildArgs, Labels: req.Labels, Status: req.Status, Image: e.Image,
 	})
 }
 

@@ -93,6 +93,9 @@ type CreateRequest struct {
 
 	// pool is the pool this create boots a sandbox for (FillPool).
 	pool string
+	// noWarm boots a template's image cold and runs nothing in it: the
+	// sandbox its checkpoint is built from.
+	noWarm bool
 }
 
 // image is the image req names, or the default one.
@@ -164,6 +167,14 @@ type creation struct {
 	setupKey      string
 	setupHit      bool
 
+	// tmpl is the template of the image, if it is one (TemplateOf);
+	// warm is its checkpoint, which launch restores, unless that cannot
+	// be (coldReason): then the template's command is started in the
+	// sandbox booted cold.
+	tmpl       *Template
+	warm       *warmTemplate
+	coldReason string
+
 	// owners is a rootless store's list of the image's file owners.
 	owners   string
 	caMounts []specs.Mount
@@ -217,6 +228,9 @@ func (c *creation) prepare(ctx context.Context) error {
 	}
 	if _, err := os.Stat(e.opts.InitPath); err != nil {
 		return fmt.Errorf("hutch-init %q missing (run `make`): %w", e.opts.InitPath, errdefs.ErrNotFound)
+	}
+	if err := c.template(ctx, img); err != nil {
+		return err
 	}
 	id, err := newID()
 	if err != nil {
@@ -329,11 +343,16 @@ func (c *creation) assemble(ctx context.Context) error {
 			Options: []string{"rbind", "ro"},
 		})
 	}
-	if len(pr.Secrets) > 0 || c.req.pool != "" {
-		// A pool's sandbox may be claimed with secrets.
+	if len(pr.Secrets) > 0 || c.req.pool != "" || c.tmpl != nil {
+		// A pool's sandbox may be claimed with secrets; a template's
+		// checkpoint serves creates with secrets and without.
 		spec.Mounts = append(spec.Mounts, secretsMount())
 	}
-	spec.Mounts = append(spec.Mounts, c.volMounts...)
+	mid, err := e.machineIDMount(sb.ID)
+	if err != nil {
+		return err
+	}
+	spec.Mounts = append(append(spec.Mounts, mid), c.volMounts...)
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
 		return err
 	}
@@ -378,6 +397,9 @@ func (c *creation) launch(ctx context.Context) error {
 			sb.PidStart, _ = assembly.ProcessStart(sb.Pid)
 			sb.BootID = bootID()
 		}
+	} else if c.warm != nil && c.restoreWarm(ctx, pidFile, logf) {
+		// Restored from the template's checkpoint, with its own
+		// identity.
 	} else {
 		if err := r.RunDetached(ctx, sb.ID, c.bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
 			return fmt.Errorf("start sandbox: %w", err)
@@ -430,6 +452,13 @@ func (c *creation) finish(ctx context.Context) error {
 	}
 	if err := e.finishCreate(ctx, sb, c.req, c.setupKey, c.setupHit); err != nil {
 		return err
+	}
+	if c.tmpl != nil && !c.req.noWarm && c.warm == nil {
+		// Cold: the template's command, as its checkpoint would have
+		// had it running.
+		if err := e.startTemplate(ctx, sb, c.tmpl); err != nil {
+			return fmt.Errorf("sandbox %s of template %s, booted cold (%s): %w", sb.ShortID(), c.img.Name, c.coldReason, err)
+		}
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ShortID(), context.Cause(ctx))

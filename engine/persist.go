@@ -34,6 +34,9 @@ type PersistState struct {
 	Checkpoint digest.Digest `json:"checkpoint,omitempty"`
 	// ForkedFrom is the sandbox this one was forked from.
 	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// Template says how a sandbox of a template image began: restored
+	// from its checkpoint, or cold with its start command, and why.
+	Template *TemplateStart `json:"template,omitempty"`
 	// Setup are the --setup commands of the create; SetupCache says
 	// whether they ran ("ran": their result was cached as SetupImage) or
 	// the sandbox started from the cache ("hit").
@@ -521,6 +524,10 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 		return nil, err
 	}
 	if err := e.adoptMounts(spec, parent.ID, id); err != nil {
+		return nil, err
+	}
+	// Its own machine ID, over the parent's that adoptMounts copied.
+	if _, err := e.machineIDMount(id); err != nil {
 		return nil, err
 	}
 	if err := workspace.Fork(ctx, spec, e.sandboxDir(parent.ID), e.sandboxDir(id)); err != nil {

@@ -65,6 +65,10 @@ type Sandbox struct {
 
 	// ForkedFrom is the sandbox this one was forked from.
 	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// Template says how a sandbox of a template image began: restored
+	// from the template's checkpoint (Warm), or booted cold with its
+	// start command, and why (Reason).
+	Template *TemplateStart `json:"template,omitempty"`
 	// Checkpoint is the memory checkpoint of a paused sandbox, in the
 	// image store.
 	Checkpoint digest.Digest `json:"checkpoint,omitempty"`
@@ -132,7 +136,7 @@ func (r *record) view() *Sandbox {
 		Mounts: slices.Clone(r.Mounts), Ports: slices.Clone(r.Ports),
 		Secrets: slices.Clone(r.Secrets), CACerts: slices.Clone(r.CACerts),
 		OOMKilled: r.OOMKilled, OneShot: r.OneShot,
-		ForkedFrom: r.ForkedFrom, Checkpoint: r.Checkpoint,
+		ForkedFrom: r.ForkedFrom, Template: cloneTemplateStart(r.Template), Checkpoint: r.Checkpoint,
 		Setup: slices.Clone(r.Setup), SetupCache: r.SetupCache, SetupImage: r.SetupImage,
 		Timeout: r.Timeout, OnTimeout: r.OnTimeout, Deadline: deadline,
 		creatorPid: r.CreatorPid,
@@ -148,4 +152,12 @@ func (e *Engine) Record(ctx context.Context, ref string) (json.RawMessage, error
 		return nil, err
 	}
 	return json.MarshalIndent(sb, "", "  ")
+}
+
+func cloneTemplateStart(t *TemplateStart) *TemplateStart {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
 }

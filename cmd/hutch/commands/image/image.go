@@ -77,7 +77,7 @@ var rmCommand = &cli.Command{
 			if err != nil {
 				return err
 			}
-			if err := e.Images().Remove(c.Context, name); err != nil {
+			if err := e.RemoveImage(c.Context, name); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.App.Writer, name)
