@@ -153,6 +153,7 @@ bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-too
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/serve -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/ssh -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/neighbours -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/volume -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/pool -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/density -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md

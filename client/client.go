@@ -169,6 +169,12 @@ func (c *Client) sandbox(s sandboxJSON) *Sandbox {
 	return sb
 }
 
+// Sandbox is sandbox id as reached with its access token alone, as its
+// tenant may hand them to someone else: its data plane needs no API key.
+func (c *Client) Sandbox(id, accessToken string) *Sandbox {
+	return &Sandbox{ID: id, AccessToken: accessToken, c: c}
+}
+
 // Create creates a sandbox.
 func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	var out sandboxJSON
@@ -184,6 +190,17 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 	var out sandboxJSON
 	body := map[string]int{"timeout": int(timeout / time.Second)}
 	if _, err := c.do(ctx, http.MethodPost, "/v2/sandboxes/"+url.PathEscape(id)+"/connect", body, &out); err != nil {
+		return nil, err
+	}
+	return c.sandbox(out), nil
+}
+
+// RotateTokens replaces a sandbox's access tokens with new ones (hutch's
+// POST /sandboxes/{id}/tokens): the old ones open nothing from then on.
+// The sandbox returned holds the new access token.
+func (c *Client) RotateTokens(ctx context.Context, id string) (*Sandbox, error) {
+	var out sandboxJSON
+	if _, err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/tokens", struct{}{}, &out); err != nil {
 		return nil, err
 	}
 	return c.sandbox(out), nil

@@ -67,6 +67,8 @@ func (s *Server) routes() http.Handler {
 	handle("POST /sandboxes/{id}/refreshes", true, s.refresh)
 	handle("POST /sandboxes/{id}/fork", true, s.forkSandbox)
 	handle("POST /sandboxes/{id}/snapshots", true, s.snapshotSandbox)
+	// hutch's own: replace a sandbox's tokens.
+	handle("POST /sandboxes/{id}/tokens", true, s.rotateTokens)
 	handle("GET /snapshots", false, s.listSnapshots)
 	handle("PUT /sandboxes/{id}/network", true, needs(placement.FeatureNetworkUpdate, "changing a sandbox's network", s.updateNetwork))
 	handle("GET /sandboxes/{id}/metrics", false, needs(placement.FeatureMetrics, "sandbox metrics", s.sandboxMetrics))

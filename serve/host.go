@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -173,6 +174,12 @@ func (h *hostPlacement) Resume(ctx context.Context, id string) (*engine.Sandbox,
 
 func (h *hostPlacement) SetTimeout(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error) {
 	return h.eng.SetTimeout(ctx, id, d, "")
+}
+
+// SetTokenGeneration keeps the generation in the engine's record, among
+// the sandbox's labels.
+func (h *hostPlacement) SetTokenGeneration(ctx context.Context, id string, gen uint64) (*engine.Sandbox, error) {
+	return h.eng.SetLabels(ctx, id, map[string]string{placement.LabelTokenGeneration: strconv.FormatUint(gen, 10)})
 }
 
 // Fork forks in the engine, then gives each fork its lifetime. A fork

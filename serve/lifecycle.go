@@ -63,7 +63,11 @@ func (s *Server) resumeSandbox(r *http.Request, tenantName string) (int, any, er
 	if sb, err = s.extend(context.WithoutCancel(r.Context()), sb.ID, timeout); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, s.sandboxJSON(sb), nil
+	out, err := s.sandboxJSON(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, out, nil
 }
 
 // connectSandbox returns a sandbox's connection details, resuming it if
@@ -105,7 +109,11 @@ func (s *Server) connectSandbox(r *http.Request, tenantName string) (int, any, e
 			}
 		}
 	}
-	return status, s.sandboxJSON(sb), nil
+	out, err := s.sandboxJSON(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	return status, out, nil
 }
 
 func (s *Server) setTimeout(r *http.Request, tenantName string) (int, any, error) {
@@ -211,7 +219,11 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 			out = append(out, forkResult{Error: &apiError{Code: httpStatus(kid.Err), Message: message(kid.Err)}})
 			continue
 		}
-		sj := s.sandboxJSON(kid.Sandbox)
+		sj, err := s.sandboxJSON(kid.Sandbox)
+		if err != nil {
+			out = append(out, forkResult{Error: &apiError{Code: httpStatus(err), Message: message(err)}})
+			continue
+		}
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	return http.StatusCreated, out, nil

@@ -45,7 +45,11 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	}
 	s.metrics.created(tenantName, time.Since(start))
 	s.log.Info("created", "sandbox", sb.ID, "tenant", tenantName, "template", req.TemplateID, "duration", time.Since(start))
-	return http.StatusCreated, s.sandboxJSON(sb), nil
+	out, err := s.sandboxJSON(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, out, nil
 }
 
 // checkCreate checks E2B's fields of a create for every placement, and
@@ -106,19 +110,22 @@ func (s *Server) checkCreate(req newSandboxJSON, tenantName string) (placement.C
 	}, nil
 }
 
-// sandboxJSON is sb as E2B's Sandbox, with its tokens: only its tenant
-// is ever given this.
-func (s *Server) sandboxJSON(sb *engine.Sandbox) sandboxJSON {
+// sandboxJSON is sb as E2B's Sandbox, with its tokens of its current
+// generation: only its tenant is ever given this.
+func (s *Server) sandboxJSON(sb *engine.Sandbox) (sandboxJSON, error) {
+	toks, err := s.tokensOf(sb)
+	if err != nil {
+		return sandboxJSON{}, err
+	}
 	domain := s.cfg.Domain
 	out := sandboxJSON{
 		TemplateID: sb.Labels[placement.LabelTemplate], SandboxID: sb.ID, ClientID: "hutch",
-		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: s.envdToken(sb.ID),
+		EnvdVersion: EnvdVersion, Domain: &domain, EnvdAccessToken: toks.Envd,
 	}
 	if sb.Labels[placement.LabelPrivate] == "true" {
-		t := s.trafficToken(sb.ID)
-		out.TrafficAccessToken = &t
+		out.TrafficAccessToken = &toks.Traffic
 	}
-	return out
+	return out, nil
 }
 
 func (s *Server) detailJSON(sb *engine.Sandbox) detailJSON {

@@ -120,8 +120,11 @@ type Server struct {
 	reserved map[string]tenant.Usage
 
 	// locks serializes the resumes of each sandbox (and what the
-	// placement serializes with them).
+	// placement serializes with them) and the replacing of its tokens.
 	locks *placement.Locks
+	// cuts ends the requests of a sandbox's tokens when they are
+	// replaced.
+	cuts tokenCuts
 
 	// logReads bounds each tenant's log reads in flight.
 	logReads inFlight
@@ -309,23 +312,38 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	// token answers exactly as an unknown sandbox does, so that nobody
 	// learns which IDs exist.
 	notFound := fmt.Errorf("sandbox %q not found, or its access token (X-Access-Token) is wrong: %w", id, errdefs.ErrNotFound)
-	sb, err := s.sandbox(r.Context(), id)
+	// A request a token opened ends when the token is replaced
+	// (rotateTokens): held before the sandbox's generation is read.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	release := func() {}
+	if placement.ValidID(id) {
+		release = s.cuts.hold(id, cancel)
+	}
+	defer func() { release() }()
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		writeSandboxError(w, r, notFound)
 		return
 	}
 	if port == EnvdPort {
-		if !credential.Match(s.envdToken(sb.ID), r.Header.Get("X-Access-Token")) {
+		toks, err := s.tokensOf(sb)
+		if err != nil || !credential.Match(toks.Envd, r.Header.Get("X-Access-Token")) {
 			writeSandboxError(w, r, notFound)
 			return
 		}
-		s.conns.trust(r.Context())
+		s.conns.trust(ctx)
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
-		if !credential.Match(s.trafficToken(sb.ID), r.Header.Get("E2b-Traffic-Access-Token")) {
+		toks, err := s.tokensOf(sb)
+		if err != nil || !credential.Match(toks.Traffic, r.Header.Get("E2b-Traffic-Access-Token")) {
 			writeError(w, http.StatusForbidden, "sandbox "+id+" takes public traffic only with its traffic access token (E2b-Traffic-Access-Token)")
 			return
 		}
-		s.conns.trust(r.Context())
+		s.conns.trust(ctx)
+	} else {
+		// A public sandbox's preview is no token's to end.
+		release()
+		release = func() {}
 	}
 	// Commands' streams, uploads and a preview's WebSockets last as
 	// long as they do.
@@ -339,7 +357,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 			writeSandboxError(w, r, fmt.Errorf("sandbox %s is paused, and its auto-resume is off: a request without its tokens does not resume it (its tenant resumes it with connect, or creates it with autoResume): %w", id, errdefs.ErrConflict))
 			return
 		}
-		if sb, err = s.resume(r.Context(), sb, sb.Labels[placement.LabelTenant]); err != nil {
+		if sb, err = s.resume(ctx, sb, sb.Labels[placement.LabelTenant]); err != nil {
 			writeSandboxError(w, r, err)
 			return
 		}
@@ -348,7 +366,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		writeSandboxError(w, r, fmt.Errorf("sandbox %s is %s, not running: %w", id, sb.State, errdefs.ErrUnavailable))
 		return
 	}
-	ctx := withTarget(r.Context(), target{Tenant: sb.Labels[placement.LabelTenant], SandboxID: sb.ID})
+	ctx = withTarget(ctx, target{Tenant: sb.Labels[placement.LabelTenant], SandboxID: sb.ID})
 	if port == EnvdPort {
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
 		return

@@ -1,9 +1,18 @@
 package serve
 
 import (
+	"context"
+	"fmt"
+	"net/http"
 	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/credential"
+	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve/placement"
 )
 
 // The server's credential files, under its state directory.
@@ -20,9 +29,143 @@ func loadTokenKey(dir string) (credential.Key, error) {
 	return credential.LoadKey(filepath.Join(dir, tokenKeyFile))
 }
 
-// envdToken is the token of sandbox id's data plane (X-Access-Token).
-func (s *Server) envdToken(id string) string { return s.tokens.Token(credential.Envd, id, 0) }
+// tokenGeneration is the generation of sb's tokens: its label, 0 if it
+// has none. A label that is not a generation is an error, so that no
+// token opens the sandbox rather than those of generation 0.
+func tokenGeneration(sb *engine.Sandbox) (uint64, error) {
+	v, ok := sb.Labels[placement.LabelTokenGeneration]
+	if !ok {
+		return 0, nil
+	}
+	g, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %s: its token generation %q is not a number: %w", sb.ID, v, errdefs.ErrFailedPrecondition)
+	}
+	return g, nil
+}
 
-// trafficToken is the token port previews of sandbox id need when its
-// public traffic is off (E2b-Traffic-Access-Token).
-func (s *Server) trafficToken(id string) string { return s.tokens.Token(credential.Traffic, id, 0) }
+// sandboxTokens are sb's tokens of its current generation.
+type sandboxTokens struct {
+	// Envd opens its data plane (X-Access-Token).
+	Envd string
+	// Traffic opens its port previews when its public traffic is off
+	// (E2b-Traffic-Access-Token).
+	Traffic string
+}
+
+func (s *Server) tokensOf(sb *engine.Sandbox) (sandboxTokens, error) {
+	g, err := tokenGeneration(sb)
+	if err != nil {
+		return sandboxTokens{}, err
+	}
+	return sandboxTokens{
+		Envd:    s.tokens.Token(credential.Envd, sb.ID, g),
+		Traffic: s.tokens.Token(credential.Traffic, sb.ID, g),
+	}, nil
+}
+
+// rotateTokens is POST /sandboxes/{id}/tokens, hutch's own call: the
+// sandbox's tokens of its next generation replace those it had, which
+// open nothing from then on, and the requests they opened that are still
+// under way end. It answers the sandbox as connect does, with its new
+// tokens.
+func (s *Server) rotateTokens(r *http.Request, tenantName string) (int, any, error) {
+	var body struct{}
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	id := r.PathValue("id")
+	if _, err := s.owned(r.Context(), tenantName, id); err != nil {
+		return 0, nil, err
+	}
+	// One generation at a time, and none while the sandbox is paused or
+	// resumed (a pause on Kubernetes copies its pod).
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	sb, err := s.owned(r.Context(), tenantName, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if sb.State != engine.StateRunning && sb.State != engine.StatePaused {
+		return 0, nil, fmt.Errorf("sandbox %s is %s: only a running or paused sandbox's tokens are replaced: %w", sb.ID, sb.State, errdefs.ErrConflict)
+	}
+	g, err := tokenGeneration(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	if sb, err = s.place.SetTokenGeneration(context.WithoutCancel(r.Context()), sb.ID, g+1); err != nil {
+		return 0, nil, err
+	}
+	s.cuts.cut(sb.ID)
+	s.log.Info("tokens replaced", "sandbox", sb.ID, "tenant", tenantName, "generation", g+1)
+	out, err := s.sandboxJSON(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
+}
+
+// tokenCuts ends the data-plane requests under way that a sandbox's
+// tokens opened once those tokens are replaced: a command's stream, its
+// input, a preview's WebSocket.
+type tokenCuts struct {
+	// mu guards open: each sandbox's requests under way, an entry only
+	// while it has some.
+	mu   sync.Mutex
+	open map[string]*cutSet
+}
+
+// cutSet is the cancels of one sandbox's requests under way.
+type cutSet struct {
+	cancels map[*context.CancelFunc]struct{}
+}
+
+// hold registers a request for sandbox id that cancel ends; release
+// unregisters it. A request registers before it reads the sandbox's
+// generation, so that a cut after that read ends it.
+func (c *tokenCuts) hold(id string, cancel context.CancelFunc) (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open == nil {
+		c.open = map[string]*cutSet{}
+	}
+	set, ok := c.open[id]
+	if !ok {
+		set = &cutSet{cancels: map[*context.CancelFunc]struct{}{}}
+		c.open[id] = set
+	}
+	p := &cancel
+	set.cancels[p] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(set.cancels, p)
+		if len(set.cancels) == 0 && c.open[id] == set {
+			delete(c.open, id)
+		}
+	}
+}
+
+// cut ends every request of sandbox id registered now.
+func (c *tokenCuts) cut(id string) {
+	c.mu.Lock()
+	set := c.open[id]
+	delete(c.open, id)
+	var cancels []context.CancelFunc
+	if set != nil {
+		for p := range set.cancels {
+			cancels = append(cancels, *p)
+		}
+	}
+	c.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// count counts the sandboxes with requests registered.
+func (c *tokenCuts) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open)
+}

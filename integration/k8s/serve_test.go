@@ -431,6 +431,36 @@ func (s *kubeServe) api(method, path, key, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// connectToken is the envdAccessToken connect gives for sandbox id.
+func (s *kubeServe) connectToken(key, id string) string {
+	s.t.Helper()
+	code, body := s.api("POST", "/sandboxes/"+id+"/connect", key, `{"timeout":600}`)
+	var c struct {
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if err := json.Unmarshal([]byte(body), &c); (code != http.StatusOK && code != http.StatusCreated) || err != nil || c.EnvdAccessToken == "" {
+		s.t.Fatalf("connect %s: %d %s", id, code, body)
+	}
+	return c.EnvdAccessToken
+}
+
+// envd reads a file of sandbox id through the data plane with token,
+// and answers the status.
+func (s *kubeServe) envd(id, token string) int {
+	s.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+s.addr()+"/files?path=/etc/hostname&username=root", nil)
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck // only the status matters
+	return resp.StatusCode
+}
+
 // sandboxPod is what the test reads of a sandbox's pod.
 type sandboxPod struct {
 	Metadata struct {
@@ -542,6 +572,33 @@ func TestServeOnKubernetes(t *testing.T) {
 	}
 	kubectl(t, "get", "pod", pod)
 
+	// Its tenant replaces its tokens: the pod's annotation keeps the
+	// generation, the old token opens nothing, another tenant cannot.
+	oldToken := s.connectToken(keyA, id)
+	if code := s.envd(id, oldToken); code != http.StatusOK {
+		t.Errorf("a file with the sandbox's token: %d, want 200", code)
+	}
+	if code, body := s.api("POST", "/sandboxes/"+id+"/tokens", keyB, ""); code != http.StatusNotFound {
+		t.Errorf("another tenant's POST /sandboxes/%s/tokens: %d %s, want 404", id, code, body)
+	}
+	code, body := s.api("POST", "/sandboxes/"+id+"/tokens", keyA, "")
+	var rotated struct {
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if err := json.Unmarshal([]byte(body), &rotated); code != http.StatusOK || err != nil || rotated.EnvdAccessToken == "" || rotated.EnvdAccessToken == oldToken {
+		t.Fatalf("POST /sandboxes/%s/tokens: %d %s, want 200 with a new envdAccessToken", id, code, body)
+	}
+	newToken := rotated.EnvdAccessToken
+	if g := kubectl(t, "get", "pod", pod, "-o", `jsonpath={.metadata.annotations.hutch\.dev/token-generation}`); strings.TrimSpace(g) != "1" {
+		t.Errorf("the pod's token generation annotation: %q, want 1", g)
+	}
+	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusNotFound || b != http.StatusOK {
+		t.Errorf("after the replace: the old token %d, the new one %d; want 404 and 200", a, b)
+	}
+	if got := s.connectToken(keyA, id); got != newToken {
+		t.Errorf("connect after the replace gives token %s, want the new one %s", got, newToken)
+	}
+
 	// What pods cannot do is refused by name.
 	for _, path := range []string{"/sandboxes/" + id + "/pause", "/sandboxes/" + id + "/snapshots"} {
 		code, body := s.api("POST", path, keyA, "")
@@ -555,6 +612,9 @@ func TestServeOnKubernetes(t *testing.T) {
 	s.stop()
 	s.start(kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")...)
 	s.sdk("again", keyA, id)
+	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusNotFound || b != http.StatusOK {
+		t.Errorf("after a restart: the replaced token %d, the new one %d; want 404 and 200", a, b)
+	}
 
 	s.sdk("kill", keyA, id)
 	waitGone(t, pod, 90*time.Second)

@@ -3,6 +3,7 @@ package kubeplace
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -69,6 +70,9 @@ const (
 	// kubeAnnAutoResume: a request without a key may resume the sandbox.
 	kubeAnnAutoResume = "hutch.dev/auto-resume"
 	kubeAnnNetwork    = "hutch.dev/network"
+	// kubeAnnTokenGeneration is the generation of the sandbox's tokens
+	// (placement.LabelTokenGeneration).
+	kubeAnnTokenGeneration = "hutch.dev/token-generation"
 	// kubeShimNetwork is the shim's annotation of a pod's network mode:
 	// none takes the pod off the pod network.
 	kubeShimNetwork = "dev.hutch.network"
@@ -291,6 +295,43 @@ func (k *Placement) SetTimeout(ctx context.Context, id string, d time.Duration) 
 	if sb == nil {
 		return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
 	}
+	return sb, nil
+}
+
+// SetTokenGeneration keeps the generation in an annotation of the
+// sandbox's pod or, while it is paused, of the pod its record holds,
+// which its resume makes again. The server holds the sandbox's lock,
+// which pauses take too.
+func (k *Placement) SetTokenGeneration(ctx context.Context, id string, gen uint64) (*engine.Sandbox, error) {
+	g := strconv.FormatUint(gen, 10)
+	rec, err := k.pausedRecord(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		p, err := k.c.PatchPodAnnotations(ctx, k.cfg.Namespace, kubePodName(id), map[string]*string{kubeAnnTokenGeneration: &g})
+		if err != nil {
+			return nil, err
+		}
+		sb := podSandbox(p)
+		if sb == nil {
+			return nil, fmt.Errorf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+		}
+		return sb, nil
+	}
+	sb, p := pausedSandbox(rec)
+	if sb == nil {
+		return nil, fmt.Errorf("sandbox %s: its paused record %s is unreadable: %w", id, rec.Metadata.Name, errdefs.ErrFailedPrecondition)
+	}
+	p.Metadata.Annotations[kubeAnnTokenGeneration] = g
+	podJSON, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.c.PatchSecret(ctx, k.cfg.Namespace, rec.Metadata.Name, map[string]any{"data": map[string][]byte{kubePausedPodKey: podJSON}}); err != nil {
+		return nil, fmt.Errorf("sandbox %s: record its token generation: %w", id, err)
+	}
+	sb.Labels[placement.LabelTokenGeneration] = g
 	return sb, nil
 }
 

@@ -148,6 +148,9 @@ func podSandbox(p *kube.Pod) *engine.Sandbox {
 	if a[kubeAnnAutoResume] == "true" {
 		sb.Labels[placement.LabelAutoResume] = "true"
 	}
+	if g := a[kubeAnnTokenGeneration]; g != "" {
+		sb.Labels[placement.LabelTokenGeneration] = g
+	}
 	// The writable layer's bound: the pod's annotation, else the shim's
 	// default, which is hutch's.
 	sb.Disk = policy.DefaultDisk

@@ -50,6 +50,10 @@ const (
 	// LabelVolumes records a sandbox's E2B volumeMounts (JSON), for
 	// GET /sandboxes/{id}.
 	LabelVolumes = LabelPrefix + "volumes"
+	// LabelTokenGeneration is the generation of the sandbox's tokens
+	// (credential.Key.Token), in decimal; none is generation 0. Raising
+	// it revokes the tokens the sandbox had.
+	LabelTokenGeneration = LabelPrefix + "token-generation"
 	// MetaPrefix prefixes the E2B metadata keys of a sandbox.
 	MetaPrefix = "meta."
 )
@@ -89,6 +93,11 @@ type Placement interface {
 	// SetTimeout sets sandbox id's life to d from now (0: no deadline),
 	// keeping what happens at its end.
 	SetTimeout(ctx context.Context, id string, d time.Duration) (*engine.Sandbox, error)
+	// SetTokenGeneration records gen as sandbox id's token generation
+	// (LabelTokenGeneration), running or paused: it holds through pause,
+	// resume and the server's restart. The server holds the sandbox's
+	// lock (Locks) around it.
+	SetTokenGeneration(ctx context.Context, id string, gen uint64) (*engine.Sandbox, error)
 	// Fork makes count copies of running sandbox parent, each with
 	// timeout to live. An error is the fork's as a whole; each copy's
 	// own is in its result.
