@@ -455,7 +455,13 @@ func (c *creation) finish(ctx context.Context) error {
 	}
 	if c.tmpl != nil && !c.req.noWarm && c.warm == nil {
 		// Cold: the template's command, as its checkpoint would have
-		// had it running.
+		// had it running; the record says why.
+		if sb.Template == nil {
+			sb.Template = &TemplateStart{Reason: c.coldReason}
+			if err := e.save(sb); err != nil {
+				return err
+			}
+		}
 		if err := e.startTemplate(ctx, sb, c.tmpl); err != nil {
 			return fmt.Errorf("sandbox %s of template %s, booted cold (%s): %w", sb.ShortID(), c.img.Name, c.coldReason, err)
 		}

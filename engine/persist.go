@@ -56,8 +56,9 @@ type PersistState struct {
 }
 
 // snapshotExclude are the sandbox paths a snapshot never captures: /run
-// holds secrets (tmpfs files) and runtime state, /.hutch the agent.
-var snapshotExclude = []string{"/run", "/.hutch"}
+// holds secrets (tmpfs files) and runtime state, /.hutch the agent,
+// /etc/machine-id the sandbox's own machine ID (a mount over the image's).
+var snapshotExclude = []string{"/run", "/.hutch", "/etc/machine-id"}
 
 // SnapshotRequest names the image a snapshot becomes.
 type SnapshotRequest struct {

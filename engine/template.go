@@ -230,6 +230,8 @@ func (e *Engine) templateFor(ctx context.Context, img overlay.Image, tmpl *Templ
 	}
 	w.built = true
 	w.rec = rec
+	// The checkpoints of the image's earlier versions serve no create.
+	e.pruneTemplates(ctx, img)
 	return w, nil
 }
 
