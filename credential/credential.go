@@ -175,6 +175,9 @@ const (
 	Stream Purpose = "stream"
 	// MCP is reserved for a sandbox's MCP server over HTTP.
 	MCP Purpose = "mcp"
+	// Upload is an upload URL of a template build's files, for one
+	// tenant and one files hash (expiring).
+	Upload Purpose = "template-upload"
 )
 
 // KeySize is the size of a Key.

@@ -219,3 +219,21 @@ func checkpointsOf(t *testing.T, e *env) int {
 	}
 	return n
 }
+
+// The E2B SDK's Template builder builds a template through hutch serve
+// with every kind of step and a start command, and sandboxes of it start
+// with the command running; a failing step gives its log; another tenant
+// cannot see or use it.
+func TestServeTemplateBuild(t *testing.T) {
+	requiresRoot(t)
+	requireSDK(t)
+	base := baseArchive(t)
+	s := newServer(t, base)
+	key := s.tenantAdd("builder")
+	other := s.tenantAdd("other")
+	s.serve()
+	s.runScript(t, "build.mjs", key, map[string]string{"E2B_API_KEY_OTHER": other}, 15*time.Minute)
+	// The builds' BuildKit stays up a while for the next build.
+	s.stopBuilder()
+	s.stopAndCheckClean()
+}

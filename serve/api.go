@@ -76,6 +76,14 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v2/sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))
 	handle("GET /templates", false, needs(placement.FeatureTemplates, "listing templates", s.listTemplates))
 	handle("DELETE /templates/{id}", true, s.deleteTemplate)
+	// Template builds from code (the SDKs' Template builder).
+	handle("POST /v3/templates", true, s.requestBuild)
+	handle("GET /templates/{templateID}/files/{hash}", false, s.fileUploadLink)
+	handle("POST /v2/templates/{templateID}/builds/{buildID}", true, s.startBuild)
+	handle("GET /templates/{templateID}/builds/{buildID}/status", false, s.buildStatus)
+	handle("GET /templates/aliases/{alias}", false, s.templateAlias)
+	// The upload URL fileUploadLink signs: its token is the credential.
+	mux.HandleFunc("PUT /template-files/{tenant}/{hash}", s.uploadFile)
 	handle("POST /volumes", true, needs(placement.FeatureVolumes, "volumes", s.createVolume))
 	handle("GET /volumes", false, needs(placement.FeatureVolumes, "volumes", s.listVolumes))
 	handle("GET /volumes/{volumeID}", false, needs(placement.FeatureVolumes, "volumes", s.getVolume))

@@ -304,6 +304,9 @@ func (h *hostPlacement) ListSnapshots(ctx context.Context, tenantName, sandboxID
 		if name != "" && id != name {
 			continue
 		}
+		if img.Config.Config.Labels[labelBuild] != "" {
+			continue // a template built from code, not a snapshot
+		}
 		if sandboxID != "" && !snapshotOf(img, sandboxID) {
 			continue
 		}
@@ -351,7 +354,7 @@ func (h *hostPlacement) DeleteTemplate(ctx context.Context, tenantName, id strin
 	if _, err := h.eng.Images().Get(ctx, name); err != nil {
 		return fmt.Errorf("template %q not found: %w", id, errdefs.ErrNotFound)
 	}
-	return h.eng.Images().Remove(ctx, name)
+	return h.eng.RemoveImage(ctx, name)
 }
 
 // DialPort connects with the backend's one dialer for the sandbox, made

@@ -129,6 +129,9 @@ type Server struct {
 	// logReads bounds each tenant's log reads in flight.
 	logReads inFlight
 
+	// builds are the template builds (POST /v3/templates).
+	builds builds
+
 	stop    context.CancelFunc
 	stopCtx context.Context
 }
