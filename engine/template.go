@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -337,13 +338,73 @@ func (e *Engine) startTemplate(ctx context.Context, sb *record, tmpl *Template) 
 	if _, err := e.Exec(ctx, sb.ID, ExecRequest{Args: []string{"/bin/sh", "-c", tmpl.Start}, Detach: true, Stdout: &pid}); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
-	return e.waitReady(ctx, sb, tmpl)
+	return WaitReady(ctx, engineProbe{e, sb}, tmpl)
 }
 
-// waitReady polls tmpl's ready check in sb until it passes or its
+// ReadyProbe runs a template's ready check in one sandbox, wherever it
+// is placed.
+type ReadyProbe interface {
+	// Run runs args in the sandbox as its default user, for at most
+	// 10 seconds, and returns its status and output.
+	Run(ctx context.Context, args []string) (code int, out string, err error)
+	// Dial connects to the sandbox's 127.0.0.1:port.
+	Dial(ctx context.Context, port uint16) (net.Conn, error)
+	// Log is the start command's output so far.
+	Log(ctx context.Context) string
+}
+
+// engineProbe is the probe of a sandbox of this engine.
+type engineProbe struct {
+	e  *Engine
+	sb *record
+}
+
+func (p engineProbe) Run(ctx context.Context, args []string) (int, string, error) {
+	var out bytes.Buffer
+	code, err := p.e.Exec(ctx, p.sb.ID, ExecRequest{Args: args, Stdout: &out, Stderr: &out, Timeout: 10 * time.Second})
+	if err != nil && code < 0 {
+		return code, out.String(), err
+	}
+	return code, out.String(), nil
+}
+
+func (p engineProbe) Dial(ctx context.Context, port uint16) (net.Conn, error) {
+	d, err := p.e.PortDialer(ctx, p.sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.Dial(port)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return closeBoth{c, d}, nil
+}
+
+// closeBoth is a connection whose Close also closes its dialer.
+type closeBoth struct {
+	net.Conn
+	d *PortDialer
+}
+
+func (c closeBoth) Close() error {
+	err := c.Conn.Close()
+	c.d.Close()
+	return err
+}
+
+func (p engineProbe) Log(ctx context.Context) string {
+	var logs bytes.Buffer
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	p.e.Logs(lctx, p.sb.ID, LogsRequest{Out: &logs}) //nolint:errcheck // what there is
+	return logs.String()
+}
+
+// WaitReady polls tmpl's ready check through p until it passes or its
 // timeout ends; the error then holds the check's last output and the end
-// of the sandbox's log (the start command's output).
-func (e *Engine) waitReady(ctx context.Context, sb *record, tmpl *Template) error {
+// of the start command's output.
+func WaitReady(ctx context.Context, p ReadyProbe, tmpl *Template) error {
 	c := tmpl.Ready
 	if c.Kind == "time" {
 		select {
@@ -356,7 +417,7 @@ func (e *Engine) waitReady(ctx context.Context, sb *record, tmpl *Template) erro
 	deadline := time.Now().Add(tmpl.Timeout)
 	var last string
 	for attempt := 0; ; attempt++ {
-		ok, out := e.checkReady(ctx, sb, c)
+		ok, out := CheckReady(ctx, p, c)
 		if ok {
 			return nil
 		}
@@ -369,11 +430,7 @@ func (e *Engine) waitReady(ctx context.Context, sb *record, tmpl *Template) erro
 		}
 		time.Sleep(min(50*time.Millisecond*time.Duration(1+attempt/10), 500*time.Millisecond))
 	}
-	var logs bytes.Buffer
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	e.Logs(lctx, sb.ID, LogsRequest{Out: &logs}) //nolint:errcheck // what there is
-	tail := logs.String()
+	tail := p.Log(ctx)
 	if len(tail) > 4096 {
 		tail = "..." + tail[len(tail)-4096:]
 	}
@@ -381,8 +438,8 @@ func (e *Engine) waitReady(ctx context.Context, sb *record, tmpl *Template) erro
 		c, tmpl.Timeout, errdefs.ErrFailedPrecondition, strings.TrimSpace(last), strings.TrimSpace(tail))
 }
 
-// checkReady runs check c once.
-func (e *Engine) checkReady(ctx context.Context, sb *record, c ReadyCheck) (bool, string) {
+// CheckReady runs check c once through p.
+func CheckReady(ctx context.Context, p ReadyProbe, c ReadyCheck) (bool, string) {
 	switch c.Kind {
 	case "port", "url":
 		port := c.Arg
@@ -390,23 +447,17 @@ func (e *Engine) checkReady(ctx context.Context, sb *record, c ReadyCheck) (bool
 			u, _ := url.Parse(c.Arg)
 			port = u.Port()
 		}
-		p, _ := strconv.Atoi(port)
+		n, _ := strconv.Atoi(port)
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		d, err := e.PortDialer(dctx, sb.ID)
+		conn, err := p.Dial(dctx, uint16(n))
 		if err != nil {
 			return false, err.Error()
-		}
-		defer d.Close()
-		conn, err := d.Dial(uint16(p))
-		if err != nil {
-			return false, err.Error()
-		}
-		if c.Kind == "port" {
-			conn.Close()
-			return true, ""
 		}
 		defer conn.Close()
+		if c.Kind == "port" {
+			return true, ""
+		}
 		conn.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a failed read says it
 		req, _ := http.NewRequest("GET", c.Arg, nil)
 		req.Header.Set("Connection", "close")
@@ -425,12 +476,11 @@ func (e *Engine) checkReady(ctx context.Context, sb *record, c ReadyCheck) (bool
 	if c.Kind == "file" {
 		args = []string{"/bin/sh", "-c", `test -e "$1" || { echo "$1: no such file" >&2; exit 1; }`, "sh", c.Arg}
 	}
-	var out bytes.Buffer
-	code, err := e.Exec(ctx, sb.ID, ExecRequest{Args: args, Stdout: &out, Stderr: &out, Timeout: 10 * time.Second})
-	if err != nil && code < 0 {
+	code, out, err := p.Run(ctx, args)
+	if err != nil {
 		return false, err.Error()
 	}
-	return code == 0, fmt.Sprintf("exit status %d\n%s", code, out.String())
+	return code == 0, fmt.Sprintf("exit status %d\n%s", code, out)
 }
 
 // RemoveImage removes image name, and the checkpoints of its template.

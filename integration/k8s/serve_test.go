@@ -766,3 +766,54 @@ func allowPodToPod(t *testing.T) {
 		}
 	})
 }
+
+// A template on Kubernetes starts cold with its start command: a create
+// answers once the command's ready check passes, so the server listens
+// from the first request; a template whose check never passes fails its
+// create with the check's output and leaves no pod.
+func TestServeTemplateOnKubernetes(t *testing.T) {
+	s := newKubeServe(t)
+	key := s.tenantAdd("tpl")
+	s.start(kubeBackend(
+		"--template", "web="+busyboxImage,
+		"--template-start", "web=mkdir -p /www && echo hi > /www/hi && sleep 1 && exec httpd -f -p 8000 -h /www",
+		"--template-ready", "web=port:8000",
+		"--template", "never="+busyboxImage,
+		"--template-start", "never=echo warming up; sleep 600",
+		"--template-ready", "never=cmd:echo not ready yet; false",
+		"--template-ready-timeout", "5s",
+		"--pod-cpus", "0.25", "--pod-memory", "256m")...)
+	for _, network := range []bool{false, true} {
+		code, body := s.api("POST", "/sandboxes", key, fmt.Sprintf(`{"templateID":"web","timeout":300,"allow_internet_access":%t}`, network))
+		if code != http.StatusCreated {
+			t.Fatalf("create of the template (network %t): %d %s\nserver log:\n%s", network, code, body, s.logTail())
+		}
+		var sb struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if err := json.Unmarshal([]byte(body), &sb); err != nil {
+			t.Fatal(err)
+		}
+		pod := "hutch-" + sb.SandboxID
+		t.Cleanup(func() {
+			cl.kubectl(nil, "delete", "pod", pod, "--ignore-not-found", "--grace-period=1", "--timeout=90s") //nolint:errcheck // best effort
+		})
+		// The first request, no retry: the create waited for ready.
+		if out := kubectl(t, "exec", pod, "--", "wget", "-qO-", "http://127.0.0.1:8000/hi"); out != "hi\n" {
+			t.Errorf("the template's server right after create (network %t): %q, want hi", network, out)
+		}
+	}
+	code, body := s.api("POST", "/sandboxes", key, `{"templateID":"never","timeout":300}`)
+	if code < 400 || !strings.Contains(body, "not ready yet") || !strings.Contains(body, "warming up") {
+		t.Errorf("create of a template that never gets ready: %d %s, want an error with the check's and the command's output", code, body)
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		out := kubectl(t, "get", "pods", "-l", "app.kubernetes.io/managed-by=hutch-serve", "-o", "jsonpath={range .items[*]}{.metadata.annotations.hutch\\.dev/template}{\"\\n\"}{end}")
+		if !strings.Contains(out, "never") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod of the template that never got ready is still there:\n%s", out)
+		}
+	}
+}

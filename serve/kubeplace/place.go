@@ -39,6 +39,10 @@ type Config struct {
 	// Templates maps E2B templateIDs to image references the nodes can
 	// pull (or have).
 	Templates map[string]string
+	// Starts are the start commands and ready checks of templates (by
+	// templateID) whose pods start cold with them: a create starts the
+	// command in the new pod and answers once the check passes.
+	Starts map[string]*engine.Template
 	// PullPolicy is the containers' imagePullPolicy; empty: IfNotPresent.
 	PullPolicy string
 	// StartTimeout bounds how long a create waits for its pod to run;
@@ -468,7 +472,12 @@ func (k *Placement) sandboxFailed(ctx context.Context, p *kube.Pod) string {
 }
 
 // kubeCreate is a create the placement checked: the pod to make.
-type kubeCreate struct{ ks kubeSandbox }
+type kubeCreate struct {
+	ks kubeSandbox
+	// start is the template's start command, for a pod of its image
+	// (not of a snapshot, whose processes carry on).
+	start *engine.Template
+}
 
 func (c kubeCreate) Usage() tenant.Usage {
 	return placement.UsageOf(c.ks.CPUs, c.ks.Memory, 0)
@@ -516,7 +525,10 @@ func (k *Placement) Prepare(ctx context.Context, req placement.CreateRequest) (p
 			return nil, fmt.Errorf("network %s: snapshot %q has network %s, which a sandbox made from it keeps: %w", req.Network, req.TemplateID, ks.Network, errdefs.ErrInvalidArgument)
 		}
 	}
-	return kubeCreate{ks}, nil
+	if snap != nil {
+		return kubeCreate{ks: ks}, nil
+	}
+	return kubeCreate{ks: ks, start: k.cfg.Starts[req.TemplateID]}, nil
 }
 
 // Create makes the sandbox's pod and waits until it runs.
@@ -531,6 +543,15 @@ func (k *Placement) Create(ctx context.Context, p placement.Prepared) (*engine.S
 		return nil, err
 	}
 	k.log.Debug("pod created", "sandbox", sb.ID, "tenant", c.ks.Tenant, "pod", kubePodName(sb.ID), "duration", time.Since(start))
+	if c.start != nil {
+		if err := k.startTemplate(ctx, sb.ID, c.start); err != nil {
+			if rerr := k.Remove(context.WithoutCancel(ctx), sb.ID); rerr != nil {
+				k.log.Warn("delete the pod of a template that did not get ready", "sandbox", sb.ID, "err", rerr)
+			}
+			return nil, fmt.Errorf("template %s: %w", c.ks.Template, err)
+		}
+		k.log.Debug("template ready", "sandbox", sb.ID, "duration", time.Since(start))
+	}
 	return sb, nil
 }
 

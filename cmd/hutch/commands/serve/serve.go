@@ -78,6 +78,9 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
 		&cli.StringFlag{Name: "runtime-class", Value: "hutch", Usage: "with --backend kubernetes: the pods' runtimeClassName"},
 		&cli.StringSliceFlag{Name: "template", Usage: "with --backend kubernetes: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
+		&cli.StringSliceFlag{Name: "template-start", Usage: "with --backend kubernetes: NAME=CMD, the start command a --template's pods run at create, which answers once it is ready (repeatable; docs/templates.md)"},
+		&cli.StringSliceFlag{Name: "template-ready", Usage: "with --backend kubernetes: NAME=CHECK, when a --template-start command is ready: port:PORT, url:..., file:PATH, time:D or a command (default time:1s)"},
+		&cli.DurationFlag{Name: "template-ready-timeout", Value: engine.DefaultReadyTimeout, Usage: "with --backend kubernetes: how long a create waits for a --template-ready check"},
 		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
 		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
 		&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
@@ -94,7 +97,7 @@ const (
 )
 
 // kubeFlags are the flags that only the kubernetes backend takes.
-var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "image-pull-policy", "pod-cpus", "pod-memory", "node-key", "node-port"}
+var kubeFlags = []string{"kubeconfig", "namespace", "runtime-class", "template", "template-start", "template-ready", "template-ready-timeout", "image-pull-policy", "pod-cpus", "pod-memory", "node-key", "node-port"}
 
 // backend is the backend the flags ask for: --backend, else kubernetes
 // when --kubeconfig is given, else local. A flag of the kubernetes backend
@@ -331,6 +334,16 @@ func kubeConfig(c *cli.Context, path string) (*kubeplace.Config, error) {
 	if len(kc.Templates) == 0 {
 		return nil, errors.New("--backend kubernetes: give at least one --template NAME=IMAGE (the image a templateID's pods run)")
 	}
+	if kc.Starts, err = templateStarts(kc.Templates, c.StringSlice("template-start"), c.StringSlice("template-ready")); err != nil {
+		return nil, err
+	}
+	d := c.Duration("template-ready-timeout")
+	if d <= 0 {
+		return nil, fmt.Errorf("--template-ready-timeout %s: want a positive duration", d)
+	}
+	for _, t := range kc.Starts {
+		t.Timeout = d
+	}
 	if f := c.String("node-key"); f != "" {
 		key, err := kubenode.ReadKeyFile(f)
 		if err != nil {
@@ -342,4 +355,36 @@ func kubeConfig(c *cli.Context, path string) (*kubeplace.Config, error) {
 		kc.Nodes = &kubenode.Client{Key: key, Port: c.Int("node-port")}
 	}
 	return kc, nil
+}
+
+// templateStarts are the start commands and ready checks of the flags,
+// by template; each names a --template.
+func templateStarts(templates map[string]string, starts, readies []string) (map[string]*engine.Template, error) {
+	out := map[string]*engine.Template{}
+	for _, f := range starts {
+		name, cmd, ok := strings.Cut(f, "=")
+		if !ok || name == "" || strings.TrimSpace(cmd) == "" {
+			return nil, fmt.Errorf("--template-start %q: want NAME=CMD", f)
+		}
+		if _, ok := templates[name]; !ok {
+			return nil, fmt.Errorf("--template-start %q: no --template %s=IMAGE", f, name)
+		}
+		out[name] = &engine.Template{Start: cmd, Ready: engine.ReadyCheck{Kind: "time", Wait: time.Second}, Timeout: engine.DefaultReadyTimeout}
+	}
+	for _, f := range readies {
+		name, check, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--template-ready %q: want NAME=CHECK", f)
+		}
+		t := out[name]
+		if t == nil {
+			return nil, fmt.Errorf("--template-ready %q: no --template-start %s=CMD to wait for", f, name)
+		}
+		rc, err := engine.ParseReadyCheck(check)
+		if err != nil {
+			return nil, fmt.Errorf("--template-ready %q: %w", f, err)
+		}
+		t.Ready = rc
+	}
+	return out, nil
 }
