@@ -175,6 +175,8 @@ const (
 	Stream Purpose = "stream"
 	// MCP is reserved for a sandbox's MCP server over HTTP.
 	MCP Purpose = "mcp"
+	// Volume is a volume's token for E2B's volume content API.
+	Volume Purpose = "volume"
 	// Upload is an upload URL of a template build's files, for one
 	// tenant and one files hash (expiring).
 	Upload Purpose = "template-upload"

@@ -285,3 +285,21 @@ func (s *server) volumeNames() ([]string, error) {
 	}
 	return names, nil
 }
+
+// E2B's volume content API through the SDK (integration/e2b/volcontent.mjs):
+// a volume's files without a sandbox, a sandbox's planted links leading
+// nowhere out of the volume, and tokens opening their own tenant's volume
+// only.
+func TestServeVolumeContentSDK(t *testing.T) {
+	requiresRoot(t)
+	requireSDK(t)
+	s := newServer(t, baseArchive(t))
+	keyA := s.tenantAdd("vc-a")
+	keyB := s.tenantAdd("vc-b")
+	s.serve()
+	s.runScript(t, "volcontent.mjs", keyA, map[string]string{"TENANT_B_KEY": keyB, "E2B_VOLUME_API_URL": s.url("")}, 4*time.Minute)
+	if vs, err := s.volumeNames(); err != nil || len(vs) != 0 {
+		t.Errorf("volumes left after the script: %v, %v", vs, err)
+	}
+	s.stopAndCheckClean()
+}

@@ -88,7 +88,7 @@ func (s *Server) routes() http.Handler {
 	handle("GET /volumes", false, needs(placement.FeatureVolumes, "volumes", s.listVolumes))
 	handle("GET /volumes/{volumeID}", false, needs(placement.FeatureVolumes, "volumes", s.getVolume))
 	handle("DELETE /volumes/{volumeID}", true, needs(placement.FeatureVolumes, "volumes", s.deleteVolume))
-	mux.HandleFunc("/volumecontent/", serveVolumeContent)
+	mux.HandleFunc("/volumecontent/{volumeID}/{op}", s.serveVolumeContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authenticate(r); err != nil {
 			writeErr(w, err)

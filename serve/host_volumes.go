@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -178,4 +179,15 @@ func (h *hostPlacement) VolumesDisk(ctx context.Context, tenantName string) (int
 		})
 	}
 	return total, nil
+}
+
+var _ volumeRoots = (*hostPlacement)(nil)
+
+// openVolume opens the files of tenant's volume name.
+func (h *hostPlacement) openVolume(ctx context.Context, tenantName, name string) (*os.Root, error) {
+	v, err := h.ownVolume(ctx, tenantName, name)
+	if err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(v.Path)
 }

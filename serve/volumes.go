@@ -11,18 +11,18 @@ import (
 	"hutch.dev/hutch/serve/placement"
 )
 
-// volumeJSON is E2B's Volume and VolumeAndToken. The token is for E2B's
-// volume content API (/volumecontent/...), which hutch serve does not
-// serve: it is always empty.
+// volumeJSON is E2B's Volume and VolumeAndToken. The token opens E2B's
+// volume content API (/volumecontent/..., volumecontent.go) for this
+// volume only.
 type volumeJSON struct {
 	VolumeID string  `json:"volumeID"`
 	Name     string  `json:"name"`
 	Token    *string `json:"token,omitempty"`
 }
 
-func volumeAndToken(name string) volumeJSON {
-	empty := ""
-	return volumeJSON{VolumeID: name, Name: name, Token: &empty}
+func (s *Server) volumeAndToken(tenantName, name string) volumeJSON {
+	tok := s.volumeToken(tenantName, name)
+	return volumeJSON{VolumeID: name, Name: name, Token: &tok}
 }
 
 // volumeMountJSON is E2B's SandboxVolumeMount.
@@ -45,7 +45,7 @@ func (s *Server) createVolume(r *http.Request, tenantName string) (int, any, err
 		return 0, nil, err
 	}
 	s.log.Info("volume created", "tenant", tenantName, "volume", body.Name)
-	return http.StatusCreated, volumeAndToken(body.Name), nil
+	return http.StatusCreated, s.volumeAndToken(tenantName, body.Name), nil
 }
 
 func (s *Server) listVolumes(r *http.Request, tenantName string) (int, any, error) {
@@ -65,7 +65,7 @@ func (s *Server) getVolume(r *http.Request, tenantName string) (int, any, error)
 	if err := s.place.GetVolume(r.Context(), tenantName, name); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, volumeAndToken(name), nil
+	return http.StatusOK, s.volumeAndToken(tenantName, name), nil
 }
 
 // deleteVolume removes a volume no sandbox mounts (running or paused);
@@ -86,10 +86,4 @@ func sandboxVolumeMounts(sb *engine.Sandbox) []volumeMountJSON {
 		json.Unmarshal([]byte(l), &vms) //nolint:errcheck // written by the create
 	}
 	return vms
-}
-
-// serveVolumeContent answers E2B's volume content API, which the SDK calls
-// with a volume's token rather than an API key: not served, whoever asks.
-func serveVolumeContent(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s: volume contents are not served by hutch serve; mount the volume in a sandbox (volumeMounts) and use its files", r.Method, r.URL.Path))
 }
