@@ -76,6 +76,12 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v2/sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))
 	handle("GET /templates", false, needs(placement.FeatureTemplates, "listing templates", s.listTemplates))
 	handle("DELETE /templates/{id}", true, s.deleteTemplate)
+	handle("GET /api-keys", false, s.listAPIKeys)
+	handle("POST /api-keys", true, s.createAPIKey)
+	handle("PATCH /api-keys/{apiKeyID}", true, s.renameAPIKey)
+	handle("DELETE /api-keys/{apiKeyID}", true, s.revokeAPIKey)
+	handle("POST /access-tokens", true, s.accessTokens)
+	handle("DELETE /access-tokens/{accessTokenID}", true, s.accessTokens)
 	// Template builds from code (the SDKs' Template builder).
 	handle("POST /v3/templates", true, s.requestBuild)
 	handle("GET /templates/{templateID}/files/{hash}", false, s.fileUploadLink)

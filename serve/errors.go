@@ -18,6 +18,8 @@ func httpStatus(err error) int {
 	var ume *unsupportedMediaError
 	var mbe *http.MaxBytesError
 	switch {
+	case errors.Is(err, errGone):
+		return http.StatusGone
 	case errors.As(err, &ume):
 		return http.StatusUnsupportedMediaType
 	case errors.As(err, &mbe):
@@ -43,6 +45,9 @@ func httpStatus(err error) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// errGone is a call E2B retired: 410.
+var errGone = errors.New("gone")
 
 // apiError is E2B's REST error body.
 type apiError struct {

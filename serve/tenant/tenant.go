@@ -92,9 +92,23 @@ func (u Usage) Sub(v Usage) Usage {
 // record is a tenant as the file stores it.
 type record struct {
 	Name string `json:"name"`
-	// KeySHA256 is the hex SHA-256 of the tenant's API key.
+	// KeySHA256 is the hex SHA-256 of the tenant's first API key (made by
+	// Add); empty once that key is revoked (RevokeKey).
+	KeySHA256 string `json:"key_sha256"`
+	// KeySuffix is the first key's last characters, for its mask.
+	KeySuffix string `json:"key_suffix,omitempty"`
+	// Keys are the keys the tenant made itself (AddKey).
+	Keys    []storedKey `json:"keys,omitempty"`
+	Quota   Quota       `json:"quota"`
+	Created time.Time   `json:"created"`
+}
+
+// storedKey is a tenant's further API key as the file stores it.
+type storedKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
 	KeySHA256 string    `json:"key_sha256"`
-	Quota     Quota     `json:"quota"`
+	KeySuffix string    `json:"key_suffix"`
 	Created   time.Time `json:"created"`
 }
 
@@ -239,10 +253,15 @@ func (s *Store) Authenticate(key string) (Tenant, bool) {
 	h := []byte(hashKey(key))
 	var found Tenant
 	ok := 0
-	// Compare with every entry, in constant time, without stopping early.
+	// Compare with every key, in constant time, without stopping early.
 	for _, r := range s.records {
 		if subtle.ConstantTimeCompare(h, []byte(r.KeySHA256)) == 1 {
 			found, ok = r.tenant(), 1
+		}
+		for _, k := range r.Keys {
+			if subtle.ConstantTimeCompare(h, []byte(k.KeySHA256)) == 1 {
+				found, ok = r.tenant(), 1
+			}
 		}
 	}
 	return found, ok == 1
@@ -283,6 +302,7 @@ func (s *Store) Add(name string, q Quota) (key string, err error) {
 		return append(recs, record{
 			Name:      name,
 			KeySHA256: hashKey(key),
+			KeySuffix: key[len(key)-4:],
 			Quota:     q,
 			Created:   time.Now().UTC().Truncate(time.Second),
 		}), nil
@@ -476,13 +496,30 @@ func parse(b []byte) ([]record, error) {
 			return nil, fmt.Errorf("%s: name listed twice", where)
 		}
 		names[r.Name] = true
-		if h, err := hex.DecodeString(r.KeySHA256); err != nil || len(h) != sha256.Size || r.KeySHA256 != strings.ToLower(r.KeySHA256) {
-			return nil, fmt.Errorf("%s: key_sha256 %q: want 64 lower-case hex digits", where, r.KeySHA256)
+		all := []string{r.KeySHA256}
+		if r.KeySHA256 == "" {
+			if len(r.Keys) == 0 {
+				return nil, fmt.Errorf("%s: no key: key_sha256 is empty and keys lists none", where)
+			}
+			all = nil
 		}
-		if hashes[r.KeySHA256] {
-			return nil, fmt.Errorf("%s: key_sha256 listed twice", where)
+		ids := map[string]bool{}
+		for j, k := range r.Keys {
+			if k.ID == "" || ids[k.ID] {
+				return nil, fmt.Errorf("%s: keys[%d]: id %q missing or listed twice", where, j, k.ID)
+			}
+			ids[k.ID] = true
+			all = append(all, k.KeySHA256)
 		}
-		hashes[r.KeySHA256] = true
+		for _, kh := range all {
+			if h, err := hex.DecodeString(kh); err != nil || len(h) != sha256.Size || kh != strings.ToLower(kh) {
+				return nil, fmt.Errorf("%s: key_sha256 %q: want 64 lower-case hex digits", where, kh)
+			}
+			if hashes[kh] {
+				return nil, fmt.Errorf("%s: key_sha256 listed twice", where)
+			}
+			hashes[kh] = true
+		}
 		if err := r.Quota.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
