@@ -76,6 +76,11 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v2/sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))
 	handle("GET /templates", false, needs(placement.FeatureTemplates, "listing templates", s.listTemplates))
 	handle("DELETE /templates/{id}", true, s.deleteTemplate)
+	handle("POST /events/webhooks", true, s.createWebhook)
+	handle("GET /events/webhooks", false, s.listWebhooks)
+	handle("GET /events/webhooks/{webhookID}", false, s.getWebhook)
+	handle("PATCH /events/webhooks/{webhookID}", true, s.updateWebhook)
+	handle("DELETE /events/webhooks/{webhookID}", true, s.deleteWebhook)
 	handle("GET /api-keys", false, s.listAPIKeys)
 	handle("POST /api-keys", true, s.createAPIKey)
 	handle("PATCH /api-keys/{apiKeyID}", true, s.renameAPIKey)
@@ -117,6 +122,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool,
 		return
 	}
 	status, body, err := s.runAPI(w, r, tenantName, h)
+	if err == nil && mutating && status < 300 {
+		s.afterCall(r, body)
+	}
 	if err != nil {
 		status = httpStatus(err)
 		writeError(w, status, message(err))

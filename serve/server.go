@@ -92,6 +92,10 @@ type Config struct {
 	// handler runs (data-plane streams and uploads are not bounded);
 	// 0: 30 s.
 	BodyTimeout time.Duration
+	// WebhookAllow are the destinations webhook deliveries may go to:
+	// CIDRs, addresses and host names. Empty: no webhook can be
+	// registered.
+	WebhookAllow []string
 	// MaxUntrustedConns bounds the connections of one client address
 	// that have not presented a valid key or token: past it the oldest
 	// is closed (Listener). 0: 128.
@@ -131,6 +135,8 @@ type Server struct {
 
 	// builds are the template builds (POST /v3/templates).
 	builds builds
+	// events are the sandboxes' lifecycle events and their webhooks.
+	events *eventHub
 
 	stop    context.CancelFunc
 	stopCtx context.Context
@@ -215,6 +221,11 @@ func New(cfg Config) (*Server, error) {
 		stop:     cancel, stopCtx: ctx,
 	}
 	s.metrics.sandboxes = s.countSandboxes
+	if s.events, err = newEvents(s, cfg.StateDir, cfg.WebhookAllow); err != nil {
+		cancel()
+		return nil, err
+	}
+	go s.events.reconcile(ctx)
 	s.procs = newProcessService(s.place.Processes())
 	envd := http.NewServeMux()
 	if fsh := s.place.Filesystem(); fsh != nil {
@@ -429,6 +440,7 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 	}
 	s.metrics.resumed(tenantName, time.Since(start))
 	s.log.Info("resumed", "sandbox", sb.ID, "tenant", tenantName, "duration", time.Since(start))
+	s.events.emit(eventResumed, cur.ID, cur)
 	return cur, nil
 }
 

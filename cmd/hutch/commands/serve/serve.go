@@ -68,6 +68,7 @@ See "Placing sandboxes on Kubernetes" in docs/api.md.`,
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
 		&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
 		&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
+		&cli.StringSliceFlag{Name: "webhook-allow", Usage: "a destination tenants' webhooks may deliver to: CIDR, address or host name (repeatable; default none, so no webhook can be registered)"},
 		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 		&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
@@ -157,7 +158,8 @@ func run(c *cli.Context) error {
 	cfg := serve.Config{
 		Tenants: tenants, Domain: c.String("domain"), Listen: listen, Hosts: c.StringSlice("host"),
 		Logger: log, DefaultNetwork: c.String("default-network"), AuditKeep: c.Int("audit-log-keep"),
-		Watches: serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
+		Watches:      serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
+		WebhookAllow: c.StringSlice("webhook-allow"),
 	}
 	if r := c.String("net-rate"); r != "" {
 		if cfg.NetRate, err = engine.ParseRate(r); err != nil {
