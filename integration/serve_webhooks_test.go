@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,6 +162,69 @@ func TestServeWebhooks(t *testing.T) {
 	}
 	if r := call("DELETE", "/events/webhooks/"+hook.ID, key, ""); r.status != http.StatusOK {
 		t.Errorf("delete the webhook: %s", r)
+	}
+	s.deleteAllThroughAPI(key)
+	s.stopAndCheckClean()
+}
+
+// A tenant's usage over time (E2B's team metrics): the sandboxes it ran
+// at once and how fast it started them, for its own team only.
+func TestServeTeamMetrics(t *testing.T) {
+	requiresRoot(t)
+	s := newServer(t, "")
+	key := s.tenantAdd("usage")
+	s.serve()
+	get := func(path string) apiResponse {
+		t.Helper()
+		return s.do("GET", path, nil, map[string]string{"X-API-KEY": key})
+	}
+	before := time.Now().Unix()
+	s.createSandbox(key, "busybox")
+	s.createSandbox(key, "busybox")
+	type sample struct {
+		At         int64   `json:"timestampUnix"`
+		Concurrent int     `json:"concurrentSandboxes"`
+		StartRate  float64 `json:"sandboxStartRate"`
+	}
+	var smps []sample
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r := get("/teams/usage/metrics?start=" + strconv.FormatInt(before, 10))
+		smps = nil
+		if r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &smps) != nil {
+			t.Fatalf("team metrics: %s", r)
+		}
+		if len(smps) > 0 && smps[len(smps)-1].Concurrent == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sample with 2 sandboxes in 20 s: %+v", smps)
+		}
+	}
+	started := false
+	for _, smp := range smps {
+		started = started || smp.StartRate > 0
+		if smp.At < before {
+			t.Errorf("a sample of %d, before the window's start %d", smp.At, before)
+		}
+	}
+	if !started {
+		t.Errorf("no sample counts the two starts: %+v", smps)
+	}
+	var max struct {
+		Value float64 `json:"value"`
+	}
+	if r := get("/teams/usage/metrics/max?metric=concurrent_sandboxes"); r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &max) != nil || max.Value != 2 {
+		t.Errorf("max concurrent sandboxes: %s, want 2", r)
+	}
+	for path, want := range map[string]int{
+		"/teams/someone-else/metrics":          http.StatusForbidden,
+		"/teams/usage/metrics/max?metric=cpu":  http.StatusBadRequest,
+		"/teams/usage/metrics?start=10&end=5":  http.StatusBadRequest,
+		"/teams/usage/metrics?start=yesterday": http.StatusBadRequest,
+	} {
+		if r := get(path); r.status != want {
+			t.Errorf("GET %s: %s, want %d", path, r, want)
+		}
 	}
 	s.deleteAllThroughAPI(key)
 	s.stopAndCheckClean()

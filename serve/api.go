@@ -81,6 +81,8 @@ func (s *Server) routes() http.Handler {
 	handle("GET /events/webhooks/{webhookID}", false, s.getWebhook)
 	handle("PATCH /events/webhooks/{webhookID}", true, s.updateWebhook)
 	handle("DELETE /events/webhooks/{webhookID}", true, s.deleteWebhook)
+	handle("GET /teams/{teamID}/metrics", false, s.teamMetrics)
+	handle("GET /teams/{teamID}/metrics/max", false, s.teamMetricsMax)
 	handle("GET /api-keys", false, s.listAPIKeys)
 	handle("POST /api-keys", true, s.createAPIKey)
 	handle("PATCH /api-keys/{apiKeyID}", true, s.renameAPIKey)

@@ -106,11 +106,15 @@ type eventHub struct {
 	allow []netip.Prefix
 	hosts []string
 
-	mu       sync.Mutex
-	hooks    []*webhook
-	queues   map[string]chan lifecycleEvent
-	known    map[string]knownSandbox
-	reconcil bool
+	mu     sync.Mutex
+	hooks  []*webhook
+	queues map[string]chan lifecycleEvent
+	known  map[string]knownSandbox
+	// usage are the tenants' samples (teammetrics.go); starts the
+	// creates of each tenant since sampledAt.
+	usage     map[string][]teamSample
+	starts    map[string]int
+	sampledAt time.Time
 }
 
 // newEvents loads the webhooks of the state directory.
@@ -247,6 +251,12 @@ func (ev *eventHub) emit(typ, id string, sb *engine.Sandbox) {
 	} else {
 		ev.known[id] = k
 	}
+	if typ == eventCreated {
+		if ev.starts == nil {
+			ev.starts = map[string]int{}
+		}
+		ev.starts[k.tenant]++
+	}
 	e := lifecycleEvent{
 		Version: "v1", ID: randomUUID(), Type: typ, SandboxID: id, SandboxTeamID: k.tenant,
 		SandboxTemplateID: k.template, SandboxExecutionID: id, SandboxBuildID: k.template,
@@ -333,8 +343,8 @@ func (ev *eventHub) deliver(client *http.Client, h *webhook, e lifecycleEvent) {
 }
 
 // reconcile finds the changes no call made: sandboxes that expired,
-// paused at their timeout or were removed by others. It runs while any
-// webhook is registered.
+// paused at their timeout or were removed by others, and samples the
+// tenants' usage.
 func (ev *eventHub) reconcile(ctx context.Context) {
 	t := time.NewTicker(reconcileEvery)
 	defer t.Stop()
@@ -344,21 +354,20 @@ func (ev *eventHub) reconcile(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ev.mu.Lock()
-		any := len(ev.hooks) > 0
-		ev.mu.Unlock()
-		if !any {
-			continue
-		}
 		all, err := ev.s.place.List(ctx, "")
 		if err != nil {
 			continue
 		}
 		seen := map[string]*engine.Sandbox{}
+		running := map[string]int{}
 		for _, sb := range all {
 			seen[sb.ID] = sb
+			if sb.State == engine.StateRunning {
+				running[sb.Labels[placement.LabelTenant]]++
+			}
 		}
 		ev.mu.Lock()
+		ev.sampleLocked(time.Now(), running)
 		var gone []string
 		var changed []*engine.Sandbox
 		for id, k := range ev.known {
