@@ -333,6 +333,11 @@ func (s *Server) deleteSandbox(r *http.Request, tenantName string) (int, any, er
 	if err != nil {
 		return 0, nil, err
 	}
+	// Its requests under way are dropped first, as E2B drops a killed
+	// sandbox's: their clients see it gone, not a process that goes on,
+	// and so does every request from now on.
+	defer s.beginKill(sb.ID)()
+	s.cuts.cut(sb.ID, errSandboxGone)
 	s.forget(sb.ID)
 	if err := s.place.Remove(context.WithoutCancel(r.Context()), sb.ID); err != nil {
 		return 0, nil, err
