@@ -108,6 +108,8 @@ type Server struct {
 	log     *slog.Logger
 	audit   *auditLog
 	metrics *metrics
+	// history is each sandbox's recent metrics (history.go).
+	history *history
 	procs   *processService
 	envd    http.Handler
 	api     http.Handler
@@ -211,6 +213,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
+		history:  newHistory(historySamples),
 		front:    fr,
 		conns:    newConnLimiter(cfg.MaxUntrustedConns, cfg.Logger),
 		reserved: map[string]tenant.Usage{},
@@ -240,6 +243,7 @@ func New(cfg Config) (*Server, error) {
 	s.envd = envd
 	s.api = s.routes()
 	go s.sweep()
+	go s.sampleHistory()
 	return s, nil
 }
 
