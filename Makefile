@@ -255,6 +255,17 @@ $(E2B_SDK_STAMP): integration/e2b/package.json integration/e2b/package-lock.json
 	cd integration/e2b && npm ci --no-audit --no-fund
 	@touch $@
 
+# The newest 2.x of the SDK the registry serves, beside the pinned one:
+# installed in integration/e2b-latest (not kept in git) with copies of the
+# scripts, which then run the E2B-behaviour test against it.
+.PHONY: e2b-latest
+e2b-latest: build base-rootfs ## run TestServeE2BExact with the newest e2b 2.x from npm (as root)
+	rm -rf integration/e2b-latest && mkdir -p integration/e2b-latest
+	cp integration/e2b/package.json integration/e2b/*.mjs integration/e2b-latest/
+	cd integration/e2b-latest && npm install --no-audit --no-fund --save-exact 'e2b@2'
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 HUTCH_E2B_DIR=e2b-latest \
+		go test -count=1 -run 'TestServeE2BExact' -v ./integration/
+
 # --- MCP Inspector for the hutch mcp tests --------------------------------------
 # The integration tests of `hutch mcp` also drive it with the MCP Inspector's
 # CLI, pinned in integration/mcp/package-lock.json.

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,8 +30,9 @@ import (
 // SDK's sandbox.getHost(port) answers PORT-ID.serveDomain.
 const serveDomain = "e2e.hutch.test"
 
-// e2bDir holds the E2B SDK scripts and their pinned node_modules.
-const e2bDir = "e2b"
+// e2bDir holds the E2B SDK scripts and their pinned node_modules;
+// HUTCH_E2B_DIR names another (make e2b-latest: the newest 2.x).
+var e2bDir = cmp.Or(os.Getenv("HUTCH_E2B_DIR"), "e2b")
 
 // server is one `hutch serve` of a test: its own state root, tenants file
 // and loopback port.

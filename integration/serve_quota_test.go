@@ -18,7 +18,8 @@ import (
 // another runs. Each refusal is 429 in E2B's error shape and starts
 // nothing: the sandbox stays paused in the engine, with no gVisor sandbox
 // process. A port preview without any key wakes a paused sandbox only if
-// its create asked for autoResume, and only within the quota.
+// its create asked for autoResume, and only within the quota; without it
+// the preview answers as for a sandbox that is not there.
 func TestServeQuotaOnResume(t *testing.T) {
 	requiresRoot(t)
 	s := newServer(t, "")
@@ -120,8 +121,8 @@ func TestServeQuotaOnResume(t *testing.T) {
 	t.Run("a request with no key wakes only a sandbox whose autoResume is on, within the quota", func(t *testing.T) {
 		// Nothing runs: the quota would allow it, autoResume does not.
 		r := s.do("GET", "/", nil, map[string]string{"Host": "8080-" + c.SandboxID + "." + serveDomain})
-		if code, msg, err := r.errorBody(); r.status != http.StatusConflict || err != nil || code != http.StatusConflict || !strings.Contains(msg, "auto-resume") {
-			t.Errorf("a port preview with no key of a sandbox without autoResume: %s, want 409 naming auto-resume", r)
+		if code, msg, err := r.errorBody(); r.status != http.StatusBadGateway || err != nil || code != http.StatusBadGateway || msg != "The sandbox was not found" {
+			t.Errorf("a port preview with no key of a sandbox without autoResume: %s, want E2B's 502 of a sandbox that is not there", r)
 		}
 		wantPaused(t, c.SandboxID, "a port preview with no key")
 		var info struct {

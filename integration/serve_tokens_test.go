@@ -126,8 +126,8 @@ func TestServeHostileLeakedToken(t *testing.T) {
 			t.Fatalf("pause: %v\nserver log:\n%s", err, s.logTail(20))
 		}
 		// The leaked token, which would wake a paused sandbox, does not.
-		if r := s.do("GET", "/files?path=/www/index.html", nil, envdFor(id, leaked.envd)); r.status != http.StatusNotFound {
-			t.Errorf("the leaked token on the paused sandbox: %s, want 404", r)
+		if r := s.do("GET", "/files?path=/www/index.html", nil, envdFor(id, leaked.envd)); r.status != http.StatusBadGateway {
+			t.Errorf("the leaked token on the paused sandbox: %s, want 502", r)
 		}
 		if r := s.do("GET", "/sandboxes/"+id, nil, map[string]string{"X-API-Key": owner}); !strings.Contains(r.body, `"state":"paused"`) {
 			t.Errorf("after the leaked token's call the sandbox is %s, want it still paused", r)
@@ -142,8 +142,8 @@ func TestServeHostileLeakedToken(t *testing.T) {
 		s.serve()
 		s.checkConnect(t, owner, id, fresh)
 		checkFile(t, s, id, fresh.envd, "preview-ok\n")
-		if r := s.do("GET", "/files?path=/www/index.html", nil, envdFor(id, leaked.envd)); r.status != http.StatusNotFound {
-			t.Errorf("the leaked token after a restart: %s, want 404", r)
+		if r := s.do("GET", "/files?path=/www/index.html", nil, envdFor(id, leaked.envd)); r.status != http.StatusBadGateway {
+			t.Errorf("the leaked token after a restart: %s, want 502", r)
 		}
 	})
 
@@ -212,8 +212,8 @@ func (s *server) checkTokens(t *testing.T, id string, toks sandboxTokens, works 
 			continue
 		}
 		wrong := c.do(madeUp)
-		if got.status != http.StatusNotFound || got.status != wrong.status || got.body != wrong.body {
-			t.Errorf("%s with the replaced token: %s; a made-up token: %s; want both 404 and the same", c.name, got, wrong)
+		if got.status != http.StatusBadGateway || got.status != wrong.status || got.body != wrong.body {
+			t.Errorf("%s with the replaced token: %s; a made-up token: %s; want both 502 and the same", c.name, got, wrong)
 		}
 	}
 	preview := func(tok string) apiResponse {

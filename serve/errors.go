@@ -159,3 +159,60 @@ func writeSandboxError(w http.ResponseWriter, r *http.Request, err error) {
 	w.WriteHeader(httpStatus(err))
 	json.NewEncoder(w).Encode(body) //nolint:errcheck // the client went away
 }
+
+// goneJSON is the body E2B's proxy answers for a sandbox it cannot
+// reach: killed, expired, paused without auto-resume, or never there.
+type goneJSON struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Code      int    `json:"code"`
+}
+
+// writeGone answers a data-plane request whose sandbox is not there, or
+// whose token is not its own, as E2B does: 502 with E2B's body, for
+// envd's REST paths, its Connect services and port previews alike. The
+// SDKs read it as a sandbox that is no longer running (isRunning false,
+// "the sandbox was killed or reached its end of life"). Nothing in it
+// depends on whether the sandbox exists.
+func writeGone(w http.ResponseWriter, id string) {
+	b, _ := json.Marshal(goneJSON{SandboxID: id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusBadGateway)
+	w.Write(b) //nolint:errcheck // the client went away
+}
+
+// abortWriter aborts its request's response once the request's context
+// ends for errSandboxGone: the sandbox was killed while it was answered.
+// The connection is dropped (net/http resets it, HTTP/2 sends
+// RST_STREAM) rather than the answer ended well, as E2B's proxy drops
+// the connections of a sandbox that is gone.
+type abortWriter struct {
+	http.ResponseWriter
+	ctx context.Context
+}
+
+func (w abortWriter) check() {
+	if errors.Is(context.Cause(w.ctx), errSandboxGone) {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (w abortWriter) WriteHeader(code int) {
+	w.check()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w abortWriter) Write(p []byte) (int, error) {
+	w.check()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w abortWriter) Flush() {
+	w.check()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w abortWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

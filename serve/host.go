@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -442,8 +443,21 @@ func (f hostFiles) Read(ctx context.Context, path string, w io.Writer) error {
 	return f.eng.ReadFile(f.a.acting(ctx), f.a.sandboxID, path, w)
 }
 
-func (f hostFiles) Write(ctx context.Context, path string, data io.Reader) error {
-	return f.eng.WriteFile(f.a.acting(ctx), f.a.sandboxID, engine.WriteFileRequest{Path: path, Data: data, Parents: true, Owner: f.a.owner()})
+// Write writes the file as the actor. Its missing parents are made as
+// envd makes them: by root, then given to the actor, so that a user may
+// upload into a directory that does not exist yet wherever it lies (as
+// E2B's default user may); what exists already is left as it is, and
+// the file itself is written with the actor's permissions.
+func (f hostFiles) Write(ctx context.Context, p string, data io.Reader) error {
+	if dir := path.Dir(p); dir != "/" {
+		if _, err := f.eng.Stat(ctx, f.a.sandboxID, dir); errors.Is(err, errdefs.ErrNotFound) {
+			err = f.eng.MakeDir(ctx, f.a.sandboxID, engine.MkdirRequest{Path: dir, Mode: 0o755, Parents: true, Owner: f.a.owner()})
+			if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+				return err
+			}
+		}
+	}
+	return f.eng.WriteFile(f.a.acting(ctx), f.a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: f.a.owner()})
 }
 
 func (f hostFiles) NamesDownloads() bool { return true }

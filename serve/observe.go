@@ -16,33 +16,37 @@ import (
 )
 
 func (s *Server) sandboxMetrics(r *http.Request, tenantName string) (int, any, error) {
+	if err := checkQuery(r, "start", "end"); err != nil {
+		return 0, nil, err
+	}
+	var start, end time.Time
+	for _, f := range []struct {
+		name string
+		t    *time.Time
+	}{{"start", &start}, {"end", &end}} {
+		v := r.URL.Query().Get(f.name)
+		if v == "" {
+			continue
+		}
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || sec < 0 {
+			return 0, nil, fmt.Errorf("%s %q: want a Unix time in seconds: %w", f.name, v, errdefs.ErrInvalidArgument)
+		}
+		*f.t = time.Unix(sec, 0)
+	}
+	if !start.IsZero() && !end.IsZero() && end.Before(start) {
+		return 0, nil, fmt.Errorf("end %d is before start %d: %w", end.Unix(), start.Unix(), errdefs.ErrInvalidArgument)
+	}
 	sb, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
 	}
-	if sb.State != engine.StateRunning {
-		return http.StatusOK, []any{}, nil
+	if sb.State == engine.StateRunning && time.Since(s.history.last(sb.ID)) >= historyMinGap {
+		if err := s.sampleOne(r.Context(), sb); err != nil {
+			return 0, nil, err
+		}
 	}
-	st, err := s.place.Stats(r.Context(), sb.ID)
-	if err != nil {
-		return 0, nil, err
-	}
-	now := time.Now().UTC()
-	type metric struct {
-		Timestamp     time.Time `json:"timestamp"`
-		TimestampUnix int64     `json:"timestampUnix"`
-		CPUCount      int       `json:"cpuCount"`
-		CPUUsedPct    float64   `json:"cpuUsedPct"`
-		MemUsed       int64     `json:"memUsed"`
-		MemTotal      int64     `json:"memTotal"`
-		DiskUsed      int64     `json:"diskUsed"`
-		DiskTotal     int64     `json:"diskTotal"`
-	}
-	return http.StatusOK, []metric{{
-		Timestamp: now, TimestampUnix: now.Unix(), CPUCount: max(1, int(sb.CPUs+0.5)),
-		CPUUsedPct: st.CPU.Percent, MemUsed: int64(st.Memory.Usage), MemTotal: sb.Memory,
-		DiskUsed: int64(st.Disk.Used), DiskTotal: sb.Disk,
-	}}, nil
+	return http.StatusOK, s.history.window(sb.ID, start, end), nil
 }
 
 // Bounds of one answer of the logs calls: the log itself is under 8 MiB

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -225,7 +226,21 @@ func matchesMeta(sb *engine.Sandbox, want map[string]string) bool {
 	return true
 }
 
+// checkQuery refuses a query parameter the call does not know: none is
+// ignored.
+func checkQuery(r *http.Request, known ...string) error {
+	for k := range r.URL.Query() {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("query parameter %q: %s %s takes only %s: %w", k, r.Method, r.URL.Path, strings.Join(known, ", "), errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 func (s *Server) listSandboxesV1(r *http.Request, tenantName string) (int, any, error) {
+	if err := checkQuery(r, "metadata"); err != nil {
+		return 0, nil, err
+	}
 	meta, err := metadataQuery(r)
 	if err != nil {
 		return 0, nil, err
@@ -243,14 +258,40 @@ func (s *Server) listSandboxesV1(r *http.Request, tenantName string) (int, any, 
 	return http.StatusOK, out, nil
 }
 
-// listSandboxes is GET /v2/sandboxes: state and metadata filters,
-// pagination by the x-next-token header.
+// listSandboxes is GET /v2/sandboxes: state, metadata, template and
+// start-time filters, newest or oldest first (order), pagination by the
+// x-next-token header.
 func (s *Server) listSandboxes(r *http.Request, tenantName string) (int, any, error) {
+	if err := checkQuery(r, "metadata", "state", "order", "startedAfter", "startedBefore", "template", "limit", "nextToken"); err != nil {
+		return 0, nil, err
+	}
 	q := r.URL.Query()
 	meta, err := metadataQuery(r)
 	if err != nil {
 		return 0, nil, err
 	}
+	asc := false
+	switch v := q.Get("order"); v {
+	case "", "desc":
+	case "asc":
+		asc = true
+	default:
+		return 0, nil, fmt.Errorf("order %q: want asc or desc: %w", v, errdefs.ErrInvalidArgument)
+	}
+	var after, before time.Time
+	for _, f := range []struct {
+		name string
+		t    *time.Time
+	}{{"startedAfter", &after}, {"startedBefore", &before}} {
+		v := q.Get(f.name)
+		if v == "" {
+			continue
+		}
+		if *f.t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return 0, nil, fmt.Errorf("%s %q: want a time as RFC 3339 (2006-01-02T15:04:05Z): %w", f.name, v, errdefs.ErrInvalidArgument)
+		}
+	}
+	template := q.Get("template")
 	states := map[string]bool{}
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
@@ -282,12 +323,20 @@ func (s *Server) listSandboxes(r *http.Request, tenantName string) (int, any, er
 		if len(states) > 0 && !states[s.detailJSON(sb).State] {
 			continue
 		}
+		if template != "" && sb.Labels[placement.LabelTemplate] != template {
+			continue
+		}
+		// Started at or after startedAfter, and before startedBefore.
+		if (!after.IsZero() && sb.Created.Before(after)) || (!before.IsZero() && !sb.Created.Before(before)) {
+			continue
+		}
 		match = append(match, sb)
 	}
-	// Newest first, as E2B lists; ties by ID so pages are stable.
+	// Newest first unless asked, as E2B lists; ties by ID so pages are
+	// stable.
 	sort.Slice(match, func(i, j int) bool {
 		if !match[i].Created.Equal(match[j].Created) {
-			return match[i].Created.After(match[j].Created)
+			return match[i].Created.After(match[j].Created) != asc
 		}
 		return match[i].ID < match[j].ID
 	})
@@ -333,6 +382,11 @@ func (s *Server) deleteSandbox(r *http.Request, tenantName string) (int, any, er
 	if err != nil {
 		return 0, nil, err
 	}
+	// Its requests under way are dropped first, as E2B drops a killed
+	// sandbox's: their clients see it gone, not a process that goes on,
+	// and so does every request from now on.
+	defer s.beginKill(sb.ID)()
+	s.cuts.cut(sb.ID, errSandboxGone)
 	s.forget(sb.ID)
 	if err := s.place.Remove(context.WithoutCancel(r.Context()), sb.ID); err != nil {
 		return 0, nil, err

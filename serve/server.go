@@ -112,6 +112,8 @@ type Server struct {
 	log     *slog.Logger
 	audit   *auditLog
 	metrics *metrics
+	// history is each sandbox's recent metrics (history.go).
+	history *history
 	procs   *processService
 	envd    http.Handler
 	api     http.Handler
@@ -127,8 +129,15 @@ type Server struct {
 	// placement serializes with them) and the replacing of its tokens.
 	locks *placement.Locks
 	// cuts ends the requests of a sandbox's tokens when they are
-	// replaced.
+	// replaced, and all of its requests when it is killed.
 	cuts tokenCuts
+
+	// killMu guards killing: the sandboxes being removed, each with the
+	// kills under way. The data plane answers them as gone from the
+	// moment a kill begins, so that a client whose request the kill
+	// dropped finds the sandbox gone when it asks.
+	killMu  sync.Mutex
+	killing map[string]int
 
 	// logReads bounds each tenant's log reads in flight.
 	logReads inFlight
@@ -213,9 +222,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
 		metrics:  newMetrics(),
+		history:  newHistory(historySamples),
 		front:    fr,
 		conns:    newConnLimiter(cfg.MaxUntrustedConns, cfg.Logger),
 		reserved: map[string]tenant.Usage{},
+		killing:  map[string]int{},
 		locks:    locks,
 		logReads: inFlight{what: "log reads", max: maxLogReads},
 		stop:     cancel, stopCtx: ctx,
@@ -246,6 +257,7 @@ func New(cfg Config) (*Server, error) {
 	s.envd = envd
 	s.api = s.routes()
 	go s.sweep()
+	go s.sampleHistory()
 	return s, nil
 }
 
@@ -323,27 +335,47 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	// The data plane knows no tenant, only the sandbox's token: a wrong
-	// token answers exactly as an unknown sandbox does, so that nobody
+	// token answers exactly as a sandbox that is not there (writeGone),
+	// and so does a paused one that may not be woken, so that nobody
 	// learns which IDs exist.
-	notFound := fmt.Errorf("sandbox %q not found, or its access token (X-Access-Token) is wrong: %w", id, errdefs.ErrNotFound)
+	//
 	// A request a token opened ends when the token is replaced
-	// (rotateTokens): held before the sandbox's generation is read.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	// (rotateTokens), and every request when the sandbox is killed:
+	// held before the sandbox's generation is read.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
 	release := func() {}
 	if placement.ValidID(id) {
 		release = s.cuts.hold(id, cancel)
 	}
 	defer func() { release() }()
+	signed := port == EnvdPort && signedFiles(r)
 	sb, err := s.sandbox(ctx, id)
+	if err == nil && s.isKilling(id) {
+		err = fmt.Errorf("sandbox %s is being killed: %w", id, errdefs.ErrNotFound)
+	}
 	if err != nil {
-		writeSandboxError(w, r, notFound)
+		if signed {
+			// As a wrong signature of a sandbox that is there.
+			writeSignatureError(w, checkSignature(r, "", time.Now()))
+			return
+		}
+		writeGone(w, id)
 		return
 	}
 	if port == EnvdPort {
 		toks, err := s.tokensOf(sb)
-		if err != nil || !credential.Match(toks.Envd, r.Header.Get("X-Access-Token")) {
-			writeSandboxError(w, r, notFound)
+		switch {
+		case err != nil:
+			writeGone(w, id)
+			return
+		case signed:
+			if err := checkSignature(r, toks.Envd, time.Now()); err != nil {
+				writeSignatureError(w, err)
+				return
+			}
+		case !credential.Match(toks.Envd, r.Header.Get("X-Access-Token")):
+			writeGone(w, id)
 			return
 		}
 		s.conns.trust(ctx)
@@ -355,37 +387,63 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 		s.conns.trust(ctx)
 	} else {
-		// A public sandbox's preview is no token's to end.
+		// A public sandbox's preview is no token's to end, but it ends
+		// when the sandbox is killed.
 		release()
-		release = func() {}
+		release = s.cuts.holdKill(id, cancel)
 	}
 	// Commands' streams, uploads and a preview's WebSockets last as
 	// long as they do.
 	noDeadline(w)
-	if sb.State == engine.StatePaused {
-		// A request with one of the sandbox's tokens is its tenant's; a
-		// port preview of a public sandbox may come from anyone, and
-		// wakes it only if the tenant asked for that.
-		keyed := port == EnvdPort || sb.Labels[placement.LabelPrivate] == "true"
-		if !keyed && sb.Labels[placement.LabelAutoResume] != "true" {
-			writeSandboxError(w, r, fmt.Errorf("sandbox %s is paused, and its auto-resume is off: a request without its tokens does not resume it (its tenant resumes it with connect, or creates it with autoResume): %w", id, errdefs.ErrConflict))
+	switch sb.State {
+	case engine.StatePaused:
+		// Only a sandbox created with auto-resume wakes for its data
+		// plane, and never for the health check: isRunning() of a paused
+		// sandbox is false, and asking it leaves the sandbox paused.
+		if sb.Labels[placement.LabelAutoResume] != "true" || (port == EnvdPort && r.URL.Path == "/health") {
+			writeGone(w, id)
 			return
 		}
 		if sb, err = s.resume(ctx, sb, sb.Labels[placement.LabelTenant]); err != nil {
 			writeSandboxError(w, r, err)
 			return
 		}
+	case engine.StateStopped:
+		writeGone(w, id)
+		return
 	}
 	if sb.State != engine.StateRunning {
 		writeSandboxError(w, r, fmt.Errorf("sandbox %s is %s, not running: %w", id, sb.State, errdefs.ErrUnavailable))
 		return
 	}
 	ctx = withTarget(ctx, target{Tenant: sb.Labels[placement.LabelTenant], SandboxID: sb.ID})
+	w = abortWriter{ResponseWriter: w, ctx: ctx}
 	if port == EnvdPort {
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
+}
+
+// beginKill marks sandbox id as being killed until end is called.
+func (s *Server) beginKill(id string) (end func()) {
+	s.killMu.Lock()
+	s.killing[id]++
+	s.killMu.Unlock()
+	return func() {
+		s.killMu.Lock()
+		defer s.killMu.Unlock()
+		if s.killing[id]--; s.killing[id] <= 0 {
+			delete(s.killing, id)
+		}
+	}
+}
+
+// isKilling tells whether a kill of sandbox id is under way.
+func (s *Server) isKilling(id string) bool {
+	s.killMu.Lock()
+	defer s.killMu.Unlock()
+	return s.killing[id] > 0
 }
 
 // sandbox looks up one of the server's sandboxes by its full ID. Anything

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -96,7 +97,7 @@ func (s *Server) rotateTokens(r *http.Request, tenantName string) (int, any, err
 	if sb, err = s.place.SetTokenGeneration(context.WithoutCancel(r.Context()), sb.ID, g+1); err != nil {
 		return 0, nil, err
 	}
-	s.cuts.cut(sb.ID)
+	s.cuts.cut(sb.ID, errTokensReplaced)
 	s.log.Info("tokens replaced", "sandbox", sb.ID, "tenant", tenantName, "generation", g+1)
 	out, err := s.sandboxJSON(sb)
 	if err != nil {
@@ -105,9 +106,20 @@ func (s *Server) rotateTokens(r *http.Request, tenantName string) (int, any, err
 	return http.StatusOK, out, nil
 }
 
-// tokenCuts ends the data-plane requests under way that a sandbox's
-// tokens opened once those tokens are replaced: a command's stream, its
-// input, a preview's WebSocket.
+// Why tokenCuts ended a request: its context's cause.
+var (
+	errTokensReplaced = errors.New("the sandbox's tokens were replaced")
+	// errSandboxGone: the sandbox was killed. Its requests under way
+	// are aborted (the connection reset, an HTTP/2 stream's RST_STREAM),
+	// as E2B's proxy drops them, so that an SDK asks the health check
+	// and tells its user the sandbox was killed or reached its end of
+	// life.
+	errSandboxGone = errors.New("the sandbox was killed")
+)
+
+// tokenCuts ends the data-plane requests under way of a sandbox: those
+// its tokens opened once the tokens are replaced (a command's stream,
+// its input, a preview's WebSocket), and all of them when it is killed.
 type tokenCuts struct {
 	// mu guards open: each sandbox's requests under way, an entry only
 	// while it has some.
@@ -115,15 +127,27 @@ type tokenCuts struct {
 	open map[string]*cutSet
 }
 
-// cutSet is the cancels of one sandbox's requests under way.
+// cutSet is the cancels of one sandbox's requests under way, each
+// with whether only a kill ends it (a public preview's, which no token
+// opened).
 type cutSet struct {
-	cancels map[*context.CancelFunc]struct{}
+	cancels map[*context.CancelCauseFunc]bool
 }
 
 // hold registers a request for sandbox id that cancel ends; release
 // unregisters it. A request registers before it reads the sandbox's
 // generation, so that a cut after that read ends it.
-func (c *tokenCuts) hold(id string, cancel context.CancelFunc) (release func()) {
+func (c *tokenCuts) hold(id string, cancel context.CancelCauseFunc) (release func()) {
+	return c.add(id, cancel, false)
+}
+
+// holdKill registers a request for sandbox id that only the sandbox's
+// kill ends.
+func (c *tokenCuts) holdKill(id string, cancel context.CancelCauseFunc) (release func()) {
+	return c.add(id, cancel, true)
+}
+
+func (c *tokenCuts) add(id string, cancel context.CancelCauseFunc, killOnly bool) (release func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.open == nil {
@@ -131,11 +155,11 @@ func (c *tokenCuts) hold(id string, cancel context.CancelFunc) (release func()) 
 	}
 	set, ok := c.open[id]
 	if !ok {
-		set = &cutSet{cancels: map[*context.CancelFunc]struct{}{}}
+		set = &cutSet{cancels: map[*context.CancelCauseFunc]bool{}}
 		c.open[id] = set
 	}
 	p := &cancel
-	set.cancels[p] = struct{}{}
+	set.cancels[p] = killOnly
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -146,20 +170,26 @@ func (c *tokenCuts) hold(id string, cancel context.CancelFunc) (release func()) 
 	}
 }
 
-// cut ends every request of sandbox id registered now.
-func (c *tokenCuts) cut(id string) {
+// cut ends the requests of sandbox id registered now, for cause: all of
+// them for errSandboxGone, else those a token opened.
+func (c *tokenCuts) cut(id string, cause error) {
 	c.mu.Lock()
-	set := c.open[id]
-	delete(c.open, id)
-	var cancels []context.CancelFunc
-	if set != nil {
-		for p := range set.cancels {
+	var cancels []context.CancelCauseFunc
+	if set := c.open[id]; set != nil {
+		for p, killOnly := range set.cancels {
+			if killOnly && cause != errSandboxGone {
+				continue
+			}
 			cancels = append(cancels, *p)
+			delete(set.cancels, p)
+		}
+		if len(set.cancels) == 0 {
+			delete(c.open, id)
 		}
 	}
 	c.mu.Unlock()
 	for _, cancel := range cancels {
-		cancel()
+		cancel(cause)
 	}
 }
 

@@ -35,17 +35,17 @@ func TestTokenGeneration(t *testing.T) {
 
 func TestTokenCuts(t *testing.T) {
 	var c tokenCuts
-	a1, cancelA1 := context.WithCancel(context.Background())
-	a2, cancelA2 := context.WithCancel(context.Background())
-	b, cancelB := context.WithCancel(context.Background())
-	defer cancelA1()
-	defer cancelA2()
-	defer cancelB()
+	a1, cancelA1 := context.WithCancelCause(context.Background())
+	a2, cancelA2 := context.WithCancelCause(context.Background())
+	b, cancelB := context.WithCancelCause(context.Background())
+	defer cancelA1(nil)
+	defer cancelA2(nil)
+	defer cancelB(nil)
 	releaseA1 := c.hold("a", cancelA1)
 	releaseA2 := c.hold("a", cancelA2)
 	releaseB := c.hold("b", cancelB)
 	releaseA2()
-	c.cut("a")
+	c.cut("a", errTokensReplaced)
 	if a1.Err() == nil {
 		t.Error("a request of a held when its tokens were cut goes on")
 	}
@@ -56,8 +56,8 @@ func TestTokenCuts(t *testing.T) {
 		t.Error("a request of another sandbox was ended")
 	}
 	// A request of a after the cut is held anew.
-	a3, cancelA3 := context.WithCancel(context.Background())
-	defer cancelA3()
+	a3, cancelA3 := context.WithCancelCause(context.Background())
+	defer cancelA3(nil)
 	releaseA3 := c.hold("a", cancelA3)
 	releaseA1() // released after the cut: leaves a's new hold alone
 	if n := c.count(); n != 2 {

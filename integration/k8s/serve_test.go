@@ -592,8 +592,8 @@ func TestServeOnKubernetes(t *testing.T) {
 	if g := kubectl(t, "get", "pod", pod, "-o", `jsonpath={.metadata.annotations.hutch\.dev/token-generation}`); strings.TrimSpace(g) != "1" {
 		t.Errorf("the pod's token generation annotation: %q, want 1", g)
 	}
-	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusNotFound || b != http.StatusOK {
-		t.Errorf("after the replace: the old token %d, the new one %d; want 404 and 200", a, b)
+	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusBadGateway || b != http.StatusOK {
+		t.Errorf("after the replace: the old token %d, the new one %d; want 502 and 200", a, b)
 	}
 	if got := s.connectToken(keyA, id); got != newToken {
 		t.Errorf("connect after the replace gives token %s, want the new one %s", got, newToken)
@@ -612,8 +612,8 @@ func TestServeOnKubernetes(t *testing.T) {
 	s.stop()
 	s.start(kubeBackend("--template", "base="+busyboxImage, "--pod-cpus", "0.25", "--pod-memory", "256m")...)
 	s.sdk("again", keyA, id)
-	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusNotFound || b != http.StatusOK {
-		t.Errorf("after a restart: the replaced token %d, the new one %d; want 404 and 200", a, b)
+	if a, b := s.envd(id, oldToken), s.envd(id, newToken); a != http.StatusBadGateway || b != http.StatusOK {
+		t.Errorf("after a restart: the replaced token %d, the new one %d; want 502 and 200", a, b)
 	}
 
 	s.sdk("kill", keyA, id)
