@@ -163,7 +163,7 @@ func TestServeWebhooks(t *testing.T) {
 	if r := call("DELETE", "/events/webhooks/"+hook.ID, key, ""); r.status != http.StatusOK {
 		t.Errorf("delete the webhook: %s", r)
 	}
-	s.deleteAllThroughAPI(key)
+	s.deleteAllThroughAPI(key, other)
 	s.stopAndCheckClean()
 }
 
@@ -173,14 +173,27 @@ func TestServeTeamMetrics(t *testing.T) {
 	requiresRoot(t)
 	s := newServer(t, "")
 	key := s.tenantAdd("usage")
+	other := s.tenantAdd("usage-other")
 	s.serve()
 	get := func(path string) apiResponse {
 		t.Helper()
 		return s.do("GET", path, nil, map[string]string{"X-API-KEY": key})
 	}
 	before := time.Now().Unix()
-	s.createSandbox(key, "busybox")
-	s.createSandbox(key, "busybox")
+	a := s.createSandbox(key, "busybox")
+	b := s.createSandbox(key, "busybox")
+	theirs := s.createSandbox(other, "busybox")
+	var many struct {
+		Sandboxes map[string]struct {
+			MemTotal int64 `json:"memTotal"`
+		} `json:"sandboxes"`
+	}
+	if r := get("/sandboxes/metrics?sandbox_ids=" + a.SandboxID + "," + b.SandboxID + "," + theirs.SandboxID); r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &many) != nil || len(many.Sandboxes) != 2 || many.Sandboxes[a.SandboxID].MemTotal == 0 {
+		t.Errorf("GET /sandboxes/metrics of two own sandboxes and another tenant's: %s, want the two own with their samples", r)
+	}
+	if r := get("/sandboxes/metrics"); r.status != http.StatusBadRequest {
+		t.Errorf("GET /sandboxes/metrics without IDs: %s, want 400", r)
+	}
 	type sample struct {
 		At         int64   `json:"timestampUnix"`
 		Concurrent int     `json:"concurrentSandboxes"`
@@ -226,6 +239,6 @@ func TestServeTeamMetrics(t *testing.T) {
 			t.Errorf("GET %s: %s, want %d", path, r, want)
 		}
 	}
-	s.deleteAllThroughAPI(key)
+	s.deleteAllThroughAPI(key, other)
 	s.stopAndCheckClean()
 }

@@ -81,6 +81,7 @@ func (s *Server) routes() http.Handler {
 	handle("GET /events/webhooks/{webhookID}", false, s.getWebhook)
 	handle("PATCH /events/webhooks/{webhookID}", true, s.updateWebhook)
 	handle("DELETE /events/webhooks/{webhookID}", true, s.deleteWebhook)
+	handle("GET /sandboxes/metrics", false, needs(placement.FeatureMetrics, "sandbox metrics", s.sandboxesMetrics))
 	handle("GET /teams/{teamID}/metrics", false, s.teamMetrics)
 	handle("GET /teams/{teamID}/metrics/max", false, s.teamMetricsMax)
 	handle("GET /api-keys", false, s.listAPIKeys)

@@ -3,10 +3,14 @@ package serve
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"hutch.dev/hutch/engine"
 )
 
 // A tenant's usage over time, E2B's team metrics: how many sandboxes it
@@ -142,4 +146,44 @@ func (s *Server) teamMetricsMax(r *http.Request, tenantName string) (int, any, e
 		}
 	}
 	return http.StatusOK, map[string]any{"timestamp": bestAt.UTC(), "timestampUnix": bestAt.Unix(), "value": best}, nil
+}
+
+// maxMetricsIDs bounds one GET /sandboxes/metrics, as E2B's does.
+const maxMetricsIDs = 100
+
+// sandboxesMetrics is GET /sandboxes/metrics?sandbox_ids=a,b: each of the
+// tenant's running sandboxes of those IDs with its latest sample (taken
+// now if none is recent). An ID that is not the tenant's, or not
+// running, is left out, as an unknown one is.
+func (s *Server) sandboxesMetrics(r *http.Request, tenantName string) (int, any, error) {
+	if err := checkQuery(r, "sandbox_ids"); err != nil {
+		return 0, nil, err
+	}
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 || len(ids) > maxMetricsIDs {
+		return 0, nil, fmt.Errorf("sandbox_ids: want 1 to %d sandbox IDs, comma-separated: %w", maxMetricsIDs, errdefs.ErrInvalidArgument)
+	}
+	out := map[string]metricSample{}
+	for _, id := range ids {
+		sb, err := s.owned(r.Context(), tenantName, id)
+		if err != nil || sb.State != engine.StateRunning {
+			continue
+		}
+		if time.Since(s.history.last(sb.ID)) >= historyMinGap {
+			if err := s.sampleOne(r.Context(), sb); err != nil {
+				continue
+			}
+		}
+		if w := s.history.window(sb.ID, time.Time{}, time.Time{}); len(w) > 0 {
+			out[sb.ID] = w[len(w)-1]
+		}
+	}
+	return http.StatusOK, map[string]any{"sandboxes": out}, nil
 }
