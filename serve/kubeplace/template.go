@@ -20,10 +20,11 @@ const templateLog = "/tmp/.hutch-template-start.log"
 
 // startTemplate starts t's command in sandbox id's pod, detached (its
 // shell is the agent's child once the exec ends), and waits for its
-// ready check: a template on Kubernetes starts cold.
+// ready check: a template on Kubernetes starts cold. The exec has no
+// terminal, so nothing hangs the command up when it ends.
 func (k *Placement) startTemplate(ctx context.Context, id string, t *engine.Template) error {
 	p := kubeProbe{k: k, id: id}
-	code, out, err := p.Run(ctx, []string{"/bin/sh", "-c", `nohup /bin/sh -c "$1" >` + templateLog + ` 2>&1 </dev/null &`, "sh", t.Start})
+	code, out, err := p.Run(ctx, []string{"/bin/sh", "-c", `/bin/sh -c "$1" >` + templateLog + ` 2>&1 </dev/null &`, "sh", t.Start})
 	if err != nil {
 		return err
 	}
@@ -52,14 +53,14 @@ func (p kubeProbe) Run(ctx context.Context, args []string) (int, string, error) 
 
 // Dial reaches the port through the agent's endpoint. A pod without
 // network has none: the port is then probed from inside (bash's
-// /dev/tcp, else nc -z), and a connection that works is reported as a
+// /dev/tcp, else nc), and a connection that works is reported as a
 // closed one, which serves a port check and no URL check.
 func (p kubeProbe) Dial(ctx context.Context, port uint16) (net.Conn, error) {
 	c, err := p.k.DialPort(ctx, p.id, port)
 	if !errors.Is(err, errdefs.ErrNotImplemented) {
 		return c, err
 	}
-	code, out, err := p.Run(ctx, []string{"/bin/sh", "-c", `if command -v bash >/dev/null; then exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$1"; else exec nc -z 127.0.0.1 "$1"; fi`, "sh", strconv.Itoa(int(port))})
+	code, out, err := p.Run(ctx, []string{"/bin/sh", "-c", `if command -v bash >/dev/null; then exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$1"; else exec nc -w 2 127.0.0.1 "$1" </dev/null; fi`, "sh", strconv.Itoa(int(port))})
 	if err != nil {
 		return nil, err
 	}
