@@ -42,6 +42,12 @@ type NetworkSpec struct {
 	// gateway (package egress) in mode allow, served beside its
 	// resolver, logging to EgressLogPath(Dir).
 	Gateway bool
+	// Inject are the gateway's inject rules; GatewayCA the file of the
+	// CA it presents their hosts' certificates with (egress.NewCA), and
+	// Secrets the host's secret store their values come from.
+	Inject    []policy.InjectRule
+	GatewayCA string
+	Secrets   string
 }
 
 // EgressLogPath is the egress log of the sandbox whose state directory is
@@ -175,9 +181,10 @@ func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, e
 	}
 	if s.Gateway {
 		rc.Gateway = &hostnet.GatewayConfig{
-			HTTP: net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayHTTPPort)),
-			TLS:  net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayTLSPort)),
-			Log:  EgressLogPath(s.Dir),
+			HTTP:   net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayHTTPPort)),
+			TLS:    net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayTLSPort)),
+			Log:    EgressLogPath(s.Dir),
+			Inject: s.Inject, CA: s.GatewayCA, Secrets: s.Secrets,
 		}
 	}
 	if err := hostnet.WriteResolverConfig(cfg, rc); err != nil {

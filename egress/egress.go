@@ -46,6 +46,12 @@ type Config struct {
 	Policy func() *Policy
 	// Log is the egress log's path.
 	Log string
+	// Inject are the sandbox's inject rules, CA the file of the gateway
+	// CA that signs what it presents for their hosts (NewCA), and
+	// Secret returns a secret's value from the host's store.
+	Inject []policy.InjectRule
+	CA     string
+	Secret func(name string) (string, error)
 }
 
 // Timeouts: how long a sandbox may take to say which host it wants, and
@@ -65,6 +71,7 @@ type Gateway struct {
 	cfg       Config
 	http, tls net.Listener
 	log       *Log
+	ca        *CA
 	slots     chan struct{}
 	// upstreamPorts, if set, is the port dialed for each web port (tests
 	// stand an upstream on a port of their own for 80).
@@ -83,6 +90,14 @@ func (g *Gateway) upstreamPort(port uint16) uint16 {
 func Listen(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, slots: make(chan struct{}, maxConns)}
 	var err error
+	if len(cfg.Inject) > 0 {
+		if g.ca, err = LoadCA(cfg.CA); err != nil {
+			return nil, err
+		}
+		if cfg.Secret == nil {
+			return nil, errors.New("egress gateway: inject rules without a secret store")
+		}
+	}
 	if g.log, err = OpenLog(cfg.Log); err != nil {
 		return nil, err
 	}

@@ -17,9 +17,9 @@ const (
 )
 
 // Entry is one connection in the egress log. Method and Path are of the
-// first request where the gateway reads requests (plain HTTP); a TLS
-// connection passed through shows only its server name. Header values
-// are never logged.
+// first request where the gateway reads requests (plain HTTP, and TLS it
+// terminates for an inject rule); a TLS connection passed through shows
+// only its server name. Header values are never logged.
 type Entry struct {
 	Time     time.Time `json:"time"`
 	Host     string    `json:"host"`
@@ -27,6 +27,8 @@ type Entry struct {
 	Method   string    `json:"method,omitempty"`
 	Path     string    `json:"path,omitempty"`
 	Decision string    `json:"decision"`
+	// Terminated: the gateway terminated TLS to inject headers.
+	Terminated bool `json:"terminated,omitempty"`
 	// Rule is the allow rule that let the connection through; Reason
 	// says why it was refused.
 	Rule   string `json:"rule,omitempty"`

@@ -59,6 +59,10 @@ func (g *Gateway) serveTLS(ctx context.Context, c net.Conn, e *Entry) {
 	if !ok {
 		return
 	}
+	if rules := injectFor(g.cfg.Inject, name); len(rules) > 0 {
+		g.terminate(ctx, c, hello, name, p, rules, e)
+		return
+	}
 	up, err := dial(ctx, p, name, g.upstreamPort(443))
 	if err != nil {
 		e.Error = err.Error()

@@ -43,11 +43,28 @@ type ResolverConfig struct {
 	Gateway *GatewayConfig `json:"gateway,omitempty"`
 }
 
-// GatewayConfig is where a sandbox's egress gateway listens and logs.
+// GatewayConfig is where a sandbox's egress gateway listens and logs, and
+// what it injects: its rules, the file of its CA (egress.NewCA) and the
+// directory of the host's secret store, one file per secret.
 type GatewayConfig struct {
-	HTTP string `json:"http"`
-	TLS  string `json:"tls"`
-	Log  string `json:"log"`
+	HTTP    string              `json:"http"`
+	TLS     string              `json:"tls"`
+	Log     string              `json:"log"`
+	Inject  []policy.InjectRule `json:"inject,omitempty"`
+	CA      string              `json:"ca,omitempty"`
+	Secrets string              `json:"secrets,omitempty"`
+}
+
+// secret reads the secret name from the store dir.
+func (g *GatewayConfig) secret(name string) (string, error) {
+	if err := policy.CheckSecretName(name); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(g.Secrets, name))
+	if err != nil {
+		return "", fmt.Errorf("secret %s: not in the host's store", name)
+	}
+	return string(b), nil
 }
 
 // WriteResolverConfig writes c to path atomically.
@@ -241,7 +258,10 @@ func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) (err 
 	}
 	var gw *egress.Gateway
 	if g := c.Gateway; g != nil {
-		gw, err = egress.Listen(egress.Config{HTTP: g.HTTP, TLS: g.TLS, Log: g.Log, Policy: r.webPolicy})
+		gw, err = egress.Listen(egress.Config{
+			HTTP: g.HTTP, TLS: g.TLS, Log: g.Log, Policy: r.webPolicy,
+			Inject: g.Inject, CA: g.CA, Secret: g.secret,
+		})
 		if err != nil {
 			udp.Close()
 			tcp.Close()
