@@ -37,6 +37,7 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 		// Root's sandboxes only, for now: a rootless sandbox's traffic
 		// leaves through slirp4netns.
 		Gateway: !sb.Rootless,
+		Inject:  sb.Inject, GatewayCA: gatewayCAPath(e.sandboxDir(sb.ID)), Secrets: e.secretStore(),
 	}
 	var n *assembly.Network
 	var err error
