@@ -4,9 +4,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,13 +55,24 @@ func serveSites(t *testing.T, w *testWorld, ca *testCA) {
 		Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 			ip, _, _ := net.SplitHostPort(local.String())
-			fmt.Fprintf(rw, "site=%s sni=%s host=%s\n", ip, r.TLS.ServerName, r.Host)
+			fmt.Fprintf(rw, "site=%s sni=%s host=%s auth=%s key=%s\n", ip, r.TLS.ServerName, r.Host,
+				digestOf(r.Header.Get("Authorization")), digestOf(r.Header.Get("X-Key")))
 		}),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.siteCert(t, "allowed.test", "neighbour.test", "denied.test")}},
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
 	go srv.ServeTLS(l, "", "") //nolint:errcheck // ends with Close
 	t.Cleanup(func() { srv.Close() })
+}
+
+// digestOf is how the test servers show a header's value: a digest, so
+// that a secret's value never travels back into the sandbox.
+func digestOf(v string) string {
+	if v == "" {
+		return "-"
+	}
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:8])
 }
 
 // buildWebProbe builds integration/webprobe, static, for the sandbox.
@@ -179,4 +192,137 @@ func TestEgressGateway(t *testing.T) {
 	}
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
+}
+
+// hostTrustWith is a trust bundle of the host's store and ca, for the
+// gateway (Go's SSL_CERT_FILE), as an operator adds a CA to the host's.
+func hostTrustWith(t *testing.T, ca *testCA) string {
+	t.Helper()
+	sys, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := os.ReadFile(ca.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "host-trust.crt")
+	if err := os.WriteFile(f, append(append(sys, '\n'), extra...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Credential injection: the gateway terminates TLS to the one host an
+// inject rule names, with a CA made for the sandbox, and adds the header
+// from the host's secret store; the sandbox holds only a placeholder,
+// which reaches another allowed host as it is. The secret's value is
+// nowhere the sandbox can read (its environment, its processes, its
+// files, a snapshot of it) nor in the host's logs and records.
+func TestEgressInject(t *testing.T) {
+	e := newEnv(t)
+	w := newTestWorld(t)
+	ca := newTestCA(t)
+	serveSites(t, w, ca)
+	e.extra = append(e.extra, "SSL_CERT_FILE="+hostTrustWith(t, ca))
+	const secret = "sk-egress-test-4f1c9a7e2b"
+	if r := e.run(strings.NewReader(secret+"\n"), "secret", "add", "tok"); r.code != 0 || strings.Contains(r.stdout+r.stderr, secret) {
+		t.Fatalf("secret add: %s", r)
+	}
+	if out := e.ok("secret", "ls"); !strings.Contains(out, "tok") || strings.Contains(out, secret) {
+		t.Fatalf("secret ls:\n%s", out)
+	}
+	// A rule naming a secret the store lacks, or a host no rule allows,
+	// fails the create with the reason.
+	base := []string{"--net", "allow", "--dns", w.testHost, "--allow", "allowed.test", "--allow", "*.wild.test"}
+	if r := e.run(nil, append([]string{"create", "--image", "busybox", "--inject", "allowed.test:X-Key=secret:nope"}, base...)...); r.code != 125 || !strings.Contains(r.stderr, "no secret nope") {
+		t.Errorf("create with a missing secret: %s", r)
+	}
+	if r := e.run(nil, append([]string{"create", "--image", "busybox", "--inject", "denied.test:X-Key=secret:tok"}, base...)...); r.code != 125 || !strings.Contains(r.stderr, "no --allow rule allows denied.test") {
+		t.Errorf("create injecting into a host not allowed: %s", r)
+	}
+
+	id := e.create(append(base, "--inject", "allowed.test:Authorization=Bearer ${secret:tok}", "--inject", "allowed.test:env=API_KEY=secret:tok")...)
+	e.copyIn(id, buildWebProbe(t), "/webprobe")
+	ph := strings.TrimSpace(e.ok("exec", id, "--", "sh", "-c", "echo $API_KEY"))
+	if !strings.HasPrefix(ph, "hutch-placeholder-") {
+		t.Fatalf("API_KEY inside is %q, want a placeholder", ph)
+	}
+	req := func(addr, host string) string {
+		r := e.run(nil, "exec", "--timeout", "20s", id, "--", "sh", "-c", `/webprobe https "$0" "$1" "$1" "X-Key: $API_KEY"`, addr, host)
+		return r.stdout + r.stderr
+	}
+	// The sandbox checks the gateway's certificate against its trust
+	// store and gets the real host's answer with both headers injected.
+	out := req("allowed.test:443", "allowed.test")
+	if want := fmt.Sprintf("site=%s sni=allowed.test host=allowed.test auth=%s key=%s", w.public, digestOf("Bearer "+secret), digestOf(secret)); !strings.Contains(out, want) {
+		t.Fatalf("HTTPS to the inject rule's host: want %q in:\n%s", want, out)
+	}
+	// Another allowed host gets the placeholder, not the secret.
+	if r := e.run(nil, "exec", "--timeout", "20s", id, "--", "sh", "-c", `/webprobe tls api.wild.test:443 api.wild.test api.wild.test "X-Key: $API_KEY"`); !strings.Contains(r.stdout, "key="+digestOf(ph)) || !strings.Contains(r.stdout, "auth=-") {
+		t.Errorf("another allowed host: want the placeholder and no Authorization: %s%s", r.stdout, r.stderr)
+	}
+	// On the terminated connection, a request for another host (fronting)
+	// is refused, and gets nothing.
+	if r := e.run(nil, "exec", "--timeout", "20s", id, "--", "sh", "-c", `/webprobe https allowed.test:443 allowed.test api.wild.test "X-Key: $API_KEY"`); !strings.Contains(r.stdout, "421") || strings.Contains(r.stdout, "site=") {
+		t.Errorf("Host of another site on the terminated connection: %s%s", r.stdout, r.stderr)
+	}
+
+	// The value is nowhere inside: environment, processes, files.
+	inside := e.ok("exec", id, "--", "sh", "-c", "env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline; echo")
+	if strings.Contains(inside, secret) || !strings.Contains(inside, ph) {
+		t.Errorf("the secret is in the sandbox's environment or processes, or the placeholder is not")
+	}
+	grepInside := func(id string, want bool) {
+		t.Helper()
+		// The pattern comes on standard input, never as an argument.
+		r := e.run(strings.NewReader(secret+"\n"), "exec", "-i", id, "--", "sh", "-c",
+			`read -r p; for d in /*; do case $d in /proc|/sys|/dev) ;; *) printf '%s\n' "$p" | grep -rlF -f - "$d";; esac; done; echo scanned`)
+		found := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(r.stdout), "scanned"))
+		if !strings.Contains(r.stdout, "scanned") || (found != "") != want {
+			t.Errorf("sandbox %s: files holding the secret: %q, want some: %v (%s)", id, found, want, r.stderr)
+		}
+	}
+	// The scan finds the value where it is.
+	control := e.create()
+	if r := e.run(strings.NewReader(secret), "exec", "-i", control, "--", "sh", "-c", "cat > /tmp/planted"); r.code != 0 {
+		t.Fatal(r)
+	}
+	grepInside(control, true)
+	e.ok("rm", "-f", control)
+	grepInside(id, false)
+	snap := "egress-inject-snap"
+	e.ok("snapshot", id, "-t", snap)
+	t.Cleanup(func() { e.run(nil, "image", "rm", snap) })
+	fromSnap := e.create("--image", snap)
+	grepInside(fromSnap, false)
+
+	// The egress log says the connection was terminated, and what it
+	// asked for; nothing on the host but the store holds the value.
+	log := e.ok("logs", "--egress", "--format", "json", id)
+	if !strings.Contains(log, `"terminated": true`) || !strings.Contains(log, `"method": "GET"`) {
+		t.Errorf("egress log:\n%s", log)
+	}
+	hostHolds := func() []string {
+		var found []string
+		filepath.Walk(e.root, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || !fi.Mode().IsRegular() || fi.Size() > 256<<20 || strings.Contains(p, "/egress-secrets/") {
+				return nil
+			}
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), secret) {
+				found = append(found, p)
+			}
+			return nil
+		})
+		return found
+	}
+	if f := hostHolds(); len(f) > 0 {
+		t.Errorf("the secret's value is in the host's files outside the store: %v", f)
+	}
+	e.ok("rm", "-f", id, fromSnap)
+	e.assertClean(id)
+	e.ok("secret", "rm", "tok")
+	if out := e.ok("secret", "ls"); strings.Contains(out, "tok") {
+		t.Errorf("secret ls after rm:\n%s", out)
+	}
 }

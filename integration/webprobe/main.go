@@ -7,9 +7,10 @@
 // sandbox trusts it. It is static (CGO_ENABLED=0) so that it runs on any
 // image.
 //
-//	webprobe tls|http ADDR:PORT SNI HOST
+//	webprobe tls|https|http ADDR:PORT SNI HOST [HEADER: VALUE]...
 //
-// An empty SNI sends a ClientHello without a server name.
+// An empty SNI sends a ClientHello without a server name; https checks
+// the server's certificate against the sandbox's trust store.
 package main
 
 import (
@@ -22,8 +23,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 5 {
-		fmt.Println("usage: webprobe tls|http ADDR:PORT SNI HOST")
+	if len(os.Args) < 5 {
+		fmt.Println("usage: webprobe tls|https|http ADDR:PORT SNI HOST [HEADER: VALUE]...")
 		os.Exit(2)
 	}
 	mode, addr, sni, host := os.Args[1], os.Args[2], os.Args[3], os.Args[4]
@@ -34,15 +35,19 @@ func main() {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if mode == "tls" {
-		tc := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if mode == "tls" || mode == "https" {
+		tc := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: mode == "tls", NextProtos: []string{"http/1.1"}})
 		if err := tc.Handshake(); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
 		c = tc
 	}
-	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
+	req := fmt.Sprintf("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", host)
+	for _, h := range os.Args[5:] {
+		req += h + "\r\n"
+	}
+	io.WriteString(c, req+"\r\n")
 	b, err := io.ReadAll(c)
 	fmt.Print(string(b))
 	if err != nil || len(b) == 0 {
