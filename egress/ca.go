@@ -31,8 +31,12 @@ const (
 
 // NewCA makes a CA for the sandbox id: its certificate, which the sandbox
 // is to trust, and a PEM file holding the certificate and its key, for
-// the gateway (LoadCA).
-func NewCA(id string) (certPEM, bundlePEM []byte, err error) {
+// the gateway (LoadCA). Its name constraints permit only hosts (the
+// inject rules' hosts): even trusted, it vouches for nothing else.
+func NewCA(id string, hosts []string) (certPEM, bundlePEM []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errors.New("gateway CA: no host to sign for")
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -50,7 +54,8 @@ func NewCA(id string) (certPEM, bundlePEM []byte, err error) {
 		Subject:      pkix.Name{CommonName: "hutch egress gateway " + short, Organization: []string{"hutch"}},
 		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(caLifetime),
 		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		KeyUsage:                    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		PermittedDNSDomainsCritical: true, PermittedDNSDomains: hosts,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -115,5 +117,33 @@ func TestLogRotates(t *testing.T) {
 	}
 	if len(got) == 0 || len(got) >= n || got[len(got)-1].Port != uint16(n-1) || got[0].Port >= got[len(got)-1].Port {
 		t.Fatalf("after %d entries the log holds %d, the last port %d", n, len(got), got[len(got)-1].Port)
+	}
+}
+
+// The gateway CA vouches for the hosts it was made for and nothing else.
+func TestCANameConstraints(t *testing.T) {
+	certPEM, bundle, err := NewCA("sandbox-id", []string{"api.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := LoadCA(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(certPEM)
+	for host, ok := range map[string]bool{"api.test": true, "other.test": false} {
+		leaf, err := ca.leaf(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: host, Roots: roots})
+		if (err == nil) != ok {
+			t.Errorf("a certificate for %s verifies: %v, want %v", host, err, ok)
+		}
 	}
 }

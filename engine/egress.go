@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"path/filepath"
+	"slices"
 
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/egress"
@@ -51,7 +52,13 @@ func (c *creation) prepareInject(rules []policy.InjectRule) error {
 		c.sb.Env = append(c.sb.Env, rules[i].Env+"="+rules[i].Placeholder)
 	}
 	c.sb.Inject = rules
-	certPEM, bundle, err := egress.NewCA(c.sb.ID)
+	var hosts []string
+	for _, r := range rules {
+		if !slices.Contains(hosts, r.Host) {
+			hosts = append(hosts, r.Host)
+		}
+	}
+	certPEM, bundle, err := egress.NewCA(c.sb.ID, hosts)
 	if err != nil {
 		return err
 	}
