@@ -258,6 +258,12 @@ func TestEgressInject(t *testing.T) {
 	if want := fmt.Sprintf("site=%s sni=allowed.test host=allowed.test auth=%s key=%s", w.public, digestOf("Bearer "+secret), digestOf(secret)); !strings.Contains(out, want) {
 		t.Fatalf("HTTPS to the inject rule's host: want %q in:\n%s", want, out)
 	}
+	// A paused and resumed sandbox keeps its gateway, CA and rules.
+	e.ok("pause", id)
+	e.ok("resume", id)
+	if out := req("allowed.test:443", "allowed.test"); !strings.Contains(out, "key="+digestOf(secret)) {
+		t.Fatalf("after pause and resume: %s", out)
+	}
 	// Another allowed host gets the placeholder, not the secret.
 	if r := e.run(nil, "exec", "--timeout", "20s", id, "--", "sh", "-c", `/webprobe tls api.wild.test:443 api.wild.test api.wild.test "X-Key: $API_KEY"`); !strings.Contains(r.stdout, "key="+digestOf(ph)) || !strings.Contains(r.stdout, "auth=-") {
 		t.Errorf("another allowed host: want the placeholder and no Authorization: %s%s", r.stdout, r.stderr)
