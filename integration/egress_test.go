@@ -147,6 +147,24 @@ func TestEgressGateway(t *testing.T) {
 		t.Errorf("HTTP with the Host of a denied site on the allowed name's address: %s", out)
 	}
 
+	// UDP to the web ports (QUIC) of an address the resolver admitted
+	// is rejected, since the gateway does not read it; another UDP port
+	// of that address still passes, as allowed.test's rule has no port.
+	for _, c := range []struct {
+		port   string
+		arrive bool
+	}{{"8443", true}, {"443", false}} {
+		conn := w.listenInNetns("udp", net.JoinHostPort(w.public, c.port)).(net.PacketConn)
+		webProbe(e, id, "udp", "allowed.test:"+c.port, "-", "quic-"+c.port)
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		n, _, err := conn.ReadFrom(buf)
+		conn.Close()
+		if got := err == nil && string(buf[:n]) == "quic-"+c.port; got != c.arrive {
+			t.Errorf("UDP to allowed.test:%s arrived: %v, want %v", c.port, got, c.arrive)
+		}
+	}
+
 	// /etc/hosts inside points the allowed name at another test host: the
 	// connection still opens the allowed name's own site, never that
 	// host.

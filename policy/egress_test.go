@@ -58,16 +58,21 @@ func TestRenderFirewallGateway(t *testing.T) {
 		"tcp dport 80 redirect to :15080", "tcp dport 443 redirect to :15443",
 		"ip daddr 10.1.0.0/16 tcp dport 443 return", "ip daddr 10.2.0.1/32 return",
 		"tcp dport { 15080, 15443 } accept",
+		"meta l4proto { tcp, udp } th dport { 80, 443 } reject",
 	} {
 		if !strings.Contains(fw, want) {
 			t.Errorf("firewall lacks %q:\n%s", want, fw)
 		}
 	}
+	web := strings.Index(fw, "th dport { 80, 443 } reject")
+	if addr, dns := strings.Index(fw, "ip daddr 10.1.0.0/16 meta l4proto { tcp, udp } th dport 443 accept"), strings.Index(fw, "ip daddr @dns_any accept"); addr < 0 || addr > web || web > dns {
+		t.Errorf("the web ports' reject must come after the address rules and before admitted addresses:\n%s", fw)
+	}
 	if strings.Contains(fw, "10.3.0.1/32 tcp dport 22 return") {
 		t.Errorf("an address rule on another port is exempted from the gateway:\n%s", fw)
 	}
 	for _, c := range []FirewallConfig{{Mode: NetOpen, Gateway: true}, {Mode: NetNone, Gateway: true}, {Mode: NetAllow}} {
-		if fw := RenderFirewall(c); strings.Contains(fw, "redirect") || strings.Contains(fw, "15443") {
+		if fw := RenderFirewall(c); strings.Contains(fw, "redirect") || strings.Contains(fw, "15443") || strings.Contains(fw, "th dport { 80, 443 }") {
 			t.Errorf("mode %s, gateway %v: redirects:\n%s", c.Mode, c.Gateway, fw)
 		}
 	}

@@ -355,6 +355,14 @@ func RenderFirewall(c FirewallConfig) string {
 		// them, and before what DNS answers admitted, which may not: an
 		// allowed name answering 169.254.169.254 opens nothing.
 		w("\t\tip daddr @denied reject with icmpx type admin-prohibited")
+		if c.gateway() {
+			// The web ports are the gateway's, by name: an address
+			// a DNS answer admitted opens none of them, neither over
+			// TCP (which the redirect took already) nor over UDP
+			// (QUIC, whose server name the gateway does not read;
+			// clients fall back to TCP).
+			w("\t\tmeta l4proto { tcp, udp } th dport { 80, 443 } reject with icmpx type admin-prohibited")
+		}
 		w("\t\tip daddr @%s accept", DNSSetAny)
 		w("\t\tmeta l4proto { tcp, udp } ip daddr . th dport @%s accept", DNSSetPort)
 	}

@@ -8,6 +8,7 @@
 // image.
 //
 //	webprobe tls|https|http ADDR:PORT SNI HOST [HEADER: VALUE]...
+//	webprobe udp ADDR:PORT - PAYLOAD
 //
 // An empty SNI sends a ClientHello without a server name; https checks
 // the server's certificate against the sandbox's trust store.
@@ -28,6 +29,20 @@ func main() {
 		os.Exit(2)
 	}
 	mode, addr, sni, host := os.Args[1], os.Args[2], os.Args[3], os.Args[4]
+	if mode == "udp" {
+		// One datagram, as a QUIC client's first flight is: the test
+		// host reports whether it arrived.
+		c, err := net.Dial("udp4", addr)
+		if err == nil {
+			_, err = io.WriteString(c, host)
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("sent")
+		return
+	}
 	c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
 	if err != nil {
 		fmt.Println("error:", err)
