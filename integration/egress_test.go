@@ -208,6 +208,17 @@ func TestEgressGateway(t *testing.T) {
 	if !strings.Contains(table, "neighbour.test") || !strings.Contains(table, "deny") {
 		t.Errorf("logs --egress:\n%s", table)
 	}
+	assertOneLineError(t, e.run(nil, "logs", "--egress", "--follow", id), "--follow: not available with --egress")
+
+	// The gateway judges by the policy in force: an update applies to
+	// the next connection.
+	e.ok("update", id, "--allow", "neighbour.test")
+	if out := webProbe(e, id, "tls", w.public+":443", "neighbour.test", "neighbour.test"); !strings.Contains(out, site(w.public)+"sni=neighbour.test") {
+		t.Errorf("after update --allow neighbour.test: %s", out)
+	}
+	if out := webProbe(e, id, "tls", w.public+":443", "allowed.test", "allowed.test"); strings.Contains(out, "site=") {
+		t.Errorf("allowed.test opened after an update that no longer allows it: %s", out)
+	}
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
 }
@@ -258,6 +269,23 @@ func TestEgressInject(t *testing.T) {
 	}
 	if r := e.run(nil, append([]string{"create", "--image", "busybox", "--inject", "denied.test:X-Key=secret:tok"}, base...)...); r.code != 125 || !strings.Contains(r.stderr, "no --allow rule allows denied.test") {
 		t.Errorf("create injecting into a host not allowed: %s", r)
+	}
+
+	for _, c := range []struct{ inject, net, want string }{
+		{"allowed.test:Authorization=Bearer plain", "allow", "must be secret:NAME or hold ${secret:NAME}"},
+		{"allowed.test:Bad Header=secret:tok", "allow", "is not an HTTP header name"},
+		{"allowed.test:X-Key=secret:tok", "open", "--inject needs --net allow"},
+	} {
+		args := []string{"create", "--image", "busybox", "--net", c.net, "--dns", w.testHost, "--allow", "allowed.test", "--inject", c.inject}
+		if r := e.run(nil, args...); r.code != 125 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, secret) {
+			t.Errorf("create --net %s --inject %q: want exit 125 saying %q: %s", c.net, c.inject, c.want, r)
+		}
+	}
+	if r := e.run(strings.NewReader(""), "secret", "add", "empty"); r.code != 125 || !strings.Contains(r.stderr, "empty value") {
+		t.Errorf("secret add with no value: %s", r)
+	}
+	if r := e.run(strings.NewReader("x"), "secret", "add", "../escape"); r.code != 125 || !strings.Contains(r.stderr, "secret name") {
+		t.Errorf("secret add ../escape: %s", r)
 	}
 
 	id := e.create(append(base, "--inject", "allowed.test:Authorization=Bearer ${secret:tok}", "--inject", "allowed.test:env=API_KEY=secret:tok")...)
