@@ -125,6 +125,15 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		}
+		// The egress gateway judges by policy and dials; it knows
+		// nothing of how a sandbox is made.
+		if under(path, "egress") {
+			for _, d := range p.allImports() {
+				if under(d, "") && !under(d, "egress") && !under(d, "policy") {
+					t.Errorf("%s imports %s", path, d)
+				}
+			}
+		}
 		// runsc runs what it is given.
 		if under(path, "runsc") {
 			for _, d := range p.Deps {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -37,7 +38,21 @@ type NetworkSpec struct {
 	// Resume: the sandbox was paused and resumes on the address it had;
 	// a failed set-up keeps its address lease.
 	Resume bool
+	// Gateway: the sandbox's web connections go through the egress
+	// gateway (package egress) in mode allow, served beside its
+	// resolver, logging to EgressLogPath(Dir).
+	Gateway bool
+	// Inject are the gateway's inject rules; GatewayCA the file of the
+	// CA it presents their hosts' certificates with (egress.NewCA), and
+	// Secrets the host's secret store their values come from.
+	Inject    []policy.InjectRule
+	GatewayCA string
+	Secrets   string
 }
+
+// EgressLogPath is the egress log of the sandbox whose state directory is
+// dir (egress.ReadLog reads it).
+func EgressLogPath(dir string) string { return filepath.Join(dir, "egress.log") }
 
 // Resolver says where a sandbox's DNS resolver runs. The resolver admits
 // the addresses of allowed names into the sandbox's firewall; it must live
@@ -144,7 +159,7 @@ func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, e
 			TeardownNetwork(context.WithoutCancel(ctx), s.ID, handle, s.Resume) //nolint:errcheck // the first error matters
 		}
 	}()
-	n, err := hostnet.Setup(ctx, s.ID, policy.FirewallConfig{Mode: s.Mode, Allow: s.Allow}, s.Rate)
+	n, err := hostnet.Setup(ctx, s.ID, policy.FirewallConfig{Mode: s.Mode, Allow: s.Allow, Gateway: s.Gateway}, s.Rate)
 	if err != nil {
 		return nil, err
 	}
@@ -160,10 +175,19 @@ func SetupNetwork(ctx context.Context, s NetworkSpec, r Resolver) (_ *Network, e
 		}
 	}
 	cfg := ResolverConfigPath(s.Dir)
-	if err := hostnet.WriteResolverConfig(cfg, hostnet.ResolverConfig{
+	rc := hostnet.ResolverConfig{
 		Listen: net.JoinHostPort(n.HostIP.String(), "53"), Upstreams: upstreams,
 		Mode: s.Mode, Allow: s.Allow, Table: n.Table,
-	}); err != nil {
+	}
+	if s.Gateway {
+		rc.Gateway = &hostnet.GatewayConfig{
+			HTTP:   net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayHTTPPort)),
+			TLS:    net.JoinHostPort(n.HostIP.String(), strconv.Itoa(policy.GatewayTLSPort)),
+			Log:    EgressLogPath(s.Dir),
+			Inject: s.Inject, CA: s.GatewayCA, Secrets: s.Secrets,
+		}
+	}
+	if err := hostnet.WriteResolverConfig(cfg, rc); err != nil {
 		return nil, err
 	}
 	if handle, err = r.start(cfg, filepath.Join(s.Dir, "resolver.log")); err != nil {
@@ -201,7 +225,7 @@ func UpdateNetwork(ctx context.Context, s NetworkSpec) error {
 	return hostnet.UpdatePolicy(cfgPath, *cfg, func() error {
 		return hostnet.ApplyFirewall(ctx, policy.FirewallConfig{
 			Table: n.Table, HostIf: n.HostIf, HostIP: n.HostIP, SandboxIP: n.SandboxIP,
-			Mode: s.Mode, Allow: s.Allow,
+			Mode: s.Mode, Allow: s.Allow, Gateway: cfg.Gateway != nil,
 		})
 	})
 }

@@ -36,6 +36,10 @@ type CreateRequest struct {
 	Network string
 	// Allow are the --allow rules: CIDR[:PORT] or DOMAIN[:PORT].
 	Allow []string
+	// Inject are the --inject rules (policy.ParseInject): headers the
+	// egress gateway sets, from the host's secret store, on requests to
+	// an allowed host; the sandbox holds at most a placeholder.
+	Inject []string
 	// DNS are upstream resolvers for the sandbox's resolver; empty means
 	// the host's.
 	DNS []string
@@ -162,10 +166,13 @@ type creation struct {
 	unlockVolumes func()
 	volMounts     []specs.Mount
 	cas           []*x509.Certificate
-	listeners     []PortListener
-	img           overlay.Image
-	setupKey      string
-	setupHit      bool
+	// gatewayCA is the sandbox's gateway CA (egress.NewCA), made when it
+	// has inject rules; written to its state directory at assemble.
+	gatewayCA []byte
+	listeners []PortListener
+	img       overlay.Image
+	setupKey  string
+	setupHit  bool
 
 	// tmpl is the template of the image, if it is one (TemplateOf);
 	// warm is its checkpoint, which launch restores, unless that cannot
@@ -212,6 +219,10 @@ func (c *creation) prepare(ctx context.Context) error {
 	if c.cas, err = e.extraCAs(req.CACerts); err != nil {
 		return err
 	}
+	inject, err := policy.ParseInjectList(req.Inject, pr.Network, pr.Allow)
+	if err != nil {
+		return err
+	}
 	// The forwarder inherits the listeners.
 	if c.listeners, err = ListenPorts(req.Ports); err != nil {
 		return err
@@ -245,7 +256,7 @@ func (c *creation) prepare(ctx context.Context) error {
 	}
 	setPersistFields(c.sb, req)
 	e.setRootlessLimits(c.sb)
-	return nil
+	return c.prepareInject(inject)
 }
 
 // reserve saves the record in the sandbox's new directory (a pool's boot
@@ -317,6 +328,11 @@ func (c *creation) assemble(ctx context.Context) error {
 		sb.OneShot = true
 	}
 
+	if c.gatewayCA != nil {
+		if err := os.WriteFile(gatewayCAPath(e.sandboxDir(sb.ID)), c.gatewayCA, 0o600); err != nil {
+			return err
+		}
+	}
 	netns, netMounts, err := e.setupNetwork(ctx, sb, pr.Allow, &c.undo)
 	if err != nil {
 		return err
@@ -517,6 +533,18 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 	}
 	if _, err := e.extraCAs(req.CACerts); err != nil {
 		return pr, err
+	}
+	if len(req.Inject) > 0 {
+		inject, err := policy.ParseInjectList(req.Inject, pr.Network, pr.Allow)
+		if err != nil {
+			return pr, err
+		}
+		if e.rootless {
+			return pr, fmt.Errorf("--inject: a rootless sandbox's traffic leaves through slirp4netns, where no egress gateway runs yet; run as root: %w", errdefs.ErrInvalidArgument)
+		}
+		if err := e.checkSecretsStored(inject); err != nil {
+			return pr, err
+		}
 	}
 	if _, err := e.resolveMounts(req.Mounts); err != nil {
 		return pr, err

@@ -34,6 +34,10 @@ func (e *Engine) linkNetwork(ctx context.Context, sb *record, allow []policy.All
 	undo.Add(func() { e.teardownNetwork(context.Background(), sb) }) //nolint:errcheck // best effort undo
 	spec := assembly.NetworkSpec{
 		ID: sb.ID, Dir: e.sandboxDir(sb.ID), Mode: sb.Network, Allow: allow, DNS: sb.DNS, Rate: sb.NetRate, Resume: sb.Paused,
+		// Root's sandboxes only, for now: a rootless sandbox's traffic
+		// leaves through slirp4netns.
+		Gateway: !sb.Rootless,
+		Inject:  sb.Inject, GatewayCA: gatewayCAPath(e.sandboxDir(sb.ID)), Secrets: e.secretStore(),
 	}
 	var n *assembly.Network
 	var err error

@@ -59,7 +59,7 @@ func (e *Engine) Claim(ctx context.Context, req CreateRequest) (*Sandbox, error)
 // claimable reports whether req asks for nothing a pool's sandbox cannot
 // be given after its boot.
 func claimable(req CreateRequest) bool {
-	return len(req.Ports) == 0 && len(req.Mounts) == 0 && req.NetRate == 0 && len(req.Setup) == 0 && len(req.CACerts) == 0 && req.Pull != PullAlways
+	return len(req.Ports) == 0 && len(req.Mounts) == 0 && req.NetRate == 0 && len(req.Setup) == 0 && len(req.CACerts) == 0 && len(req.Inject) == 0 && req.Pull != PullAlways
 }
 
 // claim takes a pooled sandbox that matches req, if there is one, and

@@ -53,6 +53,9 @@ type Sandbox struct {
 	// Secrets are the names of the sandbox's secrets; their values are
 	// only inside the sandbox (docs/security.md).
 	Secrets []string `json:"secrets,omitempty"`
+	// Inject are the sandbox's inject rules, as given (their values
+	// name secrets of the host's store; never a value).
+	Inject []string `json:"inject,omitempty"`
 	// CACerts are the certificates the sandbox trusts besides its
 	// image's: subject and SHA-256.
 	CACerts []string `json:"caCerts,omitempty"`
@@ -134,7 +137,7 @@ func (r *record) view() *Sandbox {
 		IP: r.IP, Env: slices.Clone(r.Env), Workdir: r.Workdir, Labels: labels,
 		Rootless: r.Rootless, UnenforcedLimits: slices.Clone(r.Unenforced),
 		Mounts: slices.Clone(r.Mounts), Ports: slices.Clone(r.Ports),
-		Secrets: slices.Clone(r.Secrets), CACerts: slices.Clone(r.CACerts),
+		Secrets: slices.Clone(r.Secrets), CACerts: slices.Clone(r.CACerts), Inject: injectViews(r.Inject),
 		OOMKilled: r.OOMKilled, OneShot: r.OneShot,
 		ForkedFrom: r.ForkedFrom, Template: cloneTemplateStart(r.Template), Checkpoint: r.Checkpoint,
 		Setup: slices.Clone(r.Setup), SetupCache: r.SetupCache, SetupImage: r.SetupImage,

@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 	"hutch.dev/hutch/assembly"
+	"hutch.dev/hutch/policy"
 )
 
 // Sandbox states, as List and Get report them.
@@ -101,6 +102,9 @@ type record struct {
 	// Secrets are the names of the sandbox's secrets; their values are
 	// only inside the sandbox (docs/security.md).
 	Secrets []string `json:"secrets,omitempty"`
+	// Inject are the egress gateway's inject rules, with the placeholder
+	// each env rule's variable holds.
+	Inject []policy.InjectRule `json:"inject,omitempty"`
 	// CACerts are the certificates the sandbox trusts besides its
 	// image's (--ca-cert and the state root's): subject and SHA-256.
 	CACerts []string `json:"caCerts,omitempty"`

@@ -564,6 +564,8 @@ func (c *creation) template(ctx context.Context, img overlay.Image) error {
 		c.coldReason = "volumes and host directories are not in the template's checkpoint"
 	case len(c.req.CACerts) > 0:
 		c.coldReason = "CA certificates of the create's own are not in the template's checkpoint"
+	case len(c.req.Inject) > 0:
+		c.coldReason = "the egress gateway's CA of the sandbox's own is not in the template's checkpoint"
 	case c.e.rootless:
 		c.coldReason = "rootless sandboxes boot their templates cold"
 	}

@@ -75,8 +75,11 @@ func newTestWorld(t *testing.T) *testWorld {
 		t.Cleanup(func() { httpd.Process.Kill(); httpd.Wait() })
 	}
 	w.serveDNS(map[string]string{
-		"allowed.test.":         w.public,
-		"api.wild.test.":        w.public,
+		"allowed.test.":  w.public,
+		"api.wild.test.": w.public,
+		// A site the rules never name, on allowed.test's address, as
+		// on a CDN.
+		"neighbour.test.":       w.public,
 		"denied.test.":          w.other,
 		"private.allowed.test.": w.testHost,
 	})
@@ -155,12 +158,13 @@ func (w *testWorld) listenInNetns(network, addr string) any {
 	return l
 }
 
-// probe runs a TCP connect + HTTP GET from inside sandbox id to host:port,
-// bounded to 5 s, and reports whether the test host answered.
+// probe runs a TCP connect + HTTP GET (naming host as its Host) from
+// inside sandbox id to host:port, bounded to 5 s, and reports whether the
+// test host answered.
 func probe(e *env, id, host, port string) (bool, string) {
 	e.t.Helper()
 	r := e.run(nil, "exec", "--timeout", "10s", id, "--", "sh", "-c",
-		`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$0" "$1"`, host, port)
+		`printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' "$0" | nc -w 5 "$0" "$1"`, host, port)
 	return strings.Contains(r.stdout, "testhost"), r.stdout + r.stderr
 }
 

@@ -86,6 +86,18 @@ func AllowsAddr(rules []AllowRule, a netip.Addr) bool {
 	return false
 }
 
+// AllowsAddrPort reports whether one of the address rules among rules
+// names a on port (the rule on that port or on any).
+func AllowsAddrPort(rules []AllowRule, a netip.Addr, port uint16) bool {
+	a = a.Unmap()
+	for _, r := range rules {
+		if r.Prefix.IsValid() && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == port) {
+			return true
+		}
+	}
+	return false
+}
+
 // AllowRule is one --allow entry: a CIDR or a domain name, optionally
 // limited to one port (TCP and UDP).
 type AllowRule struct {
@@ -265,7 +277,15 @@ type FirewallConfig struct {
 	HostIP, SandboxIP netip.Addr
 	Mode              string
 	Allow             []AllowRule
+	// Gateway: in mode allow, the sandbox's web connections (WebPorts)
+	// go to the egress gateway on HostIP, which judges each by the name
+	// it asks for; connections to what an address rule names keep the
+	// address rules.
+	Gateway bool
 }
+
+// gateway reports whether c's web connections go to the gateway.
+func (c FirewallConfig) gateway() bool { return c.Gateway && c.Mode == NetAllow }
 
 // Names of the sets the DNS resolver fills with the addresses it answers
 // for allowed domains (with the answer's TTL as timeout).
@@ -302,6 +322,9 @@ func RenderFirewall(c FirewallConfig) string {
 	if c.Mode != NetNone {
 		w("\t\tip daddr %s meta l4proto { tcp, udp } th dport 53 accept", c.HostIP)
 	}
+	if c.gateway() {
+		w("\t\tip daddr %s tcp dport { %d, %d } accept", c.HostIP, GatewayHTTPPort, GatewayTLSPort)
+	}
 	rejectAll(w)
 	w("\t}")
 	w("\tchain forward {")
@@ -332,6 +355,14 @@ func RenderFirewall(c FirewallConfig) string {
 		// them, and before what DNS answers admitted, which may not: an
 		// allowed name answering 169.254.169.254 opens nothing.
 		w("\t\tip daddr @denied reject with icmpx type admin-prohibited")
+		if c.gateway() {
+			// The web ports are the gateway's, by name: an address
+			// a DNS answer admitted opens none of them, neither over
+			// TCP (which the redirect took already) nor over UDP
+			// (QUIC, whose server name the gateway does not read;
+			// clients fall back to TCP).
+			w("\t\tmeta l4proto { tcp, udp } th dport { 80, 443 } reject with icmpx type admin-prohibited")
+		}
 		w("\t\tip daddr @%s accept", DNSSetAny)
 		w("\t\tmeta l4proto { tcp, udp } ip daddr . th dport @%s accept", DNSSetPort)
 	}
@@ -340,12 +371,41 @@ func RenderFirewall(c FirewallConfig) string {
 	}
 	rejectAll(w)
 	w("\t}")
+	if c.gateway() {
+		renderGatewayRedirect(w, c)
+	}
 	w("\tchain postrouting {")
 	w("\t\ttype nat hook postrouting priority srcnat; policy accept;")
 	w("\t\tip saddr %s oifname != %q masquerade", c.SandboxIP, c.HostIf)
 	w("\t}")
 	w("}")
 	return b.String()
+}
+
+// renderGatewayRedirect sends the sandbox's TCP to the web ports to the
+// gateway's listeners, before routing, whatever address it was for: the
+// gateway dials the host the connection names, never that address. What
+// an address rule names on such a port is left to the address rules.
+func renderGatewayRedirect(w func(string, ...any), c FirewallConfig) {
+	w("\tchain prerouting {")
+	w("\t\ttype nat hook prerouting priority dstnat; policy accept;")
+	w("\t\tiifname %q ip saddr %s jump to_gateway", c.HostIf, c.SandboxIP)
+	w("\t}")
+	w("\tchain to_gateway {")
+	for _, r := range sortedRules(c.Allow) {
+		if r.IsDomain() {
+			continue
+		}
+		if r.Port == 0 {
+			w("\t\tip daddr %s return", r.Prefix)
+		} else if _, web := WebPorts[r.Port]; web {
+			w("\t\tip daddr %s tcp dport %d return", r.Prefix, r.Port)
+		}
+	}
+	for _, port := range []uint16{80, 443} {
+		w("\t\ttcp dport %d redirect to :%d", port, WebPorts[port])
+	}
+	w("\t}")
 }
 
 func rejectAll(w func(string, ...any)) {

@@ -20,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/time/rate"
 
+	"hutch.dev/hutch/egress"
 	"hutch.dev/hutch/policy"
 )
 
@@ -37,6 +38,33 @@ type ResolverConfig struct {
 	// Table is the sandbox's nftables table, whose DNS sets receive the
 	// addresses of allowed names.
 	Table string `json:"table"`
+	// Gateway, if set, is the sandbox's egress gateway, served by the
+	// resolver's process under the same policy (package egress).
+	Gateway *GatewayConfig `json:"gateway,omitempty"`
+}
+
+// GatewayConfig is where a sandbox's egress gateway listens and logs, and
+// what it injects: its rules, the file of its CA (egress.NewCA) and the
+// directory of the host's secret store, one file per secret.
+type GatewayConfig struct {
+	HTTP    string              `json:"http"`
+	TLS     string              `json:"tls"`
+	Log     string              `json:"log"`
+	Inject  []policy.InjectRule `json:"inject,omitempty"`
+	CA      string              `json:"ca,omitempty"`
+	Secrets string              `json:"secrets,omitempty"`
+}
+
+// secret reads the secret name from the store dir.
+func (g *GatewayConfig) secret(name string) (string, error) {
+	if err := policy.CheckSecretName(name); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(g.Secrets, name))
+	if err != nil {
+		return "", fmt.Errorf("secret %s: not in the host's store", name)
+	}
+	return string(b), nil
 }
 
 // WriteResolverConfig writes c to path atomically.
@@ -228,9 +256,27 @@ func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) (err 
 		{PacketConn: udp, Handler: r},
 		{Listener: tcp, Handler: r},
 	}
-	errc := make(chan error, len(servers))
+	var gw *egress.Gateway
+	if g := c.Gateway; g != nil {
+		gw, err = egress.Listen(egress.Config{
+			HTTP: g.HTTP, TLS: g.TLS, Log: g.Log, Policy: r.webPolicy,
+			Inject: g.Inject, CA: g.CA, Secret: g.secret,
+		})
+		if err != nil {
+			udp.Close()
+			tcp.Close()
+			ready(err)
+			return err
+		}
+	}
+	errc := make(chan error, len(servers)+1)
 	for _, s := range servers {
 		go func(s *dns.Server) { errc <- s.ActivateAndServe() }(s)
+	}
+	gwCtx, stopGateway := context.WithCancel(ctx)
+	defer stopGateway()
+	if gw != nil {
+		go func() { errc <- gw.Serve(gwCtx) }()
 	}
 	ready(nil)
 	select {
@@ -242,6 +288,15 @@ func ServeResolver(ctx context.Context, cfgPath string, ready func(error)) (err 
 		}
 		return nil
 	}
+}
+
+// webPolicy is the gateway's view of the policy in force.
+func (r *resolver) webPolicy() *egress.Policy {
+	c := r.current()
+	if c == nil {
+		return nil
+	}
+	return &egress.Policy{Mode: c.Mode, Allow: c.Allow, Upstreams: c.Upstreams}
 }
 
 // ServeDNS answers one query under the current policy, within the

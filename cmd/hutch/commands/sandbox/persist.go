@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os/signal"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/urfave/cli/v2"
@@ -100,17 +102,34 @@ var forkCommand = &cli.Command{
 
 var logsCommand = &cli.Command{
 	Name:      "logs",
-	Usage:     "print the output of a sandbox's init and background processes (exec -d), with timestamps",
+	Usage:     "print the output of a sandbox's init and background processes (exec -d), with timestamps, or its egress log (--egress)",
 	ArgsUsage: "ID",
-	Flags:     []cli.Flag{&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"}},
+	Flags: []cli.Flag{
+		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
+		&cli.BoolFlag{Name: "egress", Usage: "print the egress log: each web connection, its host and the decision on it"},
+		clix.FormatFlag,
+	},
 	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, 1, "[-f] ID")
+		a, err := clix.Args(c, 1, 1, "[-f] [--egress [--format json]] ID")
 		if err != nil {
 			return err
+		}
+		asJSON, err := clix.CheckFormat(c)
+		if err != nil {
+			return err
+		}
+		if c.Bool("egress") && c.Bool("follow") {
+			return clix.UsageError(fmt.Errorf("--follow: not available with --egress"))
+		}
+		if !c.Bool("egress") && asJSON {
+			return clix.UsageError(fmt.Errorf("--format json: only with --egress"))
 		}
 		e, err := clix.Engine(c)
 		if err != nil {
 			return err
+		}
+		if c.Bool("egress") {
+			return printEgressLog(c, e, a[0], asJSON)
 		}
 		ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
@@ -158,3 +177,37 @@ var finishPauseCommand = detachedCommand(engine.FinishPauseCommand, "ID CHECKPOI
 var removeDroppedCommand = detachedCommand(engine.RemoveDroppedCommand, "", 0, func(ctx context.Context, e *engine.Engine, _ []string) error {
 	return e.RemoveDroppedCheckpoints(ctx)
 })
+
+// printEgressLog writes sandbox ref's egress log: a table, or the entries
+// as JSON.
+func printEgressLog(c *cli.Context, e *engine.Engine, ref string, asJSON bool) error {
+	entries, err := e.EgressLog(c.Context, ref)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if entries == nil {
+			entries = []engine.EgressEntry{}
+		}
+		return clix.WriteJSON(c.App.Writer, entries)
+	}
+	return clix.WriteTable(c.App.Writer, 2, []string{"TIME", "HOST", "PORT", "DECISION", "RULE OR REASON", "OUT", "IN", "DURATION"}, entries,
+		func(x engine.EgressEntry) []string {
+			why := x.Rule
+			if x.Decision != "allow" || why == "" {
+				why = x.Reason
+			}
+			if x.Error != "" {
+				why += " (" + x.Error + ")"
+			}
+			host := x.Host
+			if host == "" {
+				host = "-"
+			}
+			if x.Method != "" {
+				host += " " + x.Method + " " + x.Path
+			}
+			return []string{x.Time.Format(time.RFC3339), host, strconv.Itoa(int(x.Port)), x.Decision, why,
+				strconv.FormatInt(x.BytesOut, 10), strconv.FormatInt(x.BytesIn, 10), (time.Duration(x.DurationMs) * time.Millisecond).String()}
+		})
+}

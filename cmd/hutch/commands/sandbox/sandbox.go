@@ -39,6 +39,7 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "disk", Usage: "writable layer size, e.g. 1g (default 10g)"},
 	&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none (loopback only), open (anything but private, link-local and host addresses), allow (only --allow)"},
 	&cli.StringSliceFlag{Name: "allow", Usage: "allow egress to CIDR[:PORT], IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT]"},
+	&cli.StringSliceFlag{Name: "inject", Usage: "HOST:HEADER=VALUE or HOST:env=VAR=VALUE, VALUE secret:NAME or holding ${secret:NAME}: the egress gateway sets the header (or replaces VAR's placeholder) in requests to HOST with the host's secret (hutch secret add); needs --net allow (repeatable)"},
 	&cli.StringSliceFlag{Name: "dns", Usage: "upstream DNS server for the sandbox's resolver (default: the host's)"},
 	&cli.StringFlag{Name: "net-rate", Usage: "limit what the sandbox sends, e.g. 10mbit, 1gbit (default unlimited; as root)"},
 	&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment KEY=VALUE for every process"},
@@ -54,7 +55,7 @@ var createFlags = []cli.Flag{
 func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 	req := engine.CreateRequest{
 		Name: c.String("name"), Image: c.String("image"), Network: c.String("net"),
-		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"),
+		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"), Inject: c.StringSlice("inject"),
 		Env: c.StringSlice("env"), Workdir: c.String("workdir"),
 		Secrets: c.StringSlice("secret"),
 	}

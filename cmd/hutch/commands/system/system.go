@@ -32,7 +32,7 @@ func Version() string {
 }
 
 // Commands are version, doctor, ca and migrate.
-var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, resolverCommand, migrateCommand}
+var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, secretCommand, resolverCommand, migrateCommand}
 
 var versionCommand = &cli.Command{
 	Name:  "version",
