@@ -5,12 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hutch.dev/hutch/integration/bench/benchcmd"
 	"hutch.dev/hutch/integration/bench/benchexit"
 )
 
@@ -40,28 +40,9 @@ func (r rawSandbox) remove() {
 // sandbox id: its runsc global flags (with the root, overlay directory and
 // network replaced) and its bundle's spec.
 func newRaw(id, rawRoot, name string, argv ...string) rawSandbox {
-	pb, err := os.ReadFile(filepath.Join(root, "sandboxes", id, "sandbox.pid"))
+	globals, err := benchcmd.RunscGlobals(root, id)
 	if err != nil {
 		benchexit.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
-	var globals []string
-	for i, a := range args {
-		if a == "boot" {
-			globals = args[1:i]
-			break
-		}
-	}
-	if globals == nil {
-		benchexit.Fatalf("process %d is not a runsc sandbox: %q", pid, args)
 	}
 	dir := filepath.Join(top, name)
 	overlay := filepath.Join(dir, "overlay")

@@ -5,23 +5,20 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hutch.dev/hutch/integration/bench/benchcmd"
 	"hutch.dev/hutch/integration/bench/benchdoc"
 	"hutch.dev/hutch/integration/bench/benchexit"
 )
@@ -47,23 +44,11 @@ func hutch(args ...string) string {
 	return string(out)
 }
 
-// firstOutput runs c and returns the time from just before its start to
-// the first line of its stdout, which must be want; it waits for c.
+// firstOutput is benchcmd.FirstOutput, ending the run on an error.
 func firstOutput(c *exec.Cmd, want string) time.Duration {
-	out, err := c.StdoutPipe()
+	d, err := benchcmd.FirstOutput(c, want)
 	if err != nil {
 		benchexit.Fatal(err)
-	}
-	c.Stderr = os.Stderr
-	start := time.Now()
-	if err := c.Start(); err != nil {
-		benchexit.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	d := time.Since(start)
-	io.Copy(io.Discard, out) //nolint:errcheck // drained
-	if werr := c.Wait(); err != nil || werr != nil || strings.TrimSpace(line) != want {
-		benchexit.Fatalf("%s: printed %q (%v, %v), want %q", strings.Join(c.Args, " "), line, err, werr, want)
 	}
 	return d
 }
@@ -100,13 +85,7 @@ func waitFull() time.Duration {
 	return 0
 }
 
-func median(v []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), v...)
-	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
-	return s[len(s)/2]
-}
-
-func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+var median, msf = benchcmd.Median, benchcmd.Ms
 
 func main() {
 	flag.StringVar(&bin, "bin", "bin", "directory of the built hutch, hutch-init, runsc and images")
@@ -226,28 +205,9 @@ func removeCgroup() {
 // hi` from hutch sandbox id's: the same spec and flags, without hutch's
 // network namespace and init, in a cgroup of its own.
 func rawRunsc(id, rawRoot, rawID string) ([]string, string) {
-	pb, err := os.ReadFile(filepath.Join(root, "sandboxes", id, "sandbox.pid"))
+	globals, err := benchcmd.RunscGlobals(root, id)
 	if err != nil {
 		benchexit.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
-	var globals []string
-	for i, a := range args {
-		if a == "boot" {
-			globals = args[1:i]
-			break
-		}
-	}
-	if globals == nil {
-		benchexit.Fatalf("process %d is not a runsc sandbox: %q", pid, args)
 	}
 	overlay := filepath.Join(top, "raw-overlay")
 	os.MkdirAll(overlay, 0o700)
