@@ -133,7 +133,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/hutch run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 70m ./...
@@ -141,7 +141,7 @@ test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sd
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk mcp-inspector ## run the integration tests only
+test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector ## run the integration tests only
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
@@ -271,6 +271,14 @@ e2b-latest: build base-rootfs ## run TestServeE2BExact with the newest e2b 2.x f
 # CLI, pinned in integration/mcp/package-lock.json.
 .PHONY: mcp-inspector
 MCP_INSPECTOR_STAMP := integration/mcp/node_modules/.package-lock.json
+
+E2B_CLI_STAMP := integration/e2b-cli/node_modules/.package-lock.json
+
+e2b-cli: $(E2B_CLI_STAMP) ## install the pinned E2B CLI the serve tests drive (npm ci in integration/e2b-cli)
+
+$(E2B_CLI_STAMP): integration/e2b-cli/package.json integration/e2b-cli/package-lock.json
+	cd integration/e2b-cli && npm ci --no-audit --no-fund
+	@touch $@
 
 mcp-inspector: $(MCP_INSPECTOR_STAMP) ## install the pinned MCP Inspector the hutch mcp tests drive (npm ci in integration/mcp)
 
