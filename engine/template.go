@@ -193,9 +193,8 @@ type TemplateStart struct {
 // warmTemplate is the checkpoint a create restores, looked up (or built)
 // for its image and variant.
 type warmTemplate struct {
-	tmpl *Template
-	rec  templateRecord
-	ck   overlay.Checkpoint
+	rec templateRecord
+	ck  overlay.Checkpoint
 	// built: by this create.
 	built bool
 }
@@ -205,7 +204,7 @@ type warmTemplate struct {
 // img is no template. Concurrent creates build it once.
 func (e *Engine) templateFor(ctx context.Context, img overlay.Image, tmpl *Template, variant string) (*warmTemplate, error) {
 	path := e.templatePath(img.Digest, variant)
-	if w, err := e.openTemplate(ctx, path, tmpl); err == nil {
+	if w, err := e.openTemplate(ctx, path); err == nil {
 		return w, nil
 	}
 	if err := os.MkdirAll(e.templatesDir(), 0o700); err != nil {
@@ -218,14 +217,14 @@ func (e *Engine) templateFor(ctx context.Context, img overlay.Image, tmpl *Templ
 		return nil, err
 	}
 	defer unlock()
-	if w, err := e.openTemplate(ctx, path, tmpl); err == nil {
+	if w, err := e.openTemplate(ctx, path); err == nil {
 		return w, nil // built by another create meanwhile
 	}
 	rec, err := e.buildTemplate(ctx, img, tmpl, variant)
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.openTemplate(ctx, path, tmpl)
+	w, err := e.openTemplate(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("template %s: the checkpoint just built: %w", img.Name, err)
 	}
@@ -238,12 +237,12 @@ func (e *Engine) templateFor(ctx context.Context, img overlay.Image, tmpl *Templ
 
 // openTemplate reads the template record at path and opens its
 // checkpoint, verified.
-func (e *Engine) openTemplate(ctx context.Context, path string, tmpl *Template) (*warmTemplate, error) {
+func (e *Engine) openTemplate(ctx context.Context, path string) (*warmTemplate, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &warmTemplate{tmpl: tmpl}
+	w := &warmTemplate{}
 	if err := json.Unmarshal(b, &w.rec); err != nil {
 		return nil, fmt.Errorf("template record %s: %w", path, err)
 	}

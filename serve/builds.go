@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -116,7 +117,7 @@ func (b *build) finish(err error) {
 	b.status = "error"
 	r := &buildReason{Message: err.Error(), LogEntries: []buildLogEntry{}}
 	var se *stepError
-	if asStepError(err, &se) {
+	if errors.As(err, &se) {
 		r.Step = b.stepOf(se.instruction)
 	}
 	// The last lines are what a user reads first.
@@ -134,21 +135,6 @@ type stepError struct {
 
 func (e *stepError) Error() string { return e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
-
-func asStepError(err error, target **stepError) bool {
-	for err != nil {
-		if se, ok := err.(*stepError); ok {
-			*target = se
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
-}
 
 // vertexStep is BuildKit's name of a Dockerfile instruction's vertex:
 // "[2/5] RUN ..." or "[stage-0 2/5] RUN ...".
