@@ -8,6 +8,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to port
@@ -24,15 +26,69 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 			pr.Out.Header.Del("E2b-Sandbox-Id")
 			pr.Out.Header.Del("E2b-Sandbox-Port")
 		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return s.place.DialPort(s.stopCtx, id, port)
-			},
-			DisableKeepAlives: true,
-		},
+		Transport: s.ports.transport(id, port, func() (net.Conn, error) {
+			return s.place.DialPort(s.stopCtx, id, port)
+		}),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: nothing answers on port %d: %v", id, port, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// portIdle is how long a connection into a sandbox's port waits for the
+// next request. It is shorter than the idle timeouts of common servers
+// (Node's 5 s, uvicorn's 5 s; Python's http.server and Go's have none),
+// so that the server in the sandbox does not close a connection just as
+// a request is sent on it.
+const portIdle = 2 * time.Second
+
+// portTransports are the HTTP transports into sandboxes' ports, one per
+// sandbox and port, so that the requests of a client calling a server in
+// a sandbox over and over (the code interpreter, a dev server) reuse
+// their connections into it instead of dialling each time.
+type portTransports struct {
+	mu sync.Mutex
+	m  map[portKey]*http.Transport
+}
+
+type portKey struct {
+	id   string
+	port uint16
+}
+
+// transport is the transport into port of sandbox id, made with dial on
+// first use.
+func (p *portTransports) transport(id string, port uint16, dial func() (net.Conn, error)) *http.Transport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := portKey{id, port}
+	if t, ok := p.m[k]; ok {
+		return t
+	}
+	t := &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return dial()
+		},
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     portIdle,
+	}
+	if p.m == nil {
+		p.m = map[portKey]*http.Transport{}
+	}
+	p.m[k] = t
+	return t
+}
+
+// forget closes the idle connections into sandbox id's ports and drops
+// their transports: the sandbox is paused or removed.
+func (p *portTransports) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, t := range p.m {
+		if k.id == id {
+			t.CloseIdleConnections()
+			delete(p.m, k)
+		}
+	}
 }

@@ -115,10 +115,12 @@ type Server struct {
 	// history is each sandbox's recent metrics (history.go).
 	history *history
 	procs   *processService
-	envd    http.Handler
-	api     http.Handler
-	front   front
-	conns   *connLimiter
+	// ports are the transports of the port routing (proxy.go).
+	ports portTransports
+	envd  http.Handler
+	api   http.Handler
+	front front
+	conns *connLimiter
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -506,6 +508,7 @@ func (s *Server) resume(ctx context.Context, sb *engine.Sandbox, tenantName stri
 // paused: its processes, and what its placement holds of its run.
 func (s *Server) forget(id string) {
 	s.procs.forget(id)
+	s.ports.forget(id)
 	s.place.Forget(id)
 }
 
