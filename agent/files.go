@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/agent/archive"
 	"hutch.dev/hutch/agent/wire"
@@ -65,6 +67,7 @@ func fileInfo(p string, fi fs.FileInfo) wire.FileInfo {
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		out.Link, _ = os.Readlink(p)
 	}
+	out.Metadata = readMetadata(p)
 	return out
 }
 
@@ -123,22 +126,32 @@ func catMain(args []string) int {
 	return 0
 }
 
-// writeMain is "write [-p] [-o UID:GID] [--] FILE MODE": stdin into FILE,
-// created with MODE (octal) or truncated. With -p, missing parent
-// directories are created first; with -o, they and FILE are owned by
-// UID:GID.
+// writeMain is "write [-p] [-o UID:GID] [-m JSON] [--] FILE MODE": stdin
+// into FILE, created with MODE (octal) or truncated. With -p, missing
+// parent directories are created first; with -o, they and FILE are owned
+// by UID:GID. With -m, a JSON object of strings, the file's metadata is
+// replaced by it (keys not in it are removed, as a new upload replaces
+// the metadata of the file it overwrites). It prints the wire.FileInfo of
+// the file written as JSON.
 func writeMain(args []string) int {
 	fl := newFlags("write")
 	parents := fl.Bool("p", false, "create missing parents")
 	var owner ownerFlag
 	fl.Var(&owner, "o", "owner UID:GID")
+	metaJSON := fl.String("m", "", "metadata (a JSON object)")
 	if fl.Parse(args) != nil || fl.NArg() != 2 {
-		return usage("write [-p] [-o UID:GID] FILE MODE")
+		return usage("write [-p] [-o UID:GID] [-m JSON] FILE MODE")
 	}
 	args = fl.Args()
 	mode, err := strconv.ParseUint(args[1], 8, 32)
 	if err != nil {
 		return usage("write FILE MODE (octal)")
+	}
+	var meta map[string]string
+	if *metaJSON != "" {
+		if err := json.Unmarshal([]byte(*metaJSON), &meta); err != nil {
+			return usage("write -m JSON: " + err.Error())
+		}
 	}
 	if *parents {
 		if err := mkdirOwned(filepath.Dir(args[0]), 0o755, owner); err != nil {
@@ -156,13 +169,127 @@ func writeMain(args []string) int {
 	if err == nil && owner.set {
 		err = f.Chown(int(owner.uid), int(owner.gid))
 	}
+	if err == nil && *metaJSON != "" {
+		err = replaceMetadata(f, meta)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fail(err)
 	}
-	return 0
+	fi, err := os.Lstat(args[0])
+	if err != nil {
+		return fail(err)
+	}
+	return writeJSON(fileInfo(args[0], fi))
+}
+
+// readMetadata is p's user metadata (wire.MetadataXattr attributes), nil
+// if it has none or its file system keeps no extended attributes.
+func readMetadata(p string) map[string]string {
+	names, err := xattrNames(p)
+	if err != nil {
+		return nil
+	}
+	var meta map[string]string
+	for _, n := range names {
+		key, ok := strings.CutPrefix(n, wire.MetadataXattr)
+		if !ok || key == "" {
+			continue
+		}
+		v, err := xattrValue(p, n)
+		if err != nil {
+			continue
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[key] = v
+	}
+	return meta
+}
+
+// replaceMetadata makes meta f's user metadata, removing the keys that
+// are not in it.
+func replaceMetadata(f *os.File, meta map[string]string) error {
+	fd := int(f.Fd())
+	buf := make([]byte, 4096)
+	n, err := unix.Flistxattr(fd, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Flistxattr(fd, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Flistxattr(fd, buf)
+		}
+	}
+	if err != nil && !errors.Is(err, unix.ENOTSUP) {
+		return &fs.PathError{Op: "listxattr", Path: f.Name(), Err: err}
+	}
+	for _, name := range splitNames(buf[:max(n, 0)]) {
+		if key, ok := strings.CutPrefix(name, wire.MetadataXattr); ok {
+			if _, keep := meta[key]; !keep {
+				if err := unix.Fremovexattr(fd, name); err != nil && !errors.Is(err, unix.ENODATA) {
+					return &fs.PathError{Op: "removexattr", Path: f.Name(), Err: err}
+				}
+			}
+		}
+	}
+	for k, v := range meta {
+		if err := unix.Fsetxattr(fd, wire.MetadataXattr+k, []byte(v), 0); err != nil {
+			return &fs.PathError{Op: "setxattr " + wire.MetadataXattr + k, Path: f.Name(), Err: err}
+		}
+	}
+	return nil
+}
+
+// xattrNames are the names of p's extended attributes (of a symlink
+// itself).
+func xattrNames(p string) ([]string, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Llistxattr(p, buf)
+		if errors.Is(err, unix.ERANGE) {
+			if n, err = unix.Llistxattr(p, nil); err != nil {
+				return nil, err
+			}
+			buf = make([]byte, n)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return splitNames(buf[:n]), nil
+	}
+}
+
+// xattrValue is the value of p's extended attribute name.
+func xattrValue(p, name string) (string, error) {
+	buf := make([]byte, 1024)
+	for {
+		n, err := unix.Lgetxattr(p, name, buf)
+		if errors.Is(err, unix.ERANGE) {
+			if n, err = unix.Lgetxattr(p, name, nil); err != nil {
+				return "", err
+			}
+			buf = make([]byte, n)
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+}
+
+// splitNames splits listxattr's NUL-terminated names.
+func splitNames(b []byte) []string {
+	var out []string
+	for _, n := range strings.Split(string(b), "\x00") {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // rmMain is "rm [-r] PATH".

@@ -177,12 +177,22 @@ type WriteFileRequest struct {
 	// Owner, if set, owns the file and the parents created for it;
 	// otherwise a new file is root's.
 	Owner *Owner
+	// Metadata, if not nil, replaces the file's user metadata
+	// (FileInfo.Metadata): keys not in it are removed.
+	Metadata map[string]string
 }
 
 // WriteFile writes req.Data to req.Path in sandbox ref.
 func (e *Engine) WriteFile(ctx context.Context, ref string, req WriteFileRequest) error {
+	_, err := e.WriteFileInfo(ctx, ref, req)
+	return err
+}
+
+// WriteFileInfo is WriteFile, and describes the file written.
+func (e *Engine) WriteFileInfo(ctx context.Context, ref string, req WriteFileRequest) (FileInfo, error) {
+	var fi FileInfo
 	if err := checkSandboxPath(req.Path); err != nil {
-		return err
+		return fi, err
 	}
 	mode := req.Mode.Perm()
 	if mode == 0 {
@@ -192,12 +202,16 @@ func (e *Engine) WriteFile(ctx context.Context, ref string, req WriteFileRequest
 	if data == nil {
 		data = strings.NewReader("")
 	}
-	args := []string{wire.ModeWrite}
-	if req.Parents {
-		args = append(args, "-p")
+	args, err := wire.WriteArgs(req.Path, uint32(mode), req.Parents, req.Owner.args(), req.Metadata)
+	if err != nil {
+		return fi, err
 	}
-	args = append(append(args, req.Owner.args()...), "--", req.Path, strconv.FormatUint(uint64(mode), 8))
-	return e.agentRun(ctx, ref, args, data, nil)
+	var out bytes.Buffer
+	if err := e.agentRun(ctx, ref, args, data, &out); err != nil {
+		return fi, err
+	}
+	err = json.Unmarshal(out.Bytes(), &fi)
+	return fi, err
 }
 
 // Stat describes path in sandbox ref (a symlink itself, not its target).

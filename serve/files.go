@@ -16,14 +16,16 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/agent/wire"
 	"hutch.dev/hutch/serve/placement"
 )
 
 // uploadedFile is one entry of /files' answer to an upload.
 type uploadedFile struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // serveFiles is envd's /files over p: GET downloads the file at ?path=,
@@ -132,6 +134,11 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 
 // upload writes the request's file or files as f's user.
 func upload(w http.ResponseWriter, r *http.Request, f placement.Files) {
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	uploadWith(w, r, func(raw string, data io.Reader) (uploadedFile, error) {
 		p, err := resolveFor(r.Context(), f, raw)
 		if err != nil {
@@ -140,11 +147,70 @@ func upload(w http.ResponseWriter, r *http.Request, f placement.Files) {
 		if p == "/" {
 			return uploadedFile{}, fmt.Errorf("path %q: is the root directory: %w", raw, errdefs.ErrInvalidArgument)
 		}
-		if err := f.Write(r.Context(), p, data); err != nil {
+		kept, err := f.Write(r.Context(), p, data, meta)
+		if err != nil {
 			return uploadedFile{}, err
 		}
-		return uploadedFile{Name: path.Base(p), Type: "file", Path: p}, nil
+		return uploadedFile{Name: path.Base(p), Type: "file", Path: p, Metadata: kept}, nil
 	})
+}
+
+// metadataHeader prefixes the request headers that give an upload's file
+// metadata, one header a key.
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata is the file metadata an upload gives (X-Metadata-KEY:
+// VALUE headers, keys in lower case as E2B's envd keeps them), nil if
+// none. A key or value that cannot be kept is an error naming it.
+func uploadMetadata(h http.Header) (map[string]string, error) {
+	var meta map[string]string
+	size := 0
+	for name, values := range h {
+		key, ok := strings.CutPrefix(name, metadataHeader)
+		if !ok || len(values) == 0 {
+			continue
+		}
+		key = strings.ToLower(key)
+		if err := checkMetadata(key, values[0]); err != nil {
+			return nil, err
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[key] = values[0]
+		size += len(key) + len(values[0])
+	}
+	if size > maxMetadataSize {
+		return nil, fmt.Errorf("invalid metadata: %d bytes of keys and values, more than %d: %w", size, maxMetadataSize, errdefs.ErrInvalidArgument)
+	}
+	return meta, nil
+}
+
+// maxMetadataKey and maxMetadataSize bound a file's metadata: a key is
+// an extended attribute's name after its prefix (255 bytes in all), and
+// all of a file's attributes share one block on most file systems.
+const (
+	maxMetadataKey  = 255 - len(wire.MetadataXattr)
+	maxMetadataSize = 4000
+)
+
+// checkMetadata refuses a metadata key that is not an HTTP token or is
+// too long, and a value that is not printable US-ASCII.
+func checkMetadata(key, value string) error {
+	if key == "" || len(key) > maxMetadataKey {
+		return fmt.Errorf("invalid metadata: key %q: want 1 to %d characters: %w", key, maxMetadataKey, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range key {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return fmt.Errorf("invalid metadata: key %q: %q is not a letter, digit or one of !#$%%&'*+-.^_`|~: %w", key, c, errdefs.ErrInvalidArgument)
+		}
+	}
+	for _, c := range value {
+		if c < 0x20 || c > 0x7e {
+			return fmt.Errorf("invalid metadata: the value of %q has %q, not printable US-ASCII: %w", key, c, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // fileWriter writes data to the file raw names in the request's sandbox.

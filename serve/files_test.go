@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"sort"
 	"strings"
@@ -203,7 +204,7 @@ func TestFilesUploadDownload(t *testing.T) {
 	code, body := e.upload(t, url.Values{"path": {"notes/hello.txt"}, "username": {"user"}}, "application/octet-stream", strings.NewReader("hello"), nil)
 	var got []uploadedFile
 	if code != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got) != 1 ||
-		got[0] != (uploadedFile{Name: "hello.txt", Type: "file", Path: "/home/user/notes/hello.txt"}) {
+		!reflect.DeepEqual(got[0], uploadedFile{Name: "hello.txt", Type: "file", Path: "/home/user/notes/hello.txt"}) {
 		t.Fatalf("upload: %d %s", code, body)
 	}
 	if out := e.exec(t, "stat -c '%U:%G %a' /home/user/notes /home/user/notes/hello.txt"); out != "user:user 755\nuser:user 644\n" {
@@ -306,6 +307,78 @@ func heapPeak(stop <-chan struct{}) <-chan uint64 {
 		}
 	}()
 	return out
+}
+
+// A file's metadata, given with its upload as E2B's SDK gives it, is kept
+// on the file (as extended attributes the sandbox sees), answered by the
+// upload, stat and list, and replaced whole by the next upload; metadata
+// that cannot be kept is refused before anything is written.
+func TestFilesMetadata(t *testing.T) {
+	e := newFSEnv(t)
+	ctx := context.Background()
+	up := func(path string, meta map[string]string) (int, []uploadedFile, string) {
+		t.Helper()
+		h := http.Header{}
+		for k, v := range meta {
+			h.Set("X-Metadata-"+k, v)
+		}
+		code, body := e.upload(t, url.Values{"path": {path}, "username": {"root"}}, "application/octet-stream", strings.NewReader("data"), h)
+		var got []uploadedFile
+		json.Unmarshal(body, &got) //nolint:errcheck // an error answer is checked by its code
+		return code, got, string(body)
+	}
+	stat := func(path string) map[string]string {
+		t.Helper()
+		res, err := e.client.Stat(ctx, req("root", &filesystempb.StatRequest{Path: path}))
+		if err != nil {
+			t.Fatalf("stat %s: %v", path, err)
+		}
+		return res.Msg.GetEntry().GetMetadata()
+	}
+
+	code, got, body := up("/tmp/m/report.txt", map[string]string{"Owner": "alice", "purpose": "weekly report"})
+	want := map[string]string{"owner": "alice", "purpose": "weekly report"}
+	if code != http.StatusOK || len(got) != 1 || !reflect.DeepEqual(got[0].Metadata, want) {
+		t.Fatalf("upload with metadata: %d %s, want metadata %v", code, body, want)
+	}
+	if m := stat("/tmp/m/report.txt"); !reflect.DeepEqual(m, want) {
+		t.Errorf("stat after the upload: metadata %v, want %v", m, want)
+	}
+	list, err := e.client.ListDir(ctx, req("root", &filesystempb.ListDirRequest{Path: "/tmp/m", Depth: 1}))
+	if err != nil || len(list.Msg.GetEntries()) != 1 || !reflect.DeepEqual(list.Msg.GetEntries()[0].GetMetadata(), want) {
+		t.Errorf("list: %v %v, want one entry with metadata %v", list, err, want)
+	}
+
+	// The next upload replaces the set; one without metadata clears it.
+	if code, got, body := up("/tmp/m/report.txt", map[string]string{"owner": "bob"}); code != http.StatusOK || !reflect.DeepEqual(got[0].Metadata, map[string]string{"owner": "bob"}) {
+		t.Errorf("second upload: %d %s, want metadata {owner: bob} alone", code, body)
+	}
+	if m := stat("/tmp/m/report.txt"); !reflect.DeepEqual(m, map[string]string{"owner": "bob"}) {
+		t.Errorf("stat after the second upload: %v, want {owner: bob} alone", m)
+	}
+	if code, got, body := up("/tmp/m/report.txt", nil); code != http.StatusOK || got[0].Metadata != nil {
+		t.Errorf("upload without metadata: %d %s, want no metadata left", code, body)
+	}
+	if m := stat("/tmp/m/report.txt"); len(m) != 0 {
+		t.Errorf("stat after an upload without metadata: %v, want none", m)
+	}
+
+	for _, c := range []struct {
+		meta map[string]string
+		says string
+	}{
+		{map[string]string{"owner": "caf\u00e9"}, "printable US-ASCII"},
+		{map[string]string{"k": strings.Repeat("v", 5000)}, "more than"},
+		{map[string]string{strings.Repeat("k", 300): "v"}, "characters"},
+	} {
+		code, _, body := up("/tmp/m/refused.txt", c.meta)
+		if code != http.StatusBadRequest || !strings.Contains(body, "invalid metadata") || !strings.Contains(body, c.says) {
+			t.Errorf("upload with metadata %.40v: %d %s, want 400 saying %q", c.meta, code, body, c.says)
+		}
+	}
+	if out := e.exec(t, "ls /tmp/m"); out != "report.txt\n" {
+		t.Errorf("after the refused uploads /tmp/m holds %q, want report.txt alone", out)
+	}
 }
 
 func TestFilesStreamLargeFile(t *testing.T) {

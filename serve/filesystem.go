@@ -201,6 +201,7 @@ func entryInfo(fi engine.FileInfo) *filesystempb.EntryInfo {
 		Owner:        fi.Owner,
 		Group:        fi.Group,
 		ModifiedTime: timestamppb.New(fi.ModTime),
+		Metadata:     fi.Metadata,
 	}
 	if e.Owner == "" {
 		e.Owner = strconv.FormatUint(uint64(fi.UID), 10)

@@ -448,16 +448,20 @@ func (f hostFiles) Read(ctx context.Context, path string, w io.Writer) error {
 // upload into a directory that does not exist yet wherever it lies (as
 // E2B's default user may); what exists already is left as it is, and
 // the file itself is written with the actor's permissions.
-func (f hostFiles) Write(ctx context.Context, p string, data io.Reader) error {
+func (f hostFiles) Write(ctx context.Context, p string, data io.Reader, meta map[string]string) (map[string]string, error) {
 	if dir := path.Dir(p); dir != "/" {
 		if _, err := f.eng.Stat(ctx, f.a.sandboxID, dir); errors.Is(err, errdefs.ErrNotFound) {
 			err = f.eng.MakeDir(ctx, f.a.sandboxID, engine.MkdirRequest{Path: dir, Mode: 0o755, Parents: true, Owner: f.a.owner()})
 			if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return f.eng.WriteFile(f.a.acting(ctx), f.a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: f.a.owner()})
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	fi, err := f.eng.WriteFileInfo(f.a.acting(ctx), f.a.sandboxID, engine.WriteFileRequest{Path: p, Data: data, Parents: true, Owner: f.a.owner(), Metadata: meta})
+	return fi.Metadata, err
 }
 
 func (f hostFiles) NamesDownloads() bool { return true }

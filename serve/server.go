@@ -30,7 +30,7 @@ const EnvdPort = 49983
 
 // EnvdVersion is the envd version the server reports; the SDKs enable
 // features by it.
-const EnvdVersion = "0.5.7"
+const EnvdVersion = "0.6.4"
 
 // DefaultTenant is the tenant of every request when the server runs
 // without a tenants file (loopback only, with Config.APIKey).

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"encoding/json"
 	"io/fs"
+	"strconv"
 	"time"
 )
 
@@ -36,7 +38,16 @@ type FileInfo struct {
 	// /etc/group, when they are there.
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// Metadata is the file's user metadata: its extended attributes
+	// named MetadataXattr+KEY, by KEY.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// MetadataXattr prefixes the names of the extended attributes that hold
+// a file's user metadata, as E2B's envd names them, so that metadata set
+// inside the sandbox (setfattr, os.setxattr) is the same as metadata
+// given with an upload.
+const MetadataXattr = "user.e2b."
 
 // WatchEvent is one change that "watch" reports, one JSON object a line.
 // The first line has Op "ready": the watches are in place.
@@ -44,4 +55,25 @@ type WatchEvent struct {
 	Path string `json:"path"`
 	// Op is create, write, remove, rename or chmod (or ready).
 	Op string `json:"op"`
+}
+
+// WriteArgs are the arguments of the write subcommand that writes path
+// with mode: with parents, making its missing parents; with owner (the
+// -o option and its value, or nothing), owned by that owner; with meta
+// not nil, replacing the file's metadata with it. The subcommand prints
+// the FileInfo of the file written.
+func WriteArgs(path string, mode uint32, parents bool, owner []string, meta map[string]string) ([]string, error) {
+	args := []string{ModeWrite}
+	if parents {
+		args = append(args, "-p")
+	}
+	args = append(args, owner...)
+	if meta != nil {
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-m", string(b))
+	}
+	return append(args, "--", path, strconv.FormatUint(uint64(mode), 8)), nil
 }

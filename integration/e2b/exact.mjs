@@ -147,6 +147,41 @@ await check('files.write into a new nested directory under / as the default user
   assert.equal((await main.files.getInfo('/')).owner, 'root', '/ was given away')
 })
 
+await check('file metadata: written with the file, read back by getInfo and list, replaced by the next write', async () => {
+  const created = JSON.parse((await control(`/sandboxes/${main.sandboxId}`)).body)
+  assert.equal(created.envdVersion, '0.6.4', 'the envd version reported')
+  const dir = `/home/user/meta-${process.pid}`
+  const w = await main.files.write(`${dir}/a.txt`, 'one', { metadata: { Owner: 'alice', purpose: 'report' } })
+  assert.deepEqual(w.metadata, { owner: 'alice', purpose: 'report' })
+  assert.deepEqual((await main.files.getInfo(`${dir}/a.txt`)).metadata, { owner: 'alice', purpose: 'report' })
+  const listed = await main.files.list(dir)
+  assert.deepEqual(listed.map((e) => [e.name, e.metadata]), [['a.txt', { owner: 'alice', purpose: 'report' }]])
+  // Metadata set inside the sandbox is the same metadata.
+  await main.commands.run(`python3 -c 'import os; os.setxattr("${dir}/a.txt", "user.e2b.reviewed", b"yes")'`)
+  assert.deepEqual((await main.files.getInfo(`${dir}/a.txt`)).metadata, { owner: 'alice', purpose: 'report', reviewed: 'yes' })
+  const again = await main.files.write(`${dir}/a.txt`, 'two', { metadata: { owner: 'bob' } })
+  assert.deepEqual(again.metadata, { owner: 'bob' })
+  assert.deepEqual((await main.files.getInfo(`${dir}/a.txt`)).metadata, { owner: 'bob' })
+  await main.files.write(`${dir}/a.txt`, 'three')
+  assert.equal((await main.files.getInfo(`${dir}/a.txt`)).metadata, undefined)
+  const err = await rejects(main.files.write(`${dir}/b.txt`, 'x', { metadata: { k: 'x'.repeat(5000) } }), 'a write with 5000 bytes of metadata')
+  assert.match(describe(err), /invalid metadata/)
+  assert.equal(await main.files.exists(`${dir}/b.txt`), false, 'the refused write left its file')
+})
+
+await check('watchDir with includeEntry: each event carries the entry, metadata included', async () => {
+  const dir = `/home/user/watch-${process.pid}`
+  await main.files.makeDir(dir)
+  const events = []
+  const handle = await main.files.watchDir(dir, (e) => events.push(e), { includeEntry: true, allowNetworkMounts: true, timeoutMs: 60_000 })
+  await main.files.write(`${dir}/w.txt`, 'watched', { metadata: { tag: 'seen' } })
+  const ev = await waitFor('a write event with its entry', async () => events.find((e) => e.name === 'w.txt' && e.entry?.metadata?.tag === 'seen'), { timeoutMs: 20_000, intervalMs: 200 })
+  await handle.stop()
+  assert.equal(ev.entry.path, `${dir}/w.txt`)
+  assert.equal(ev.entry.type, 'file')
+  assert.equal(ev.entry.size, 7)
+})
+
 await check('list ordered, and filtered by start time and template', async () => {
   const other = await make('busybox')
   const ids = async (query, order) => {

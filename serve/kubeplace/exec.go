@@ -3,6 +3,7 @@ package kubeplace
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -330,8 +331,23 @@ func (f podFiles) Read(ctx context.Context, path string, w io.Writer) error {
 	return f.k.agentRun(ctx, f.id, []string{wire.ModeCat, path}, nil, w)
 }
 
-func (f podFiles) Write(ctx context.Context, path string, data io.Reader) error {
-	return f.k.agentRun(ctx, f.id, []string{wire.ModeWrite, "-p", "--", path, "644"}, data, nil)
+func (f podFiles) Write(ctx context.Context, path string, data io.Reader, meta map[string]string) (map[string]string, error) {
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	args, err := wire.WriteArgs(path, 0o644, true, nil, meta)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := f.k.agentRun(ctx, f.id, args, data, &out); err != nil {
+		return nil, err
+	}
+	var fi wire.FileInfo
+	if err := json.Unmarshal(out.Bytes(), &fi); err != nil {
+		return nil, fmt.Errorf("the file written: %w", err)
+	}
+	return fi.Metadata, nil
 }
 
 // NamesDownloads is false: a pod's downloads carry no

@@ -289,8 +289,10 @@ type Files interface {
 	// Read writes the file at path to w.
 	Read(ctx context.Context, path string, w io.Writer) error
 	// Write creates or replaces the file at path with data, making its
-	// missing parents.
-	Write(ctx context.Context, path string, data io.Reader) error
+	// missing parents, and makes meta its user metadata (E2B's file
+	// metadata: a new upload replaces the set, keys not in meta are
+	// removed). It returns the metadata the file has then.
+	Write(ctx context.Context, path string, data io.Reader, meta map[string]string) (map[string]string, error)
 	// NamesDownloads tells whether a download names its file to the
 	// client (Content-Disposition).
 	NamesDownloads() bool
