@@ -76,10 +76,11 @@ signed by it. Clients must trust the CA (it can sign for %[1]s and loopback only
 	return nil, nil
 }
 
-// reloadOnHangup loads the certificate files again on each SIGHUP until
-// ctx ends: new connections get the new certificate, open ones keep
-// theirs. A pair that does not load leaves the old one served.
-func reloadOnHangup(ctx context.Context, r *certs.Reloader, log *slog.Logger) {
+// reloadOnHangup reads the config file and the certificate files again
+// on each SIGHUP until ctx ends. New connections get the new certificate,
+// open ones keep theirs; a pair that does not load leaves the old one
+// served.
+func reloadOnHangup(ctx context.Context, r *certs.Reloader, live *liveConfig, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -89,8 +90,8 @@ func reloadOnHangup(ctx context.Context, r *certs.Reloader, log *slog.Logger) {
 			return
 		case <-hup:
 		}
+		live.reload()
 		if r == nil {
-			log.Info("SIGHUP: nothing to reload (no TLS)")
 			continue
 		}
 		if err := r.Reload(); err != nil {
