@@ -3,7 +3,16 @@
 GO            ?= go
 BIN           := bin
 RUNSC_VERSION := release-20260905.0
-HUTCH_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version hutch reports and its package carries: a release tag's
+# (vX.Y.Z -> X.Y.Z) where the commit has one, else 0.0.0~git DATE.COMMIT,
+# which sorts before any release. Give HUTCH_VERSION to stamp another.
+HUTCH_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+HUTCH_VERSION ?= $(shell v=$$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null) && echo $${v\#v} || echo 0.0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null).$(HUTCH_COMMIT))
+# The build date is the commit's, so that a build of one commit is the
+# same build whenever it is made.
+BUILD_DATE    := $(shell date -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG   := hutch.dev/hutch/cmd/hutch/commands/system
+HUTCH_LDFLAGS := -X $(VERSION_PKG).version=$(HUTCH_VERSION) -X $(VERSION_PKG).commit=$(HUTCH_COMMIT) -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
@@ -18,7 +27,7 @@ deps: ## install the host packages hutch and its tests need (Debian)
 	@scripts/install-deps.sh
 
 $(BIN)/hutch: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X hutch.dev/hutch/cmd/hutch/commands/system.version=$(HUTCH_VERSION)" -o $@ ./cmd/hutch
+	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "$(HUTCH_LDFLAGS)" -o $@ ./cmd/hutch
 
 # hutch-helper runs a sandbox's host helpers (DNS resolver, lifetime
 # watchdog, port forwarder); hutch finds it beside itself.

@@ -97,10 +97,25 @@ type Config struct {
 	// CIDRs, addresses and host names. Empty: no webhook can be
 	// registered.
 	WebhookAllow []string
+	// Version is what GET /version answers: the server's build.
+	Version Version
 	// MaxUntrustedConns bounds the connections of one client address
 	// that have not presented a valid key or token: past it the oldest
 	// is closed (Listener). 0: 128.
 	MaxUntrustedConns int
+}
+
+// Version is the build of a server and of the runsc it drives, as
+// GET /version answers it (hutch's own call; the SDKs do not make it).
+type Version struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	BuildDate string `json:"buildDate"`
+	Go        string `json:"goVersion"`
+	Platform  string `json:"platform"`
+	// Runsc is `runsc --version`'s first line; "" on Kubernetes, where
+	// each node has its own.
+	Runsc string `json:"runscVersion,omitempty"`
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:

@@ -26,11 +26,12 @@ import (
 
 // App is the hutch CLI.
 func App() *cli.App {
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the versions of hutch and runsc, as the version command does"}
+	cli.VersionPrinter = system.PrintVersion
 	app := &cli.App{
 		Name:                   "hutch",
 		Usage:                  "run commands in disposable gVisor sandboxes",
 		Version:                system.Version(),
-		HideVersion:            true,
 		UseShortOptionHandling: true,
 		Flags:                  clix.GlobalFlags,
 		Before:                 clix.Before,

@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/cmd/hutch/commands/system"
 	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
@@ -259,6 +260,13 @@ func run(c *cli.Context) error {
 		audit = ""
 	}
 	cfg.AuditLog = audit
+	bi := system.BuildInfo()
+	cfg.Version = serve.Version{Version: bi.Version, Commit: bi.Commit, BuildDate: bi.BuildDate, Go: bi.Go, Platform: bi.Platform}
+	if cfg.Engine != nil {
+		if cfg.Version.Runsc, err = cfg.Engine.Version(c.Context); err != nil {
+			return err
+		}
+	}
 	srv, err := serve.New(cfg)
 	if err != nil {
 		return clix.UsageError(err)
@@ -299,7 +307,7 @@ func run(c *cli.Context) error {
 		go func() { errc <- ms.Serve(ml) }()
 		log.Info("serving /metrics without a key", "listen", ml.Addr().String())
 	}
-	log.Info("serving", "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
+	log.Info("serving", "version", bi.Version, "commit", bi.Commit, "runsc", cfg.Version.Runsc, "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
 		return err
