@@ -2,6 +2,8 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -90,8 +92,8 @@ func TestServeConfigReload(t *testing.T) {
 	s.stopAndCheckClean()
 }
 
-// hangup sends the server SIGHUP and waits for the log line whose msg is
-// msg, which it returns.
+// hangup sends the server SIGHUP and waits for the log line whose msg
+// starts with msg, which it returns.
 func (s *server) hangup(t *testing.T, msg string) map[string]any {
 	t.Helper()
 	before, _ := os.ReadFile(s.logPath)
@@ -103,7 +105,7 @@ func (s *server) hangup(t *testing.T, msg string) map[string]any {
 		b, _ := os.ReadFile(s.logPath)
 		for _, l := range strings.Split(string(b[len(before):]), "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
+			if json.Unmarshal([]byte(l), &m) == nil && strings.HasPrefix(fmt.Sprint(m["msg"]), msg) {
 				return m
 			}
 		}
@@ -121,4 +123,68 @@ func asStrings(v any) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestServeNotify checks the server's readiness protocol with systemd
+// (Type=notify) against a NOTIFY_SOCKET of the test's own: READY=1 comes
+// once the API answers, RELOADING=1 then READY=1 around a SIGHUP, and
+// STOPPING=1 on SIGTERM.
+func TestServeNotify(t *testing.T) {
+	s := newServer(t, "")
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type message struct {
+		text   string
+		health int // GET /health's status at once after READY=1
+	}
+	msgs := make(chan message, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			m := message{text: string(buf[:n])}
+			if strings.Contains(m.text, "READY=1") {
+				if resp, err := httpClient.Get(s.url("/health")); err == nil {
+					m.health = resp.StatusCode
+					resp.Body.Close()
+				}
+			}
+			msgs <- m
+		}
+	}()
+	next := func(want string) message {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			if !strings.Contains(m.text, want) {
+				t.Fatalf("notify message %q; want %s", m.text, want)
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s within 30s\nserver log:\n%s", want, s.logTail(20))
+		}
+		return message{}
+	}
+	s.env.extra = append(s.env.extra, "NOTIFY_SOCKET="+sock)
+	s.serve()
+	if m := next("READY=1"); m.health != http.StatusOK || !strings.Contains(m.text, "STATUS=serving on "+s.addr()) {
+		t.Fatalf("READY=1 came with %q, GET /health then answered %d; want 200 and the address", m.text, m.health)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	next("RELOADING=1")
+	if m := next("READY=1"); m.health != http.StatusOK {
+		t.Fatalf("after a reload GET /health answered %d", m.health)
+	}
+	s.stop()
+	next("STOPPING=1")
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
@@ -307,12 +308,17 @@ func run(c *cli.Context) error {
 		go func() { errc <- ms.Serve(ml) }()
 		log.Info("serving /metrics without a key", "listen", ml.Addr().String())
 	}
+	// Under systemd (Type=notify), the unit is started once the
+	// listener accepts: a client that waited for systemctl start is
+	// answered.
+	notify(log, daemon.SdNotifyReady, "STATUS=serving on "+l.Addr().String())
 	log.Info("serving", "version", bi.Version, "commit", bi.Commit, "runsc", cfg.Version.Runsc, "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	notify(log, daemon.SdNotifyStopping, "STATUS=shutting down")
 	log.Info("shutting down: open requests may finish; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
 	defer cancel()
@@ -418,4 +424,12 @@ func templateStarts(templates map[string]string, starts, readies []string) (map[
 		t.Ready = rc
 	}
 	return out, nil
+}
+
+// notify tells the service manager the server's state (sd_notify(3)),
+// when $NOTIFY_SOCKET names one; without it, it does nothing.
+func notify(log *slog.Logger, states ...string) {
+	if _, err := daemon.SdNotify(false, strings.Join(states, "\n")); err != nil {
+		log.Warn("could not notify the service manager", "socket", os.Getenv("NOTIFY_SOCKET"), "error", err)
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/serve/certs"
 )
@@ -90,18 +92,35 @@ func reloadOnHangup(ctx context.Context, r *certs.Reloader, live *liveConfig, lo
 			return
 		case <-hup:
 		}
+		notify(log, daemon.SdNotifyReloading, fmt.Sprintf("MONOTONIC_USEC=%d", monotonicUsec()))
 		live.reload()
-		if r == nil {
-			continue
-		}
-		if err := r.Reload(); err != nil {
-			log.Error("SIGHUP: the TLS certificate did not reload; the old one is still served", "error", err)
-			continue
-		}
-		leaf := r.Certificate().Leaf
-		log.Info("SIGHUP: reloaded the TLS certificate", "serial", leaf.SerialNumber.Text(16), "not_after", leaf.NotAfter)
-		if w := certs.Expired(leaf); w != "" {
-			log.Warn(w)
-		}
+		reloadCert(r, log)
+		notify(log, daemon.SdNotifyReady, "STATUS=reloaded")
 	}
+}
+
+// reloadCert loads the certificate files of r again, if any.
+func reloadCert(r *certs.Reloader, log *slog.Logger) {
+	if r == nil {
+		return
+	}
+	if err := r.Reload(); err != nil {
+		log.Error("SIGHUP: the TLS certificate did not reload; the old one is still served", "error", err)
+		return
+	}
+	leaf := r.Certificate().Leaf
+	log.Info("SIGHUP: reloaded the TLS certificate", "serial", leaf.SerialNumber.Text(16), "not_after", leaf.NotAfter)
+	if w := certs.Expired(leaf); w != "" {
+		log.Warn(w)
+	}
+}
+
+// monotonicUsec is CLOCK_MONOTONIC in microseconds, which systemd wants
+// with RELOADING=1.
+func monotonicUsec() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano() / 1000
 }
