@@ -3,7 +3,16 @@
 GO            ?= go
 BIN           := bin
 RUNSC_VERSION := release-20260905.0
-HUTCH_VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version hutch reports and its package carries: a release tag's
+# (vX.Y.Z -> X.Y.Z) where the commit has one, else 0.0.0~git DATE.COMMIT,
+# which sorts before any release. Give HUTCH_VERSION to stamp another.
+HUTCH_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+HUTCH_VERSION ?= $(shell v=$$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null) && echo $${v\#v} || echo 0.0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null).$(HUTCH_COMMIT))
+# The build date is the commit's, so that a build of one commit is the
+# same build whenever it is made.
+BUILD_DATE    := $(shell date -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG   := hutch.dev/hutch/cmd/hutch/commands/system
+HUTCH_LDFLAGS := -X $(VERSION_PKG).version=$(HUTCH_VERSION) -X $(VERSION_PKG).commit=$(HUTCH_COMMIT) -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
 GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './tools/*' -not -path './bin/*') go.mod go.sum
 
 .DEFAULT_GOAL := build
@@ -17,8 +26,13 @@ build: $(BIN)/hutch $(BIN)/hutch-helper $(BIN)/hutch-init $(BIN)/runsc $(BIN)/im
 deps: ## install the host packages hutch and its tests need (Debian)
 	@scripts/install-deps.sh
 
-$(BIN)/hutch: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-X hutch.dev/hutch/cmd/hutch/commands/system.version=$(HUTCH_VERSION)" -o $@ ./cmd/hutch
+# bin/hutch is built again when its stamp (version, commit, date) changes.
+$(BIN)/.hutch-ldflags: FORCE
+	@mkdir -p $(BIN) && echo '$(HUTCH_LDFLAGS)' | cmp -s - $@ || echo '$(HUTCH_LDFLAGS)' > $@
+.PHONY: FORCE
+
+$(BIN)/hutch: $(GO_SOURCES) $(BIN)/.hutch-ldflags
+	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "$(HUTCH_LDFLAGS)" -o $@ ./cmd/hutch
 
 # hutch-helper runs a sandbox's host helpers (DNS resolver, lifetime
 # watchdog, port forwarder); hutch finds it beside itself.
@@ -306,3 +320,120 @@ proto: ## regenerate serve/envdpb from its .proto files (needs protoc: apt-get i
 .PHONY: architecture
 architecture: ## render docs/architecture.svg from docs/architecture.dot (needs graphviz: apt-get install graphviz)
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
+
+# --- install, uninstall, Debian package ----------------------------------------
+# `make install` puts hutch where a system service expects it: the programs
+# in $(LIBDIR) (hutch finds runsc, hutch-init and its helpers beside
+# itself), hutch and the containerd shim on $(BINDIR) as links to them,
+# the systemd units, /etc/hutch/serve.toml (kept if it exists), the man page
+# and the completions. `make uninstall` removes exactly those files, the
+# config only if it is still the one installed, then the directories it
+# leaves empty. `make deb` builds bin/hutch_VERSION_ARCH.deb with dpkg-deb
+# from the same install (docs/decisions/0054-debian-package.md).
+.PHONY: install uninstall deb deb-test dist
+# The units name the installed paths (@BINDIR@, @LIBDIR@).
+PREFIX         ?= /usr/local
+DESTDIR        ?=
+BINDIR         ?= $(PREFIX)/bin
+LIBDIR         ?= $(PREFIX)/lib/hutch
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+MANDIR         ?= $(PREFIX)/share/man
+DATADIR        ?= $(PREFIX)/share
+DOCDIR         ?= $(DATADIR)/doc/hutch
+INSTALL_PROGRAMS := hutch hutch-helper hutch-init runsc buildkitd hutch-buildkitd hutch-buildkit-runtime containerd-shim-hutch-v1 hutch-node
+DIST           := $(BIN)/dist
+DIST_FILES     := $(DIST)/hutch.1.gz $(DIST)/hutch.bash $(DIST)/_hutch $(DIST)/hutch.fish
+INSTALLED_UNITS := hutch-serve.service hutch-node.service
+
+dist: $(DIST_FILES) ## make the man page and shell completions from bin/hutch's own definitions (bin/dist)
+
+$(DIST)/hutch.1.gz: $(BIN)/hutch
+	@mkdir -p $(DIST)
+	$(BIN)/hutch man --date $(firstword $(subst T, ,$(BUILD_DATE))) | gzip -9n > $@.tmp && mv $@.tmp $@
+$(DIST)/hutch.bash: $(BIN)/hutch
+	@mkdir -p $(DIST)
+	$(BIN)/hutch completion bash > $@.tmp && mv $@.tmp $@
+$(DIST)/_hutch: $(BIN)/hutch
+	@mkdir -p $(DIST)
+	$(BIN)/hutch completion zsh > $@.tmp && mv $@.tmp $@
+$(DIST)/hutch.fish: $(BIN)/hutch
+	@mkdir -p $(DIST)
+	$(BIN)/hutch completion fish > $@.tmp && mv $@.tmp $@
+
+# The directories install makes; those that did not exist before are
+# listed, deepest first, in $(LIBDIR)/installed-dirs for uninstall to
+# remove (the package leaves that to dpkg: MANIFEST=).
+ZSHCOMPDIR     ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/zsh/vendor-completions,$(DATADIR)/zsh/site-functions)
+INSTALL_DIRS   := $(LIBDIR)/images $(BINDIR) $(SYSTEMDUNITDIR) $(SYSCONFDIR)/hutch $(MANDIR)/man1 \
+	$(DATADIR)/bash-completion/completions $(ZSHCOMPDIR) $(DATADIR)/fish/vendor_completions.d $(DOCDIR)
+MANIFEST       ?= $(LIBDIR)/installed-dirs
+INSTALLED_FILES := $(addprefix $(LIBDIR)/,$(INSTALL_PROGRAMS)) $(LIBDIR)/images/busybox.tar \
+	$(BINDIR)/hutch $(BINDIR)/containerd-shim-hutch-v1 $(addprefix $(SYSTEMDUNITDIR)/,$(INSTALLED_UNITS)) \
+	$(MANDIR)/man1/hutch.1.gz $(DATADIR)/bash-completion/completions/hutch $(ZSHCOMPDIR)/_hutch \
+	$(DATADIR)/fish/vendor_completions.d/hutch.fish $(DOCDIR)/operations.md
+
+install: $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(BIN)/images/busybox.tar $(DIST_FILES) ## install hutch (PREFIX=/usr/local, DESTDIR): programs, units, /etc/hutch/serve.toml, man page, completions
+	@new=""; for d in $(addprefix $(DESTDIR),$(INSTALL_DIRS)); do \
+		while [ ! -e "$$d" ]; do case " $$new " in *" $$d "*) ;; *) new="$$new $$d";; esac; d=$$(dirname "$$d"); done; \
+	done; \
+	install -d $(addprefix $(DESTDIR),$(INSTALL_DIRS)); \
+	if [ -n "$(MANIFEST)" ]; then \
+		{ cat $(DESTDIR)$(MANIFEST) 2>/dev/null; for d in $$new; do echo "$${d#$(DESTDIR)}"; done; } | sort -ru > $(DESTDIR)$(MANIFEST).tmp && \
+		mv $(DESTDIR)$(MANIFEST).tmp $(DESTDIR)$(MANIFEST); \
+	fi
+	for p in $(INSTALL_PROGRAMS); do install -m 755 $(BIN)/$$p $(DESTDIR)$(LIBDIR)/$$p || exit 1; done
+	install -m 644 $(BIN)/images/busybox.tar $(DESTDIR)$(LIBDIR)/images/busybox.tar
+	ln -sfn $$(realpath -m --relative-to=$(BINDIR) $(LIBDIR))/hutch $(DESTDIR)$(BINDIR)/hutch
+	ln -sfn $$(realpath -m --relative-to=$(BINDIR) $(LIBDIR))/containerd-shim-hutch-v1 $(DESTDIR)$(BINDIR)/containerd-shim-hutch-v1
+	for u in $(INSTALLED_UNITS); do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' deploy/host/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+		chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+	test -e $(DESTDIR)$(SYSCONFDIR)/hutch/serve.toml || install -m 644 deploy/host/serve.toml $(DESTDIR)$(SYSCONFDIR)/hutch/serve.toml
+	install -m 644 $(DIST)/hutch.1.gz $(DESTDIR)$(MANDIR)/man1/hutch.1.gz
+	install -m 644 $(DIST)/hutch.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/hutch
+	install -m 644 $(DIST)/_hutch $(DESTDIR)$(ZSHCOMPDIR)/_hutch
+	install -m 644 $(DIST)/hutch.fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/hutch.fish
+	install -m 644 docs/operations.md $(DESTDIR)$(DOCDIR)/operations.md
+
+uninstall: ## remove what make install installed (same PREFIX, DESTDIR) and the directories it made; a changed serve.toml stays
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
+	cmp -s deploy/host/serve.toml $(DESTDIR)$(SYSCONFDIR)/hutch/serve.toml && rm -f $(DESTDIR)$(SYSCONFDIR)/hutch/serve.toml || true
+	@if [ -f $(DESTDIR)$(MANIFEST) ]; then \
+		dirs=$$(cat $(DESTDIR)$(MANIFEST)); rm -f $(DESTDIR)$(MANIFEST); \
+		for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done; \
+	fi
+
+# The package: the install of PREFIX=/usr with the units where Debian 12
+# keeps them, and the maintainer scripts of deploy/debian. Its version is
+# HUTCH_VERSION (build another with HUTCH_VERSION=...).
+DEB_ARCH    := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB         := $(BIN)/hutch_$(HUTCH_VERSION)_$(DEB_ARCH).deb
+DEB_ROOT    := $(BIN)/deb/root
+
+deb: $(DEB) ## build the Debian package bin/hutch_VERSION_ARCH.deb (dpkg-deb)
+
+$(DEB): $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(BIN)/images/busybox.tar $(DIST_FILES) deploy/host/serve.toml $(wildcard deploy/host/systemd/* deploy/debian/*) docs/operations.md
+	rm -rf $(BIN)/deb && mkdir -p $(DEB_ROOT)/DEBIAN
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr SYSTEMDUNITDIR=/lib/systemd/system MANIFEST=
+	install -m 644 deploy/debian/copyright $(DEB_ROOT)/usr/share/doc/hutch/copyright
+	install -D -m 644 deploy/debian/lintian-overrides $(DEB_ROOT)/usr/share/lintian/overrides/hutch
+	for p in $(INSTALL_PROGRAMS); do strip --strip-unneeded --remove-section=.comment $(DEB_ROOT)/usr/lib/hutch/$$p || exit 1; done
+	printf 'hutch (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- The hutch authors <maintainers@hutch.dev>  %s\n' \
+		'$(HUTCH_VERSION)' '$(HUTCH_COMMIT)' "$$(date -u -R -d '$(BUILD_DATE)')" | gzip -9n > $(DEB_ROOT)/usr/share/doc/hutch/changelog.gz
+	install -m 755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm $(DEB_ROOT)/DEBIAN/
+	install -m 644 deploy/debian/conffiles $(DEB_ROOT)/DEBIAN/
+	sed -e 's|@VERSION@|$(HUTCH_VERSION)|' -e 's|@ARCH@|$(DEB_ARCH)|' \
+		-e "s|@SIZE@|$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1)|" deploy/debian/control.in > $(DEB_ROOT)/DEBIAN/control
+	cd $(DEB_ROOT) && find . -type f ! -path './DEBIAN/*' ! -path './etc/*' -printf '%P\0' | sort -z | xargs -0 md5sum > DEBIAN/md5sums
+	SOURCE_DATE_EPOCH=$$(date -u -d '$(BUILD_DATE)' +%s) dpkg-deb --root-owner-group -Zgzip --build $(DEB_ROOT) $@.tmp && mv $@.tmp $@
+	@echo "built $@"
+
+# The package's tests (integration/install, about N minutes): make install
+# and uninstall into a DESTDIR, systemd-analyze verify of the units,
+# lintian, and apt-get install, hutch doctor, a sandbox and purge in a
+# clean Debian 12 root made from bin/images/bookworm-rootfs.tar (as root;
+# apt reaches Debian's mirror for the dependencies).
+deb-test: deb base-rootfs ## test make install/uninstall, the units, lintian, and the package installed, used and purged in a clean Debian 12 root (as root)
+	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INSTALL=1 HUTCH_DEB=$(CURDIR)/$(DEB) $(GO) test -count=1 -timeout 30m -v ./integration/install/

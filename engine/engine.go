@@ -211,6 +211,22 @@ func (e *Engine) Version(ctx context.Context) (string, error) {
 	return r.Version(ctx)
 }
 
+// RunscVersion is the first line of `runsc --version` of the runsc at
+// path (FindRunsc's when empty), and that runsc's absolute path. It opens
+// no state root.
+func RunscVersion(ctx context.Context, path string) (version, abs string, err error) {
+	if path == "" {
+		abs, err = FindRunsc()
+	} else {
+		abs, err = assembly.CheckRunsc(path)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	version, err = (&runsc.Runsc{Path: abs}).Version(ctx)
+	return version, abs, err
+}
+
 // sandboxesDir is where sandbox records live.
 func (e *Engine) sandboxesDir() string { return filepath.Join(e.opts.Root, "sandboxes") }
 

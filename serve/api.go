@@ -53,6 +53,9 @@ func (s *Server) routes() http.Handler {
 			return h(r, tenantName)
 		}
 	}
+	handle("GET /version", false, func(*http.Request, string) (int, any, error) {
+		return http.StatusOK, s.cfg.Version, nil
+	})
 	handle("POST /sandboxes", true, s.createSandbox)
 	handle("POST /v2/sandboxes", true, s.createSandbox)
 	handle("GET /sandboxes", false, s.listSandboxesV1)

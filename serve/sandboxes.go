@@ -84,7 +84,7 @@ func (s *Server) checkCreate(req newSandboxJSON, tenantName string) (placement.C
 	if err := checkTemplateID(req.TemplateID); err != nil {
 		return placement.CreateRequest{}, err
 	}
-	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.cfg.DefaultNetwork)
+	mode, allow, err := s.networkPolicy(req.AllowInternetAccess, req.Network, s.defaultNetwork())
 	if err != nil {
 		return placement.CreateRequest{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -96,10 +97,25 @@ type Config struct {
 	// CIDRs, addresses and host names. Empty: no webhook can be
 	// registered.
 	WebhookAllow []string
+	// Version is what GET /version answers: the server's build.
+	Version Version
 	// MaxUntrustedConns bounds the connections of one client address
 	// that have not presented a valid key or token: past it the oldest
 	// is closed (Listener). 0: 128.
 	MaxUntrustedConns int
+}
+
+// Version is the build of a server and of the runsc it drives, as
+// GET /version answers it (hutch's own call; the SDKs do not make it).
+type Version struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	BuildDate string `json:"buildDate"`
+	Go        string `json:"goVersion"`
+	Platform  string `json:"platform"`
+	// Runsc is `runsc --version`'s first line; "" on Kubernetes, where
+	// each node has its own.
+	Runsc string `json:"runscVersion,omitempty"`
 }
 
 // Server is an E2B-compatible API server over a placement of sandboxes:
@@ -126,6 +142,10 @@ type Server struct {
 	// what creates in flight have been admitted for.
 	createMu sync.Mutex
 	reserved map[string]tenant.Usage
+
+	// defaultNet is the network mode of a create that asks for none:
+	// Config.DefaultNetwork, then what SetDefaultNetwork last set.
+	defaultNet atomic.Pointer[string]
 
 	// locks serializes the resumes of each sandbox (and what the
 	// placement serializes with them) and the replacing of its tokens.
@@ -195,12 +215,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxUntrustedConns <= 0 {
 		cfg.MaxUntrustedConns = 128
 	}
-	switch cfg.DefaultNetwork {
-	case "":
+	if cfg.DefaultNetwork == "" {
 		cfg.DefaultNetwork = "none"
-	case "none", "open":
-	default:
-		return nil, fmt.Errorf("default network %q: want none or open: %w", cfg.DefaultNetwork, errdefs.ErrInvalidArgument)
+	}
+	if err := checkDefaultNetwork(cfg.DefaultNetwork); err != nil {
+		return nil, err
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
@@ -233,6 +252,7 @@ func New(cfg Config) (*Server, error) {
 		logReads: inFlight{what: "log reads", max: maxLogReads},
 		stop:     cancel, stopCtx: ctx,
 	}
+	s.defaultNet.Store(&cfg.DefaultNetwork)
 	s.metrics.sandboxes = s.countSandboxes
 	if s.events, err = newEvents(s, cfg.StateDir, cfg.WebhookAllow); err != nil {
 		cancel()
@@ -580,3 +600,24 @@ func (w *statusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func checkDefaultNetwork(mode string) error {
+	switch mode {
+	case "none", "open":
+		return nil
+	}
+	return fmt.Errorf("default network %q: want none or open: %w", mode, errdefs.ErrInvalidArgument)
+}
+
+// SetDefaultNetwork changes the network mode of sandboxes whose create
+// asks for none (Config.DefaultNetwork) for the creates that follow.
+func (s *Server) SetDefaultNetwork(mode string) error {
+	if err := checkDefaultNetwork(mode); err != nil {
+		return err
+	}
+	s.defaultNet.Store(&mode)
+	return nil
+}
+
+// defaultNetwork is the network mode of a create that asks for none.
+func (s *Server) defaultNetwork() string { return *s.defaultNet.Load() }

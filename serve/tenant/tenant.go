@@ -267,6 +267,15 @@ func (s *Store) Authenticate(key string) (Tenant, bool) {
 	return found, ok == 1
 }
 
+// Reload reads the file again now if it changed, as Authenticate does at
+// most once a second. A file that fails to load leaves the last good
+// tenants in place, and is the error.
+func (s *Store) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refreshLocked(true)
+}
+
 // List is the tenants, by name, as the file holds them now.
 func (s *Store) List() ([]Tenant, error) {
 	s.mu.Lock()

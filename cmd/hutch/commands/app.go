@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/cmd/hutch/commands/completion"
 	diffcmd "hutch.dev/hutch/cmd/hutch/commands/diff"
 	"hutch.dev/hutch/cmd/hutch/commands/image"
 	mcpcmd "hutch.dev/hutch/cmd/hutch/commands/mcp"
@@ -26,11 +27,12 @@ import (
 
 // App is the hutch CLI.
 func App() *cli.App {
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the versions of hutch and runsc, as the version command does"}
+	cli.VersionPrinter = system.PrintVersion
 	app := &cli.App{
 		Name:                   "hutch",
 		Usage:                  "run commands in disposable gVisor sandboxes",
 		Version:                system.Version(),
-		HideVersion:            true,
 		UseShortOptionHandling: true,
 		Flags:                  clix.GlobalFlags,
 		Before:                 clix.Before,
@@ -50,6 +52,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)
 	app.Commands = append(app.Commands, sshcmd.Commands...)
+	app.Commands = append(app.Commands, completion.Command, completion.ManCommand)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}

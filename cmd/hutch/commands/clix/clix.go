@@ -51,7 +51,7 @@ func UsageError(err error) error {
 var GlobalFlags = []cli.Flag{
 	&cli.StringFlag{Name: "root", Usage: "state directory (default /var/lib/hutch for root, $XDG_DATA_HOME/hutch otherwise)", EnvVars: []string{"HUTCH_ROOT"}},
 	&cli.StringFlag{Name: "runsc", Usage: "runsc binary (default: beside hutch, then $PATH)", EnvVars: []string{"HUTCH_RUNSC"}},
-	&cli.StringFlag{Name: "log-level", Value: "error", Usage: "log level: debug, info, warn, error"},
+	&cli.StringFlag{Name: "log-level", Value: "error", Usage: "log level: debug, info, warn, error", EnvVars: []string{"HUTCH_LOG_LEVEL"}},
 	&cli.StringFlag{Name: "runsc-debug-log", Usage: "directory for runsc debug logs", Hidden: true},
 	&cli.StringFlag{Name: "buildkit-addr", Usage: "build with this buildkitd (default: hutch runs its own, on demand)", EnvVars: []string{"HUTCH_BUILDKIT_ADDR"}},
 	&cli.DurationFlag{Name: "buildkit-idle", Usage: "how long hutch's own buildkitd stays up after a build", EnvVars: []string{"HUTCH_BUILDKIT_IDLE"}, Hidden: true},

@@ -15,9 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/urfave/cli/v2"
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
+	"hutch.dev/hutch/cmd/hutch/commands/system"
 	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
@@ -54,42 +56,54 @@ With --backend kubernetes --kubeconfig FILE the server runs no sandbox on
 this host: each one is a pod with runtimeClassName hutch on the cluster, which
 the cluster's scheduler places; --template NAME=IMAGE maps E2B templateIDs
 to the images the pods run. --kubeconfig alone implies --backend kubernetes.
-See "Placing sandboxes on Kubernetes" in docs/api.md.`,
-	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "address to listen on"},
-		&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (hutch tenant add)", EnvVars: []string{"HUTCH_TENANTS"}},
-		&cli.StringFlag{Name: "domain", Value: "localhost", Usage: "domain of sandbox hosts: PORT-SANDBOXID.DOMAIN (E2B_DOMAIN)"},
-		&cli.StringSliceFlag{Name: "host", Usage: "another name clients reach the server by, NAME or NAME:PORT (its DNS name or address; repeatable); requests for names not its own answer 421"},
-		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with this PEM certificate (chain after the leaf); it must cover DOMAIN and *.DOMAIN; reloaded on SIGHUP"},
-		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
-		&cli.BoolFlag{Name: "tls-self-signed", Usage: "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a development CA kept in serve/tls under the state root (made on first use; prints how to trust it)"},
-		&cli.StringFlag{Name: "operator-key-file", Usage: "FILE holding the operator's API key, which opens GET /metrics (made, mode 0600, with a new key if missing)"},
-		&cli.StringFlag{Name: "metrics-listen", Usage: "also serve GET /metrics, without a key, on this address (e.g. 127.0.0.1:9090)"},
-		&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
-		&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
-		&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
-		&cli.StringSliceFlag{Name: "webhook-allow", Usage: "a destination tenants' webhooks may deliver to: CIDR, address or host name (repeatable; default none, so no webhook can be registered)"},
-		&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
-		&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
-		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
-		&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
-		&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
-		&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
-		&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
-		&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
-		&cli.StringFlag{Name: "runtime-class", Value: "hutch", Usage: "with --backend kubernetes: the pods' runtimeClassName"},
-		&cli.StringSliceFlag{Name: "template", Usage: "with --backend kubernetes: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
-		&cli.StringSliceFlag{Name: "template-start", Usage: "with --backend kubernetes: NAME=CMD, the start command a --template's pods run at create, which answers once it is ready (repeatable; docs/templates.md)"},
-		&cli.StringSliceFlag{Name: "template-ready", Usage: "with --backend kubernetes: NAME=CHECK, when a --template-start command is ready: port:PORT, url:..., file:PATH, time:D or a command (default time:1s)"},
-		&cli.DurationFlag{Name: "template-ready-timeout", Value: engine.DefaultReadyTimeout, Usage: "with --backend kubernetes: how long a create waits for a --template-ready check"},
-		&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
-		&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
-		&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
-		&cli.StringFlag{Name: "node-key", Usage: "with --backend kubernetes: FILE holding the key (64 hex digits) of hutch's node service on the nodes, which pause and resume need (without it they answer 501)"},
-		&cli.IntFlag{Name: "node-port", Value: kubenode.Port, Usage: "with --backend kubernetes: the port of hutch's node service on each node"},
-	},
+See "Placing sandboxes on Kubernetes" in docs/api.md.
+
+Every flag is also a key of the config file (--config, default
+` + DefaultConfigPath + `) and an environment variable HUTCH_SERVE_NAME; a
+flag wins over the variable, which wins over the file. SIGHUP reads the
+file again: tenants, log-level and default-network change at once, and
+the log names the keys that changed and need a restart. See
+docs/operations.md.`,
+	Flags:  serveFlags,
 	Action: run,
 }
+
+// serveFlags are serve's flags; each but --config is a key of serve.toml
+// and has a HUTCH_SERVE_* variable.
+var serveFlags = withServeEnv([]cli.Flag{
+	configFlag,
+	&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "address to listen on"},
+	&cli.StringFlag{Name: "tenants", Usage: "tenants file with hashed API keys and quotas (hutch tenant add)", EnvVars: []string{"HUTCH_TENANTS"}},
+	&cli.StringFlag{Name: "domain", Value: "localhost", Usage: "domain of sandbox hosts: PORT-SANDBOXID.DOMAIN (E2B_DOMAIN)"},
+	&cli.StringSliceFlag{Name: "host", Usage: "another name clients reach the server by, NAME or NAME:PORT (its DNS name or address; repeatable); requests for names not its own answer 421"},
+	&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with this PEM certificate (chain after the leaf); it must cover DOMAIN and *.DOMAIN; reloaded on SIGHUP"},
+	&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
+	&cli.BoolFlag{Name: "tls-self-signed", Usage: "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a development CA kept in serve/tls under the state root (made on first use; prints how to trust it)"},
+	&cli.StringFlag{Name: "operator-key-file", Usage: "FILE holding the operator's API key, which opens GET /metrics (made, mode 0600, with a new key if missing)"},
+	&cli.StringFlag{Name: "metrics-listen", Usage: "also serve GET /metrics, without a key, on this address (e.g. 127.0.0.1:9090)"},
+	&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
+	&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
+	&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
+	&cli.StringSliceFlag{Name: "webhook-allow", Usage: "a destination tenants' webhooks may deliver to: CIDR, address or host name (repeatable; default none, so no webhook can be registered)"},
+	&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
+	&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
+	&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
+	&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
+	&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
+	&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
+	&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
+	&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
+	&cli.StringFlag{Name: "runtime-class", Value: "hutch", Usage: "with --backend kubernetes: the pods' runtimeClassName"},
+	&cli.StringSliceFlag{Name: "template", Usage: "with --backend kubernetes: NAME=IMAGE, the image a templateID's pods run (repeatable)"},
+	&cli.StringSliceFlag{Name: "template-start", Usage: "with --backend kubernetes: NAME=CMD, the start command a --template's pods run at create, which answers once it is ready (repeatable; docs/templates.md)"},
+	&cli.StringSliceFlag{Name: "template-ready", Usage: "with --backend kubernetes: NAME=CHECK, when a --template-start command is ready: port:PORT, url:..., file:PATH, time:D or a command (default time:1s)"},
+	&cli.DurationFlag{Name: "template-ready-timeout", Value: engine.DefaultReadyTimeout, Usage: "with --backend kubernetes: how long a create waits for a --template-ready check"},
+	&cli.StringFlag{Name: "image-pull-policy", Value: "IfNotPresent", Usage: "with --backend kubernetes: the pods' imagePullPolicy"},
+	&cli.Float64Flag{Name: "pod-cpus", Usage: "with --backend kubernetes: CPU cores each pod requests and is limited to (default 2)"},
+	&cli.StringFlag{Name: "pod-memory", Usage: "with --backend kubernetes: memory each pod requests and is limited to, e.g. 512m (default 2g)"},
+	&cli.StringFlag{Name: "node-key", Usage: "with --backend kubernetes: FILE holding the key (64 hex digits) of hutch's node service on the nodes, which pause and resume need (without it they answer 501)"},
+	&cli.IntFlag{Name: "node-port", Value: kubenode.Port, Usage: "with --backend kubernetes: the port of hutch's node service on each node"},
+})
 
 // The backends of --backend.
 const (
@@ -130,29 +144,34 @@ func run(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return clix.UsageError(fmt.Errorf("serve takes no arguments, got %q", c.Args().Slice()))
 	}
+	src, err := applyConfig(c)
+	if err != nil {
+		return err
+	}
+	o := src.opt
 	be, err := backend(c)
 	if err != nil {
 		return clix.UsageError(err)
 	}
-	level := slog.LevelInfo
-	if c.String("log-level") == "debug" {
-		level = slog.LevelDebug
+	level := new(slog.LevelVar)
+	if err := setLogLevel(level, c.String("log-level"), c.IsSet("log-level")); err != nil {
+		return clix.UsageError(fmt.Errorf("%s: %w", o("log-level"), err))
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	listen := c.String("listen")
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
-		return clix.UsageError(fmt.Errorf("--listen %q: %w", listen, err))
+		return clix.UsageError(fmt.Errorf("%s %q: %w", o("listen"), listen, err))
 	}
 	var tenants *tenant.Store
 	if f := c.String("tenants"); f != "" {
 		if tenants, err = tenant.Open(f); err != nil {
-			return clix.UsageError(err)
+			return clix.UsageError(fmt.Errorf("%s: %w", o("tenants"), err))
 		}
 	} else {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return clix.UsageError(fmt.Errorf("--listen %q: without --tenants the server takes no API keys, so it listens on loopback only", listen))
+			return clix.UsageError(fmt.Errorf("%s %q: without tenants the server takes no API keys, so it listens on loopback only", o("listen"), listen))
 		}
 	}
 	cfg := serve.Config{
@@ -161,26 +180,29 @@ func run(c *cli.Context) error {
 		Watches:      serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
 		WebhookAllow: c.StringSlice("webhook-allow"),
 	}
+	if err := checkDefaultNetwork(c.String("default-network")); err != nil {
+		return clix.UsageError(fmt.Errorf("%s: %w", o("default-network"), err))
+	}
 	if r := c.String("net-rate"); r != "" {
 		if cfg.NetRate, err = engine.ParseRate(r); err != nil {
-			return clix.UsageError(fmt.Errorf("--net-rate: %w", err))
+			return clix.UsageError(fmt.Errorf("%s: %w", o("net-rate"), err))
 		}
 	}
 	for _, f := range []string{"tenant-watchers", "sandbox-watchers"} {
 		if c.Int(f) < 1 {
-			return clix.UsageError(fmt.Errorf("--%s %d: want at least 1", f, c.Int(f)))
+			return clix.UsageError(fmt.Errorf("%s %d: want at least 1", o(f), c.Int(f)))
 		}
 	}
 	if cfg.AuditMaxBytes, err = engine.ParseSize(c.String("audit-log-max-size")); err != nil || cfg.AuditMaxBytes < 4096 {
-		return clix.UsageError(fmt.Errorf("--audit-log-max-size %q: want a size of at least 4k, e.g. 100m", c.String("audit-log-max-size")))
+		return clix.UsageError(fmt.Errorf("%s %q: want a size of at least 4k, e.g. 100m", o("audit-log-max-size"), c.String("audit-log-max-size")))
 	}
 	if cfg.AuditKeep < 1 {
-		return clix.UsageError(fmt.Errorf("--audit-log-keep %d: want at least 1", cfg.AuditKeep))
+		return clix.UsageError(fmt.Errorf("%s %d: want at least 1", o("audit-log-keep"), cfg.AuditKeep))
 	}
 	if f := c.String("operator-key-file"); f != "" {
 		key, created, err := credential.LoadAPIKey(f)
 		if err != nil {
-			return clix.UsageError(fmt.Errorf("--operator-key-file: %w", err))
+			return clix.UsageError(fmt.Errorf("%s: %w", o("operator-key-file"), err))
 		}
 		if created {
 			log.Info("made the operator key", "file", f)
@@ -194,7 +216,7 @@ func run(c *cli.Context) error {
 	metricsListen := c.String("metrics-listen")
 	if metricsListen != "" {
 		if _, _, err := net.SplitHostPort(metricsListen); err != nil {
-			return clix.UsageError(fmt.Errorf("--metrics-listen %q: %w", metricsListen, err))
+			return clix.UsageError(fmt.Errorf("%s %q: %w", o("metrics-listen"), metricsListen, err))
 		}
 	}
 	var root string
@@ -239,6 +261,13 @@ func run(c *cli.Context) error {
 		audit = ""
 	}
 	cfg.AuditLog = audit
+	bi := system.BuildInfo()
+	cfg.Version = serve.Version{Version: bi.Version, Commit: bi.Commit, BuildDate: bi.BuildDate, Go: bi.Go, Platform: bi.Platform}
+	if cfg.Engine != nil {
+		if cfg.Version.Runsc, err = cfg.Engine.Version(c.Context); err != nil {
+			return err
+		}
+	}
 	srv, err := serve.New(cfg)
 	if err != nil {
 		return clix.UsageError(err)
@@ -256,7 +285,8 @@ func run(c *cli.Context) error {
 	hs := srv.HTTPServer()
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go reloadOnHangup(ctx, certs, log)
+	live := newLiveConfig(c, src, level, tenants, srv, log)
+	go reloadOnHangup(ctx, certs, live, log)
 	errc := make(chan error, 2)
 	scheme := "http"
 	if certs != nil {
@@ -278,12 +308,17 @@ func run(c *cli.Context) error {
 		go func() { errc <- ms.Serve(ml) }()
 		log.Info("serving /metrics without a key", "listen", ml.Addr().String())
 	}
-	log.Info("serving", "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
+	// Under systemd (Type=notify), the unit is started once the
+	// listener accepts: a client that waited for systemctl start is
+	// answered.
+	notify(log, daemon.SdNotifyReady, "STATUS=serving on "+l.Addr().String())
+	log.Info("serving", "version", bi.Version, "commit", bi.Commit, "runsc", cfg.Version.Runsc, "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	notify(log, daemon.SdNotifyStopping, "STATUS=shutting down")
 	log.Info("shutting down: open requests may finish; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
 	defer cancel()
@@ -389,4 +424,12 @@ func templateStarts(templates map[string]string, starts, readies []string) (map[
 		t.Ready = rc
 	}
 	return out, nil
+}
+
+// notify tells the service manager the server's state (sd_notify(3)),
+// when $NOTIFY_SOCKET names one; without it, it does nothing.
+func notify(log *slog.Logger, states ...string) {
+	if _, err := daemon.SdNotify(false, strings.Join(states, "\n")); err != nil {
+		log.Warn("could not notify the service manager", "socket", os.Getenv("NOTIFY_SOCKET"), "error", err)
+	}
 }

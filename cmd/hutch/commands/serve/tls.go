@@ -9,7 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/serve/certs"
 )
@@ -76,10 +78,11 @@ signed by it. Clients must trust the CA (it can sign for %[1]s and loopback only
 	return nil, nil
 }
 
-// reloadOnHangup loads the certificate files again on each SIGHUP until
-// ctx ends: new connections get the new certificate, open ones keep
-// theirs. A pair that does not load leaves the old one served.
-func reloadOnHangup(ctx context.Context, r *certs.Reloader, log *slog.Logger) {
+// reloadOnHangup reads the config file and the certificate files again
+// on each SIGHUP until ctx ends. New connections get the new certificate,
+// open ones keep theirs; a pair that does not load leaves the old one
+// served.
+func reloadOnHangup(ctx context.Context, r *certs.Reloader, live *liveConfig, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -89,18 +92,35 @@ func reloadOnHangup(ctx context.Context, r *certs.Reloader, log *slog.Logger) {
 			return
 		case <-hup:
 		}
-		if r == nil {
-			log.Info("SIGHUP: nothing to reload (no TLS)")
-			continue
-		}
-		if err := r.Reload(); err != nil {
-			log.Error("SIGHUP: the TLS certificate did not reload; the old one is still served", "error", err)
-			continue
-		}
-		leaf := r.Certificate().Leaf
-		log.Info("SIGHUP: reloaded the TLS certificate", "serial", leaf.SerialNumber.Text(16), "not_after", leaf.NotAfter)
-		if w := certs.Expired(leaf); w != "" {
-			log.Warn(w)
-		}
+		notify(log, daemon.SdNotifyReloading, fmt.Sprintf("MONOTONIC_USEC=%d", monotonicUsec()))
+		live.reload()
+		reloadCert(r, log)
+		notify(log, daemon.SdNotifyReady, "STATUS=reloaded")
 	}
+}
+
+// reloadCert loads the certificate files of r again, if any.
+func reloadCert(r *certs.Reloader, log *slog.Logger) {
+	if r == nil {
+		return
+	}
+	if err := r.Reload(); err != nil {
+		log.Error("SIGHUP: the TLS certificate did not reload; the old one is still served", "error", err)
+		return
+	}
+	leaf := r.Certificate().Leaf
+	log.Info("SIGHUP: reloaded the TLS certificate", "serial", leaf.SerialNumber.Text(16), "not_after", leaf.NotAfter)
+	if w := certs.Expired(leaf); w != "" {
+		log.Warn(w)
+	}
+}
+
+// monotonicUsec is CLOCK_MONOTONIC in microseconds, which systemd wants
+// with RELOADING=1.
+func monotonicUsec() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano() / 1000
 }

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -17,8 +19,13 @@ import (
 	"hutch.dev/hutch/engine"
 )
 
-// version is set by the build (-ldflags -X).
-var version = ""
+// Set by the build (-ldflags -X): the version, the commit and the build
+// date (RFC 3339, UTC).
+var (
+	version   = ""
+	commit    = ""
+	buildDate = ""
+)
 
 // Version is hutch's version: the build's stamp, else the module version.
 func Version() string {
@@ -31,23 +38,89 @@ func Version() string {
 	return "dev"
 }
 
+// Info is what a hutch build is: `hutch version`, `hutch --version`, and
+// the API's GET /version.
+type Info struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	BuildDate string `json:"buildDate"`
+	Go        string `json:"goVersion"`
+	Platform  string `json:"platform"`
+	// Runsc is `runsc --version`'s first line, "" where none was found.
+	Runsc     string `json:"runscVersion,omitempty"`
+	RunscPath string `json:"runscPath,omitempty"`
+}
+
+// BuildInfo is this build's Info, without runsc's version.
+func BuildInfo() Info {
+	i := Info{Version: Version(), Commit: commit, BuildDate: buildDate, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && i.Commit == "" {
+				i.Commit = s.Value
+			}
+		}
+	}
+	if i.Commit == "" {
+		i.Commit = "unknown"
+	}
+	if i.BuildDate == "" {
+		i.BuildDate = "unknown"
+	}
+	return i
+}
+
+// RunscInfo is this build's Info with the version of the runsc the
+// global flags name, or the error finding or running it. It opens no
+// state root.
+func RunscInfo(c *cli.Context) (Info, error) {
+	i := BuildInfo()
+	var err error
+	i.Runsc, i.RunscPath, err = engine.RunscVersion(c.Context, c.String("runsc"))
+	return i, err
+}
+
+// Write writes i as `hutch version` prints it: "hutch VERSION" first.
+func (i Info) Write(w io.Writer) {
+	fmt.Fprintf(w, "hutch %s\n", i.Version)
+	fmt.Fprintf(w, "  commit:  %s\n", i.Commit)
+	fmt.Fprintf(w, "  built:   %s\n", i.BuildDate)
+	fmt.Fprintf(w, "  go:      %s %s\n", i.Go, i.Platform)
+	if i.Runsc != "" {
+		fmt.Fprintf(w, "  runsc:   %s (%s)\n", i.Runsc, i.RunscPath)
+	}
+}
+
+// PrintVersion is --version: what `hutch version` prints, with why runsc
+// was not found instead of its version if it was not.
+func PrintVersion(c *cli.Context) {
+	i, err := RunscInfo(c)
+	i.Write(c.App.Writer)
+	if err != nil {
+		fmt.Fprintf(c.App.Writer, "  runsc:   not found: %v\n", err)
+	}
+}
+
 // Commands are version, doctor, ca and migrate.
 var Commands = []*cli.Command{versionCommand, doctorCommand, caCommand, secretCommand, resolverCommand, migrateCommand}
 
 var versionCommand = &cli.Command{
 	Name:  "version",
-	Usage: "print the versions of hutch and runsc",
+	Usage: "print the versions of hutch (commit, build date, Go) and runsc",
+	Flags: []cli.Flag{clix.FormatFlag},
 	Action: func(c *cli.Context) error {
-		fmt.Fprintf(c.App.Writer, "hutch %s\n", Version())
-		e, err := clix.Engine(c)
+		asJSON, err := clix.CheckFormat(c)
 		if err != nil {
 			return err
 		}
-		v, err := e.Version(c.Context)
+		i, err := RunscInfo(c)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.App.Writer, "%s (%s)\n", v, e.RunscPath())
+		if asJSON {
+			return clix.WriteJSON(c.App.Writer, i)
+		}
+		i.Write(c.App.Writer)
 		return nil
 	},
 }
