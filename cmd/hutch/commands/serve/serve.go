@@ -261,8 +261,7 @@ func run(c *cli.Context) error {
 		audit = ""
 	}
 	cfg.AuditLog = audit
-	bi := system.BuildInfo()
-	cfg.Version = serve.Version{Version: bi.Version, Commit: bi.Commit, BuildDate: bi.BuildDate, Go: bi.Go, Platform: bi.Platform}
+	cfg.Version = system.BuildInfo().Version
 	if cfg.Engine != nil {
 		if cfg.Version.Runsc, err = cfg.Engine.Version(c.Context); err != nil {
 			return err
@@ -312,7 +311,7 @@ func run(c *cli.Context) error {
 	// listener accepts: a client that waited for systemctl start is
 	// answered.
 	notify(log, daemon.SdNotifyReady, "STATUS=serving on "+l.Addr().String())
-	log.Info("serving", "version", bi.Version, "commit", bi.Commit, "runsc", cfg.Version.Runsc, "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
+	log.Info("serving", "version", cfg.Version.Version, "commit", cfg.Version.Commit, "runsc", cfg.Version.Runsc, "listen", l.Addr().String(), "scheme", scheme, "domain", c.String("domain"), "root", root, "tenants", c.String("tenants"))
 	select {
 	case err := <-errc:
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/serve"
 )
 
 // Set by the build (-ldflags -X): the version, the commit and the build
@@ -41,19 +42,14 @@ func Version() string {
 // Info is what a hutch build is: `hutch version`, `hutch --version`, and
 // the API's GET /version.
 type Info struct {
-	Version   string `json:"version"`
-	Commit    string `json:"commit"`
-	BuildDate string `json:"buildDate"`
-	Go        string `json:"goVersion"`
-	Platform  string `json:"platform"`
-	// Runsc is `runsc --version`'s first line, "" where none was found.
-	Runsc     string `json:"runscVersion,omitempty"`
+	serve.Version
+	// RunscPath is where the runsc of Runsc was found.
 	RunscPath string `json:"runscPath,omitempty"`
 }
 
 // BuildInfo is this build's Info, without runsc's version.
 func BuildInfo() Info {
-	i := Info{Version: Version(), Commit: commit, BuildDate: buildDate, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	i := Info{Version: serve.Version{Version: Version(), Commit: commit, BuildDate: buildDate, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && i.Commit == "" {
