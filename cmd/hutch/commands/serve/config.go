@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -334,6 +335,25 @@ func current(c *cli.Context, s setting) []string {
 
 // defaultValue is the flag's own default, as text.
 func defaultValue(f cli.Flag) []string {
+	if v, ok := flagDefaults[f]; ok {
+		return v
+	}
+	return currentValue(f)
+}
+
+// flagDefaults holds each setting's flag default as defined, taken before
+// any command line is parsed: urfave/cli writes a value it finds in the
+// environment into the flag's own Value, and the file and the man page
+// must show the default whatever ran before in the same process.
+var flagDefaults = func() map[cli.Flag][]string {
+	m := map[cli.Flag][]string{}
+	for _, s := range settings() {
+		m[s.flag] = currentValue(s.flag)
+	}
+	return m
+}()
+
+func currentValue(f cli.Flag) []string {
 	switch f := f.(type) {
 	case *cli.StringFlag:
 		return []string{f.Value}
@@ -349,7 +369,7 @@ func defaultValue(f cli.Flag) []string {
 		if f.Value == nil {
 			return nil
 		}
-		return f.Value.Value()
+		return slices.Clone(f.Value.Value())
 	}
 	return nil
 }
