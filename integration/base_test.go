@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,19 @@ npm pack --silent >/dev/null
 cd ~/n/app && echo '{"name":"app","version":"1.0.0"}' > package.json
 npm install --offline --no-audit --no-fund --silent ../lib/hello-hutch-1.0.0.tgz
 node -e 'console.log(require("hello-hutch")())'
+`
+
+// loginShellCompare prints, for user $1, what a login shell is (its
+// environment, options and umask) with the image's /etc/profile, then the
+// same with Debian's own, which it puts back in place for the while.
+const loginShellCompare = `set -e
+state() { su -s /bin/bash -c 'bash -l -c "env; shopt; set -o; echo umask \$(umask)" | grep -v "^_=" | sort' "$1"; }
+state "$1"
+echo "--- with Debian's /etc/profile"
+cp /etc/profile /tmp/profile.ours
+cp /usr/share/base-files/profile /etc/profile
+state "$1" || true
+cp /tmp/profile.ours /etc/profile
 `
 
 // On a fresh root the first sandbox without --image builds the default
@@ -70,6 +84,19 @@ func TestBaseImage(t *testing.T) {
 	}
 	if out := e.ok("exec", id, "--", "gcc", "--version"); !strings.Contains(out, "gcc") {
 		t.Fatalf("build-essential: %q", out)
+	}
+	// E2B's SDK runs every command in a login shell. It starts no process
+	// of its own (Debian's /etc/profile ran id(1)), and it is the shell
+	// Debian's own /etc/profile gives, for the user and for root.
+	if trace := e.run(nil, "exec", id, "--", "bash", "-l", "-x", "-c", "true"); trace.code != 0 || strings.Contains(trace.stderr, "id -u") {
+		t.Fatalf("a login shell runs id(1) at startup:\n%s", trace)
+	}
+	for _, user := range []string{"user", "root"} {
+		out := e.ok("exec", "--user", "root", id, "--", "bash", "-c", loginShellCompare, "compare", user)
+		ours, debians, ok := strings.Cut(out, "--- with Debian's /etc/profile\n")
+		if !ok || ours != debians || !regexp.MustCompile(`(?m)^login_shell\s+on$`).MatchString(ours) {
+			t.Fatalf("a login shell as %s differs from Debian's:\n%s", user, out)
+		}
 	}
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
