@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"maps"
 	"os"
@@ -73,6 +75,8 @@ type processService struct {
 	// mu guards tables.
 	mu     sync.Mutex
 	tables map[string]*procTable
+	// tracer makes each command's span, from its start to its exit.
+	tracer trace.Tracer
 }
 
 // newProcessService runs commands with p.
@@ -81,6 +85,7 @@ func newProcessService(p placement.Processes) *processService {
 		start: p.Start, supervise: p.Supervise, stat: p.Stat, home: p.Home,
 		grace:  subscriberGrace,
 		tables: map[string]*procTable{},
+		tracer: tracerOf(nil),
 	}
 }
 
@@ -174,6 +179,10 @@ type proc struct {
 	// a status of 128+N caused by it from an exit status.
 	sigMu sync.Mutex
 	sent  syscall.Signal
+
+	// span is the command's span, ended by reap; nil for a command
+	// adopted after a resume or a restart.
+	span trace.Span
 }
 
 // requestSandbox is the sandbox the router resolved for the request.
@@ -290,6 +299,14 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	sub := p.hub.subscribe()
 	defer p.hub.unsubscribe(sub)
 
+	// The command's span lasts until it exits (reap), which may be
+	// after this request ends. It names the program, not its arguments.
+	tracer := s.tracer
+	if tracer == nil {
+		tracer = tracerOf(nil)
+	}
+	_, p.span = tracer.Start(ctx, "process", trace.WithAttributes(
+		attrSandbox.String(id), attrCommand.String(cfg.GetCmd()), attribute.Bool("hutch.process.pty", p.tty)))
 	t := s.table(id)
 	var cmd placement.Command
 	if s.supervise != nil {
@@ -305,10 +322,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		if stdinR != nil {
 			stdinR.Close()
 		}
+		endSpan(p.span, err)
 		return connectError(err)
 	}
 	p.cmd = cmd
 	p.pid = uint32(cmd.Pid())
+	p.span.SetAttributes(attrPID.Int(int(p.pid)))
 	if p.pid != 0 {
 		t.mu.Lock()
 		t.procs[p.pid] = p
@@ -340,6 +359,16 @@ func (s *processService) reap(t *procTable, p *proc, stdinR *os.File) {
 		delete(t.procs, p.pid)
 	}
 	t.mu.Unlock()
+	if p.span != nil {
+		spanErr := err
+		if errors.Is(err, engine.ErrDetached) {
+			p.span.SetAttributes(attribute.Bool("hutch.process.detached", true))
+			spanErr = nil
+		} else {
+			p.span.SetAttributes(attrExitCode.Int(code))
+		}
+		endSpan(p.span, spanErr)
+	}
 	if errors.Is(err, engine.ErrDetached) {
 		// It goes on in the sandbox, where the next request finds it.
 		p.hub.detach()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"net/http"
 	"net/url"
 	"slices"
@@ -40,7 +41,13 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	}
 	defer release()
 	start := time.Now()
-	sb, err := s.place.Create(context.WithoutCancel(r.Context()), prep)
+	ctx, span := s.tracer.Start(r.Context(), "sandbox.create",
+		trace.WithAttributes(attrTemplate.String(req.TemplateID), attrTenant.String(tenantName)))
+	sb, err := s.place.Create(context.WithoutCancel(ctx), prep)
+	if err == nil {
+		span.SetAttributes(attrSandbox.String(sb.ID))
+	}
+	endSpan(span, err)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -99,6 +100,9 @@ type Config struct {
 	WebhookAllow []string
 	// Version is what GET /version answers: the server's build.
 	Version Version
+	// Tracer, if set, traces every request, create and command (see
+	// trace.go); nil traces nothing.
+	Tracer trace.TracerProvider
 	// MaxUntrustedConns bounds the connections of one client address
 	// that have not presented a valid key or token: past it the oldest
 	// is closed (Listener). 0: 128.
@@ -134,9 +138,11 @@ type Server struct {
 	// ports are the transports of the port routing (proxy.go).
 	ports portTransports
 	envd  http.Handler
-	api   http.Handler
-	front front
-	conns *connLimiter
+	// tracer makes the spans of requests, creates and commands.
+	tracer trace.Tracer
+	api    http.Handler
+	front  front
+	conns  *connLimiter
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -242,6 +248,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, place: place, log: cfg.Logger, audit: audit, tokens: tokens,
+		tracer:   tracerOf(cfg.Tracer),
 		metrics:  newMetrics(),
 		history:  newHistory(historySamples),
 		front:    fr,
@@ -260,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	go s.events.reconcile(ctx)
 	s.procs = newProcessService(s.place.Processes())
+	s.procs.tracer = s.tracer
 	envd := http.NewServeMux()
 	if fsh := s.place.Filesystem(); fsh != nil {
 		envd.Handle(filesystempbconnect.NewFilesystemHandler(fsh, connect.WithReadMaxBytes(1<<20)))
@@ -302,6 +310,10 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		plane := "api"
+		ctx, span := s.startRequestSpan(r)
+		r = r.WithContext(ctx)
+		var sandbox string
+		var port int
 		s.conns.serving(r.Context(), true)
 		defer s.conns.serving(r.Context(), false)
 		// What follows the headers is read within the body timeout,
@@ -309,12 +321,13 @@ func (s *Server) Handler() http.Handler {
 		_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.BodyTimeout)) // not every writer can (tests' recorders)
 		if status, msg := s.front.check(r); status != 0 {
 			writeError(rw, status, msg)
-		} else if id, port, ok := s.sandboxOf(r); ok {
-			plane = "sandbox"
-			s.serveSandbox(rw, r, id, port)
+		} else if id, p, ok := s.sandboxOf(r); ok {
+			plane, sandbox, port = "sandbox", id, p
+			s.serveSandbox(rw, r, id, p)
 		} else {
 			s.api.ServeHTTP(rw, r)
 		}
+		endRequestSpan(span, r, plane, sandbox, port, rw.status)
 		s.metrics.observe(plane, r.Method, rw.status, time.Since(start))
 		s.log.Debug("request", "plane", plane, "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", rw.status, "duration", time.Since(start))
 	})

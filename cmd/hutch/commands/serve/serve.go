@@ -84,6 +84,7 @@ var serveFlags = withServeEnv([]cli.Flag{
 	&cli.StringFlag{Name: "audit-log", Usage: "JSON lines of every mutating call (default: serve/audit.log under the state root; - for none)"},
 	&cli.StringFlag{Name: "audit-log-max-size", Value: "100m", Usage: "size past which the audit log is rotated to FILE.1, FILE.2, ..."},
 	&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
+	&cli.StringFlag{Name: "otlp-endpoint", Usage: "send OpenTelemetry traces of requests, creates and commands to this OTLP/HTTP URL, e.g. http://127.0.0.1:4318/v1/traces (default off; OTEL_EXPORTER_OTLP_ENDPOINT also turns it on)"},
 	&cli.StringSliceFlag{Name: "webhook-allow", Usage: "a destination tenants' webhooks may deliver to: CIDR, address or host name (repeatable; default none, so no webhook can be registered)"},
 	&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 	&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
@@ -266,6 +267,14 @@ func run(c *cli.Context) error {
 		if cfg.Version.Runsc, err = cfg.Engine.Version(c.Context); err != nil {
 			return err
 		}
+	}
+	tp, endTracing, err := tracing(c.Context, c.String("otlp-endpoint"), o("otlp-endpoint"), cfg.Version.Version, log)
+	if err != nil {
+		return clix.UsageError(err)
+	}
+	defer endTracing()
+	if tp != nil {
+		cfg.Tracer = tp
 	}
 	srv, err := serve.New(cfg)
 	if err != nil {
