@@ -78,7 +78,7 @@ func RunscInfo(c *cli.Context) (Info, error) {
 
 // Write writes i as `hutch version` prints it: "hutch VERSION" first.
 func (i Info) Write(w io.Writer) {
-	fmt.Fprintf(w, "hutch %s\n", i.Version)
+	fmt.Fprintf(w, "hutch %s\n", i.Version.Version)
 	fmt.Fprintf(w, "  commit:  %s\n", i.Commit)
 	fmt.Fprintf(w, "  built:   %s\n", i.BuildDate)
 	fmt.Fprintf(w, "  go:      %s %s\n", i.Go, i.Platform)
