@@ -41,6 +41,17 @@ type Daemon struct {
 	Platform string
 	// Idle is how long the daemon outlives its last build; 0: DefaultIdle.
 	Idle time.Duration
+	// Allow is the daemon's build allow list (policy.ParseAllow rules):
+	// with any, each RUN step gets a network of its own in mode allow
+	// with these rules (stepnet.go); without, steps have none. Root
+	// only.
+	Allow []string
+	// DNS are the upstream servers the steps' resolvers forward to;
+	// none: the host's.
+	DNS []string
+	// CABundle is a file of the CA certificates steps with a network
+	// trust, put over the image's bundle; empty: the image's own.
+	CABundle string
 }
 
 // socketName is the daemon's socket in Dir. buildkitd, run in Dir, listens
@@ -58,23 +69,7 @@ func (d *Daemon) Addr() string { return "unix://" + d.socket() }
 // Dial connects to the daemon's socket; a BuildKit client takes it as
 // its dialer (client.WithContextDialer).
 func (d *Daemon) Dial(ctx context.Context, _ string) (net.Conn, error) {
-	return dialUnix(ctx, d.socket())
-}
-
-// dialUnix connects to the unix socket at path. A path too long for a
-// socket address is reached through /proc's name for a descriptor of the
-// socket file.
-func dialUnix(ctx context.Context, path string) (net.Conn, error) {
-	var dialer net.Dialer
-	if len(path) < len(unix.RawSockaddrUnix{}.Path) {
-		return dialer.DialContext(ctx, "unix", path)
-	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "dial", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	return dialer.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+	return ociworker.DialUnix(ctx, d.socket())
 }
 
 func (d *Daemon) idle() time.Duration {
@@ -161,6 +156,15 @@ func (d *Daemon) start(ctx context.Context) error {
 		"--runsc", d.Runsc, "--idle", d.idle().String()}
 	if d.Platform != "" {
 		args = append(args, "--platform", d.Platform)
+	}
+	for _, a := range d.Allow {
+		args = append(args, "--allow", a)
+	}
+	for _, a := range d.DNS {
+		args = append(args, "--dns", a)
+	}
+	if d.CABundle != "" {
+		args = append(args, "--ca-bundle", d.CABundle)
 	}
 	cmd := exec.Command(d.Supervisor, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -270,6 +274,22 @@ func Supervise(ctx context.Context, d Daemon) error {
 	}
 	defer os.Remove(d.path("supervisor.pid"))
 	worker := ociworker.Config{Runsc: d.Runsc, Root: d.path("runsc"), Platform: d.Platform, Rootless: rootless}
+	var nets *stepNets
+	if len(d.Allow) > 0 {
+		if rootless {
+			return fmt.Errorf("build steps with network (an allow list) need root: %w", errdefs.ErrInvalidArgument)
+		}
+		var err error
+		if nets, err = newStepNets(ctx, d.path("steps"), d.Allow, d.DNS); err != nil {
+			return err
+		}
+		defer nets.teardownAll(context.WithoutCancel(ctx))
+		if err := nets.listen(ctx, d.path(netSocketName)); err != nil {
+			return err
+		}
+		defer os.Remove(d.path(netSocketName))
+		worker.Net, worker.CABundle = d.path(netSocketName), d.CABundle
+	}
 	if rootless {
 		// The daemon's PID namespace ended every step's sandbox with
 		// it; what is left is runsc's state, owned by the user.
@@ -309,8 +329,8 @@ func Supervise(ctx context.Context, d Daemon) error {
 	} else {
 		cmd = exec.Command(args[0], args[1:]...)
 		// No network: the daemon resolves images only from hutch's
-		// store, and build steps run with gVisor's --network=none
-		// anyway. Its own mount namespace (private: Go remounts /
+		// store, and build steps run with gVisor's --network=none,
+		// or in a step network of their own (stepnet.go). Its own mount namespace (private: Go remounts /
 		// with MS_PRIVATE for CLONE_NEWNS in Unshareflags): the
 		// snapshot mounts of its steps never show on the host and
 		// vanish with it, even when it is killed.

@@ -7,7 +7,10 @@
 // (Supervise, the hutch-buildkitd binary), which stops it when it has been
 // idle for a while. That buildkitd has no network (its own network
 // namespace), and its OCI worker runs every RUN step under gVisor through
-// hutch-buildkit-runtime (buildimg/ociworker). For an unprivileged user
+// hutch-buildkit-runtime (buildimg/ociworker). A daemon with a build
+// allow list (Daemon.Allow, one daemon per list) gives each RUN step a
+// sandbox network of its own in mode allow, made by the assembly in the
+// supervisor (stepnet.go; docs/decisions/0056-build-step-network.md). For an unprivileged user
 // the supervisor runs buildkitd as root of user, mount, network and PID
 // namespaces of the user's own, mapped to the user's subordinate IDs
 // (rootless.go; docs/decisions/0027-rootless-builds.md); its RUN steps

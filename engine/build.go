@@ -31,6 +31,14 @@ type BuildRequest struct {
 	// Status, if set, receives BuildKit's progress and is closed when the
 	// build ends.
 	Status chan *client.SolveStatus
+	// Allow is the build allow list (policy.ParseAllow rules): with any,
+	// every RUN step gets a network of its own that reaches only what
+	// the rules name, as a sandbox's --net allow, and trusts the host's
+	// CA certificates. Without, steps have no network. Root only.
+	Allow []string
+	// DNS are the upstream servers the steps' resolvers ask; none: the
+	// host's. Only with Allow.
+	DNS []string
 }
 
 // BaseRequest is a build of the default image.
@@ -65,8 +73,20 @@ func (e *Engine) builder() *buildimg.Builder {
 // gVisor. FROM names images as --image does (Image): the engine's store,
 // then the shared one; the default image is built first if missing. Bad
 // input fails before any build starts; on any error nothing is tagged.
+// With req.Allow, the build runs on the daemon of that allow list
+// (netBuilder).
 func (e *Engine) Build(ctx context.Context, req BuildRequest) (overlay.Image, error) {
-	return e.builder().Build(ctx, buildimg.Options{
+	b := e.builder()
+	if len(req.Allow) > 0 || len(req.DNS) > 0 {
+		var err error
+		if b, err = e.netBuilder(req.Allow, req.DNS); err != nil {
+			if req.Status != nil {
+				close(req.Status)
+			}
+			return overlay.Image{}, err
+		}
+	}
+	return b.Build(ctx, buildimg.Options{
 		ContextDir: req.ContextDir, Dockerfile: req.Dockerfile, Tag: req.Tag,
 		BuildArgs: req.BuildArgs, Labels: req.Labels, Status: req.Status, Image: e.Image,
 	})
@@ -152,9 +172,16 @@ func (e *Engine) NeedDefaultImage(ctx context.Context, req CreateRequest) (Defau
 	return DefaultImageBuild, nil
 }
 
-// StopBuilder stops the buildkitd hutch runs for this root, if it runs.
+// StopBuilder stops the buildkitds hutch runs for this root, if they run:
+// the one without network and those of build allow lists.
 func (e *Engine) StopBuilder(ctx context.Context) error {
-	return e.builder().Daemon.Stop(ctx)
+	err := e.builder().Daemon.Stop(ctx)
+	for _, d := range e.netDaemonDirs() {
+		b := e.builder()
+		b.Daemon.Dir = d
+		err = errors.Join(err, b.Daemon.Stop(ctx))
+	}
+	return err
 }
 
 // BuilderCheck says what is missing for this engine to build images (and

@@ -67,6 +67,9 @@ type Image struct {
 	// SourceSnapshot, or the registry reference it was pulled from. Empty
 	// for images stored before sources were recorded.
 	Source string
+	// Tagged is when Name was last pointed at this image; zero for
+	// images tagged before it was recorded.
+	Tagged time.Time
 }
 
 // Sources of images other than registries.
@@ -78,6 +81,9 @@ const (
 
 // annotationSource, on an index.json entry, records Image.Source.
 const annotationSource = "dev.hutch.image.source"
+
+// annotationTagged, on an index.json entry, records Image.Tagged.
+const annotationTagged = "dev.hutch.image.tagged"
 
 // Open opens the store rooted at root, creating the directory layout if it
 // is missing. Opening is cheap; a process may open the same root many times.
@@ -231,6 +237,9 @@ func (s *Store) loadImage(ctx context.Context, name string, desc ocispec.Descrip
 		Size:    desc.Size + m.Config.Size,
 		Source:  desc.Annotations[annotationSource],
 	}
+	if t, err := time.Parse(time.RFC3339Nano, desc.Annotations[annotationTagged]); err == nil {
+		img.Tagged = t
+	}
 	for _, l := range m.Layers {
 		img.Size += l.Size
 	}
@@ -333,7 +342,7 @@ func (s *Store) tag(name string, desc ocispec.Descriptor, source string) error {
 		MediaType:   desc.MediaType,
 		Digest:      desc.Digest,
 		Size:        desc.Size,
-		Annotations: map[string]string{ocispec.AnnotationRefName: name},
+		Annotations: map[string]string{ocispec.AnnotationRefName: name, annotationTagged: time.Now().UTC().Format(time.RFC3339Nano)},
 	}
 	if source != "" {
 		entry.Annotations[annotationSource] = source
@@ -346,6 +355,38 @@ func (s *Store) tag(name string, desc ocispec.Descriptor, source string) error {
 	}
 	idx.Manifests = append(kept, entry)
 	return s.writeIndexLocked(idx)
+}
+
+// Tag points name at the image src names, as it was stored (its source
+// kept). A name that names another image is moved. An unknown src wraps
+// errdefs.ErrNotFound.
+func (s *Store) Tag(ctx context.Context, src, name string) (Image, error) {
+	src, err := ParseName(src)
+	if err != nil {
+		return Image{}, err
+	}
+	if name, err = ParseName(name); err != nil {
+		return Image{}, err
+	}
+	gc, err := lockPath(s.gcLockPath(), unix.LOCK_SH)
+	if err != nil {
+		return Image{}, err
+	}
+	defer gc.Unlock()
+	idx, err := s.readIndex()
+	if err != nil {
+		return Image{}, err
+	}
+	for _, d := range idx.Manifests {
+		if d.Annotations[ocispec.AnnotationRefName] != src {
+			continue
+		}
+		if err := s.tag(name, d, d.Annotations[annotationSource]); err != nil {
+			return Image{}, fmt.Errorf("image %s: %w", name, err)
+		}
+		return s.Get(ctx, name)
+	}
+	return Image{}, notFound(src)
 }
 
 // untag removes name from the index; it wraps errdefs.ErrNotFound if absent.

@@ -518,3 +518,35 @@ func mustGet(t testing.TB, s *Store, name string) Image {
 	}
 	return img
 }
+
+// Tag points a second name at an image as stored, moves a name that
+// named another, records when, and refuses an unknown source.
+func TestTag(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	ar, _ := simpleArchive(t, layer{tar: baseLayer(t)})
+	importBytes(t, s, "app:v1", ar)
+	ar2, _ := simpleArchive(t, layer{tar: makeTar(t, file("x", "y"))})
+	importBytes(t, s, "app:v2", ar2)
+	v1 := mustGet(t, s, "app:v1")
+	before := time.Now().Add(-time.Second)
+	img, err := s.Tag(ctx, "app:v1", "app:stable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Name != "app:stable" || img.Digest != v1.Digest || img.Source != v1.Source || img.Tagged.Before(before) {
+		t.Fatalf("Tag gave %+v, want v1's image tagged now", img)
+	}
+	if _, err := s.Tag(ctx, "app:v2", "app:stable"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "app:stable"); got.Digest != mustGet(t, s, "app:v2").Digest {
+		t.Fatal("Tag did not move the name")
+	}
+	if _, err := s.Tag(ctx, "app:none", "app:x"); !errdefs.IsNotFound(err) {
+		t.Fatalf("Tag of an unknown image: %v, want not found", err)
+	}
+	if imgs, _ := s.List(ctx); len(imgs) != 3 {
+		t.Fatalf("List has %d images, want 3", len(imgs))
+	}
+}

@@ -98,7 +98,10 @@ func (s *Server) routes() http.Handler {
 	handle("GET /templates/{templateID}/files/{hash}", false, s.fileUploadLink)
 	handle("POST /v2/templates/{templateID}/builds/{buildID}", true, s.startBuild)
 	handle("GET /templates/{templateID}/builds/{buildID}/status", false, s.buildStatus)
-	handle("GET /templates/aliases/{alias}", false, s.templateAlias)
+	// GET /templates/aliases/{alias} and /templates/{templateID}/tags.
+	handle("GET /templates/{templateID}/{sub}", false, s.templateSub)
+	handle("POST /templates/tags", true, s.assignTags)
+	handle("DELETE /templates/tags", true, s.deleteTags)
 	// The upload URL fileUploadLink signs: its token is the credential.
 	mux.HandleFunc("PUT /template-files/{tenant}/{hash}", s.uploadFile)
 	handle("POST /volumes", true, needs(placement.FeatureVolumes, "volumes", s.createVolume))

@@ -61,6 +61,8 @@ type build struct {
 	// labels are the image's: the start command and ready check, and
 	// labelBuild.
 	labels map[string]string
+	// tags are the template's tags the build gets besides its image's.
+	tags []string
 }
 
 type buildLogEntry struct {
@@ -204,7 +206,7 @@ func (s *Server) requestBuild(r *http.Request, tenantName string) (int, any, err
 			tags = append(tags, t)
 		}
 	}
-	b := &build{tenant: tenantName, templateID: id, buildID: randomUUID(), image: tenantImage(tenantName, id+":"+tag), status: "waiting"}
+	b := &build{tenant: tenantName, templateID: id, buildID: randomUUID(), image: tenantImage(tenantName, id+":"+tag), status: "waiting", tags: tags[1:]}
 	s.builds.mu.Lock()
 	if s.builds.m == nil {
 		s.builds.m, s.builds.running = map[string]*build{}, map[string]string{}
@@ -425,6 +427,12 @@ func (s *Server) startBuild(r *http.Request, tenantName string) (int, any, error
 		defer os.RemoveAll(dir)
 		defer release()
 		err := bld.buildTemplate(s.stopCtx, b, dir)
+		if tg, ok := s.place.(tagger); ok && err == nil && len(b.tags) > 0 {
+			_, tag, _ := strings.Cut(strings.TrimPrefix(b.image, tenantImage(tenantName, "")), ":")
+			if _, err = tg.tagTemplate(s.stopCtx, tenantName, b.templateID, tag, b.tags); err != nil {
+				err = fmt.Errorf("tagging the build %s: %w", strings.Join(b.tags, ", "), err)
+			}
+		}
 		b.finish(err)
 		s.builds.mu.Lock()
 		delete(s.builds.running, tenantName)
@@ -480,14 +488,18 @@ func (s *Server) buildStatus(r *http.Request, tenantName string) (int, any, erro
 
 // templateAlias is GET /templates/aliases/{alias}: the tenant's template
 // of that name, or 404 (another tenant's too).
-func (s *Server) templateAlias(r *http.Request, tenantName string) (int, any, error) {
-	alias := r.PathValue("alias")
+func (s *Server) templateAlias(r *http.Request, tenantName, alias string) (int, any, error) {
 	if err := checkTemplateID(alias); err != nil {
 		return 0, nil, err
 	}
 	ok, err := s.place.HasSnapshot(r.Context(), tenantName, alias)
 	if err != nil {
 		return 0, nil, err
+	}
+	if tg, isTagger := s.place.(tagger); !ok && isTagger && !strings.Contains(alias, ":") {
+		// A template whose builds all have other tags than latest.
+		tags, _ := tg.templateTags(r.Context(), tenantName, alias)
+		ok = len(tags) > 0
 	}
 	if !ok {
 		return 0, nil, fmt.Errorf("template %q not found: %w", alias, errdefs.ErrNotFound)

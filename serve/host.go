@@ -42,6 +42,9 @@ type hostPlacement struct {
 	dialers map[string]*engine.PortDialer
 	// netRate limits what each sandbox with network sends (Config.NetRate).
 	netRate int64
+	// buildAllow and buildDNS are the network of template builds' steps
+	// (Config.BuildAllow).
+	buildAllow, buildDNS []string
 }
 
 var _ placement.Placement = (*hostPlacement)(nil)

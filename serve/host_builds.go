@@ -64,6 +64,7 @@ func (h *hostPlacement) buildTemplate(ctx context.Context, b *build, dir string)
 	go func() {
 		defer close(done)
 		seen := map[string]bool{}
+		partial := map[string]string{}
 		bad := 0
 		for st := range ch {
 			for _, v := range st.Vertexes {
@@ -80,14 +81,27 @@ func (h *hostPlacement) buildTemplate(ctx context.Context, b *build, dir string)
 				}
 			}
 			for _, l := range st.Logs {
-				for _, line := range strings.Split(strings.TrimRight(string(l.Data), "\n"), "\n") {
+				// A step's output comes in chunks that may end
+				// inside a line: an entry is a whole line.
+				k := l.Vertex.String()
+				data := partial[k] + string(l.Data)
+				lines := strings.Split(data, "\n")
+				partial[k] = lines[len(lines)-1]
+				for _, line := range lines[:len(lines)-1] {
 					b.log("info", "", line)
 				}
 			}
 		}
+		for _, rest := range partial {
+			if rest != "" {
+				b.log("info", "", rest)
+			}
+		}
 		failed <- bad
 	}()
-	_, err := h.eng.Build(ctx, engine.BuildRequest{ContextDir: dir, Tag: b.image, Labels: labels, Status: ch})
+	_, err := h.eng.Build(ctx, engine.BuildRequest{
+		ContextDir: dir, Tag: b.image, Labels: labels, Status: ch, Allow: h.buildAllow, DNS: h.buildDNS,
+	})
 	<-done
 	if n := <-failed; err != nil {
 		if n > 0 {

@@ -98,6 +98,12 @@ type Config struct {
 	// CIDRs, addresses and host names. Empty: no webhook can be
 	// registered.
 	WebhookAllow []string
+	// BuildAllow is the build allow list (engine.BuildRequest.Allow):
+	// what the RUN steps of template builds reach (aptInstall,
+	// pipInstall and npmInstall need their index on it). Empty: steps
+	// have no network. BuildDNS are the steps' upstream DNS servers;
+	// none: the host's.
+	BuildAllow, BuildDNS []string
 	// Version is what GET /version answers: the server's build.
 	Version Version
 	// Tracer, if set, traces every request, create and command (see
@@ -207,7 +213,9 @@ func New(cfg Config) (*Server, error) {
 		// Warm pools this server claims from refill in its own
 		// goroutines, not in detached helpers.
 		engine.FillPoolsInProcess()
-		place = newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches, cfg.NetRate)
+		hp := newHostPlacement(cfg.Engine, cfg.Logger, cfg.Watches, cfg.NetRate)
+		hp.buildAllow, hp.buildDNS = cfg.BuildAllow, cfg.BuildDNS
+		place = hp
 	}
 	if cfg.Tenants == nil && cfg.APIKey == "" {
 		return nil, fmt.Errorf("serve: a server without tenants needs an API key (Config.APIKey): %w", errdefs.ErrInvalidArgument)

@@ -14,7 +14,8 @@
 //   - every sandbox gets --overlay2=none, so that a step's writes reach the
 //     BuildKit snapshot mounted as its rootfs (with gVisor's own overlay they
 //     stay inside the sandbox and the layer comes out empty), and
-//     --network=none: build steps have no network.
+//     --network=none: build steps have no network, unless the daemon has
+//     an allow list (below).
 //
 // Its configuration comes from the environment of buildkitd, which hutch
 // sets: EnvRunsc (the runsc binary), EnvRoot (runsc's state directory) and
@@ -22,8 +23,18 @@
 // buildkitd runs as root of an unprivileged user's namespace: runsc then
 // gets --ignore-cgroups, as the host's cgroups are not the user's).
 //
-// It knows nothing of images or of hutch's store; it only rewrites a command
-// line.
+// With EnvNet (the socket of the daemon's supervisor, which holds the
+// build allow list) each step that BuildKit gives the default network
+// gets one of its own instead: the runtime asks the supervisor for it
+// before the step starts (a namespace, link, firewall and resolver, made
+// by the assembly as for a sandbox in mode allow) and gives it back when
+// BuildKit deletes the step. The step then runs with --network=sandbox
+// in that namespace, its /etc/resolv.conf naming the step's resolver, and,
+// with EnvCABundle, trusting the host's CA bundle (net.go). A step that
+// asked for none (RUN --network=none) keeps none.
+//
+// It knows nothing of images or of hutch's store; it rewrites a command
+// line, and for a step with network the step's OCI spec.
 package ociworker
 
 import (
@@ -45,6 +56,8 @@ const (
 	EnvRoot     = "HUTCH_OCIWORKER_ROOT"
 	EnvPlatform = "HUTCH_OCIWORKER_PLATFORM"
 	EnvRootless = "HUTCH_OCIWORKER_ROOTLESS"
+	EnvNet      = "HUTCH_OCIWORKER_NET"
+	EnvCABundle = "HUTCH_OCIWORKER_CA_BUNDLE"
 )
 
 // globalWithValue are runc's global flags that take a separate value.
@@ -63,11 +76,20 @@ type Config struct {
 	Platform string
 	// Rootless adds --ignore-cgroups.
 	Rootless bool
+	// Net is the socket of the supervisor that makes steps' networks;
+	// empty: steps have none.
+	Net string
+	// CABundle is the host's CA bundle, which steps with a network
+	// trust; empty: the image's own.
+	CABundle string
 }
 
 // ConfigFromEnv reads the Config from the environment.
 func ConfigFromEnv() (Config, error) {
-	c := Config{Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform), Rootless: os.Getenv(EnvRootless) == "1"}
+	c := Config{
+		Runsc: os.Getenv(EnvRunsc), Root: os.Getenv(EnvRoot), Platform: os.Getenv(EnvPlatform),
+		Rootless: os.Getenv(EnvRootless) == "1", Net: os.Getenv(EnvNet), CABundle: os.Getenv(EnvCABundle),
+	}
 	if c.Runsc == "" || c.Root == "" {
 		return c, fmt.Errorf("%s and %s must be set (this program is run by hutch's buildkitd)", EnvRunsc, EnvRoot)
 	}
@@ -82,6 +104,13 @@ func Main() {
 		os.Exit(2)
 	}
 	args, sub, id := c.Translate(os.Args[1:])
+	if c.Net != "" {
+		var err error
+		if args, err = c.network(args, sub, id); err != nil {
+			fmt.Fprintln(os.Stderr, "hutch-buildkit-runtime:", err)
+			os.Exit(1)
+		}
+	}
 	if sub == "delete" && id != "" && !c.known(id) {
 		// Already gone: runsc deleted it when its init exited.
 		os.Exit(0)
@@ -109,6 +138,12 @@ func (c Config) Env() []string {
 	}
 	if c.Rootless {
 		env = append(env, EnvRootless+"=1")
+	}
+	if c.Net != "" {
+		env = append(env, EnvNet+"="+c.Net)
+	}
+	if c.CABundle != "" {
+		env = append(env, EnvCABundle+"="+c.CABundle)
 	}
 	return env
 }

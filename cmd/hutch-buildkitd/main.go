@@ -24,9 +24,18 @@ func main() {
 	flag.StringVar(&d.Runsc, "runsc", "", "runsc binary")
 	flag.StringVar(&d.Platform, "platform", "", "gVisor platform")
 	flag.DurationVar(&d.Idle, "idle", buildimg.DefaultIdle, "stop after this long without a build")
+	flag.Func("allow", "a rule of the build allow list: steps get a network that reaches what the rules name (repeatable)", func(v string) error {
+		d.Allow = append(d.Allow, v)
+		return nil
+	})
+	flag.Func("dns", "an upstream DNS server of the steps' resolvers (repeatable; default the host's)", func(v string) error {
+		d.DNS = append(d.DNS, v)
+		return nil
+	})
+	flag.StringVar(&d.CABundle, "ca-bundle", "", "CA bundle the steps with network trust")
 	flag.Parse()
 	if d.Dir == "" || d.Buildkitd == "" || d.Runtime == "" || d.Runsc == "" {
-		fmt.Fprintln(os.Stderr, "usage: hutch-buildkitd --dir DIR --buildkitd PATH --runtime PATH --runsc PATH [--idle D]")
+		fmt.Fprintln(os.Stderr, "usage: hutch-buildkitd --dir DIR --buildkitd PATH --runtime PATH --runsc PATH [--idle D] [--allow RULE]... [--dns IP]... [--ca-bundle FILE]")
 		os.Exit(2)
 	}
 	if err := buildimg.Supervise(context.Background(), d); err != nil {

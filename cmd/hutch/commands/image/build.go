@@ -24,14 +24,19 @@ var buildCommand = &cli.Command{
 		&cli.StringFlag{Name: "start-cmd", Usage: "make the image a template: a shell command started in every sandbox of it, whose ready moment is captured with memory once, so that its sandboxes start with it running (label " + engine.LabelStart + ")"},
 		&cli.StringFlag{Name: "ready-cmd", Usage: "when the template's start command is ready: port:PORT, url:http://127.0.0.1:PORT/PATH, file:PATH, time:DURATION, or a shell command that exits 0 (label " + engine.LabelReady + "; default time:1s)"},
 		&cli.DurationFlag{Name: "ready-timeout", Usage: "how long the ready check may take to pass (default " + engine.DefaultReadyTimeout.String() + "; label " + engine.LabelReadyTimeout + ")"},
+		&cli.StringSliceFlag{Name: "allow", Usage: "give RUN steps a network that reaches only HOST|CIDR[:PORT] (repeatable, as create's --allow; default none: steps have no network); steps with one trust the host's CA certificates"},
+		&cli.StringSliceFlag{Name: "dns", Usage: "with --allow: an upstream DNS server for the steps' resolver (repeatable; default the host's)"},
 		clix.ProgressFlag,
 	},
 	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, 1, "[-t NAME] [-f DOCKERFILE] [--build-arg K=V]... CONTEXT")
+		a, err := clix.Args(c, 1, 1, "[-t NAME] [-f DOCKERFILE] [--build-arg K=V]... [--allow RULE]... CONTEXT")
 		if err != nil {
 			return err
 		}
-		req := engine.BuildRequest{ContextDir: a[0], Dockerfile: c.String("file")}
+		req := engine.BuildRequest{ContextDir: a[0], Dockerfile: c.String("file"), Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns")}
+		if err := engine.ParseBuildAllow(req.Allow, req.DNS); err != nil {
+			return clix.UsageError(err)
+		}
 		if t := c.String("tag"); t != "" {
 			if req.Tag, err = engine.ParseImageName(t); err != nil {
 				return err

@@ -86,6 +86,8 @@ var serveFlags = withServeEnv([]cli.Flag{
 	&cli.IntFlag{Name: "audit-log-keep", Value: 5, Usage: "how many rotated audit logs to keep"},
 	&cli.StringFlag{Name: "otlp-endpoint", Usage: "send OpenTelemetry traces of requests, creates and commands to this OTLP/HTTP URL, e.g. http://127.0.0.1:4318/v1/traces (default off; OTEL_EXPORTER_OTLP_ENDPOINT also turns it on)"},
 	&cli.StringSliceFlag{Name: "webhook-allow", Usage: "a destination tenants' webhooks may deliver to: CIDR, address or host name (repeatable; default none, so no webhook can be registered)"},
+	&cli.StringSliceFlag{Name: "build-allow", Usage: "what the RUN steps of template builds may reach, HOST|CIDR[:PORT] as create's --allow (repeatable; default none: steps have no network); steps with one trust the host's CA certificates"},
+	&cli.StringSliceFlag{Name: "build-dns", Usage: "with --build-allow: an upstream DNS server of the build steps' resolver (repeatable; default the host's)"},
 	&cli.StringFlag{Name: "default-network", Value: "none", Usage: "network of a sandbox whose create asks for none: none or open"},
 	&cli.StringFlag{Name: "net-rate", Usage: "limit what each sandbox with network sends, e.g. 10mbit (default unlimited; local backend as root)"},
 	&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
@@ -180,6 +182,10 @@ func run(c *cli.Context) error {
 		Logger: log, DefaultNetwork: c.String("default-network"), AuditKeep: c.Int("audit-log-keep"),
 		Watches:      serve.WatchLimits{Tenant: c.Int("tenant-watchers"), Sandbox: c.Int("sandbox-watchers")},
 		WebhookAllow: c.StringSlice("webhook-allow"),
+		BuildAllow:   c.StringSlice("build-allow"), BuildDNS: c.StringSlice("build-dns"),
+	}
+	if err := engine.ParseBuildAllow(cfg.BuildAllow, cfg.BuildDNS); err != nil {
+		return clix.UsageError(fmt.Errorf("%s, %s: %w", o("build-allow"), o("build-dns"), err))
 	}
 	if err := checkDefaultNetwork(c.String("default-network")); err != nil {
 		return clix.UsageError(fmt.Errorf("%s: %w", o("default-network"), err))
