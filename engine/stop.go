@@ -90,6 +90,9 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 	if err := e.releaseNetwork(ctx, sb); err != nil {
 		return err
 	}
+	if err := e.removeAllCheckpointsLocked(ctx, sb); err != nil {
+		return err
+	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {
 		return err
 	}
