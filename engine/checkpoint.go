@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
+	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/overlay"
 )
 
@@ -54,6 +56,16 @@ type CheckpointInfo struct {
 	// Current: the sandbox is at this checkpoint (it was the last one
 	// taken or restored). Computed when listed.
 	Current bool `json:"current,omitempty"`
+	// Chunked: the memory is in the store's content-defined chunks,
+	// shared with every checkpoint that holds the same bytes;
+	// MemoryStored is what its chunks added to the store (the rest was
+	// there already). Whole: the memory is also on disk whole, as the
+	// checkpoint the sandbox is at keeps it for a fast restore; the
+	// others are made whole again from their chunks when restored.
+	// Computed when listed.
+	Chunked      bool  `json:"chunked,omitempty"`
+	MemoryStored int64 `json:"memoryStored,omitempty"`
+	Whole        bool  `json:"whole,omitempty"`
 }
 
 // Size is what the checkpoint holds on disk, its memory and its files.
@@ -148,6 +160,7 @@ func (e *Engine) listCheckpoints(sb *record) ([]CheckpointInfo, error) {
 			return nil, err
 		}
 		info.Current = id == sb.CheckpointHead
+		e.storageOf(&info)
 		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -233,12 +246,13 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 		return CheckpointInfo{}, err
 	}
 	keepMem, keepImg = true, true
-	// Checksummed for the restores to come: after the record, so a
-	// failure here still leaves a checkpoint a restore verifies itself.
-	if err := e.images.SealCheckpoint(ctx, mem.Digest); err != nil {
-		log.G(ctx).WithError(err).Warn("checksum a checkpoint")
+	// Checksummed and cut into chunks after this returns, by a detached
+	// hutch (StoreCheckpoints); a restore meanwhile checksums it itself.
+	e.storeCheckpointsLater(ctx, sb)
+	if err := e.save(sb); err != nil {
+		return CheckpointInfo{}, err
 	}
-	phase(ctx, "checkpoint: recorded and checksummed", start)
+	phase(ctx, "checkpoint: recorded", start)
 	if err := e.retainLocked(ctx, sb, req); err != nil {
 		return info, fmt.Errorf("checkpoint %s taken, but removing older ones failed: %w", id, err)
 	}
@@ -353,6 +367,7 @@ func (e *Engine) removeCheckpointLocked(ctx context.Context, sb *record, ck stri
 	if err := e.images.Remove(ctx, checkpointRepo+ck); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, err)
 	}
+	// images.Remove collected the chunks only the checkpoint held.
 	return errors.Join(errs...)
 }
 
@@ -427,6 +442,11 @@ func (e *Engine) Restore(ctx context.Context, ref, ck string) (*Sandbox, error) 
 	}
 	if err := e.resumeLocked(ctx, sb, mem); err != nil {
 		return nil, fmt.Errorf("restore %s to %s (it is paused there; resume retries): %w", sb.ShortID(), ck, err)
+	}
+	// The checkpoint it was at before keeps only its chunks now.
+	e.storeCheckpointsLater(ctx, sb)
+	if err := e.save(sb); err != nil {
+		return nil, err
 	}
 	if pauseOwned && pauseCk != "" && pauseCk != info.Memory {
 		if err := e.removeCheckpointLater(ctx, pauseCk); err != nil {
@@ -511,4 +531,117 @@ func (e *Engine) ForkFrom(ctx context.Context, ref, ck string, req ForkRequest) 
 		return nil, fmt.Errorf("fork from %s: %w", ck, err)
 	}
 	return e.forkCopies(ctx, sb, img, mem, n, ck)
+}
+
+// storageOf fills in how info's memory is stored.
+func (e *Engine) storageOf(info *CheckpointInfo) {
+	idx, ok, err := e.images.CheckpointChunks(info.Memory)
+	info.Chunked = ok && err == nil
+	if info.Chunked {
+		info.MemoryStored = idx.New
+	}
+	info.Whole = e.images.CheckpointWhole(info.Memory)
+}
+
+// StoreCheckpointsCommand is the hutch subcommand that checksums and
+// chunks a sandbox's checkpoints (StoreCheckpoints); its argument is the
+// sandbox ID.
+const StoreCheckpointsCommand = "__store-checkpoints"
+
+// storeCheckpointsLater has a detached hutch run StoreCheckpoints for
+// sb, recorded in sb (saved by the caller, which holds sb's lock) so that
+// a removal ends it first (stopStorer); or runs it here if none starts.
+func (e *Engine) storeCheckpointsLater(ctx context.Context, sb *record) {
+	stopStorer(sb)
+	if pid := e.spawnDetached(StoreCheckpointsCommand, sb.ID); pid != 0 {
+		sb.StorerPid = pid
+		sb.StorerStart, _ = assembly.ProcessStart(pid)
+		return
+	}
+	if err := e.storeCheckpoints(ctx, sb.ID, true); err != nil {
+		log.G(ctx).WithError(err).Warn("store checkpoints")
+	}
+}
+
+// stopStorer ends sb's checkpoint storer (StoreCheckpoints), if it runs
+// and is not the calling process, and waits for it.
+func stopStorer(sb *record) {
+	pid, start := sb.StorerPid, sb.StorerStart
+	if pid == 0 || pid == os.Getpid() {
+		return
+	}
+	sb.StorerPid, sb.StorerStart = 0, 0
+	if assembly.SameProcess(pid, start) {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		for i := 0; i < 200 && processAlive(pid) && !assembly.IsZombie(pid); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// StoreCheckpoints checksums the checkpoints of sandbox id, cuts their
+// memory into the store's chunks, and removes the whole memory of every
+// one but the checkpoint the sandbox is at (and a pause's), which stays
+// whole for a fast restore. It runs after a checkpoint or a restore
+// returns; each step does nothing if done.
+func (e *Engine) StoreCheckpoints(ctx context.Context, id string) error {
+	return e.storeCheckpoints(ctx, id, false)
+}
+
+// storeCheckpoints is StoreCheckpoints; locked says whether the caller
+// holds the sandbox's lock.
+func (e *Engine) storeCheckpoints(ctx context.Context, id string, locked bool) error {
+	sb, err := e.load(id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cks, err := e.listCheckpoints(sb)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range cks {
+		if !c.Whole || c.Chunked {
+			continue
+		}
+		err := e.images.SealCheckpoint(ctx, c.Memory)
+		if err == nil {
+			_, err = e.images.ChunkCheckpoint(ctx, c.Memory)
+		}
+		if err != nil && !errdefs.IsNotFound(err) && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("checkpoint %s: %w", c.ID, err))
+		}
+	}
+	// Evicting needs the lock: a restore or a fork reads the files.
+	if !locked {
+		unlock, err := e.lockSandbox(id)
+		if errors.Is(err, fs.ErrNotExist) {
+			return errors.Join(errs...)
+		}
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		defer unlock()
+	}
+	if sb, err = e.load(id); err != nil {
+		if errdefs.IsNotFound(err) {
+			err = nil
+		}
+		return errors.Join(append(errs, err)...)
+	}
+	if cks, err = e.listCheckpoints(sb); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, c := range cks {
+		if c.Current || !c.Whole || !c.Chunked || (sb.Paused && sb.Checkpoint == c.Memory) {
+			continue
+		}
+		if err := e.images.EvictCheckpoint(ctx, c.Memory); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint %s: %w", c.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }

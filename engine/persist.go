@@ -50,6 +50,10 @@ type PersistState struct {
 	// checkpoint tree (a restore recorded it), which keeps it after the
 	// resume.
 	CheckpointKept bool `json:"checkpointKept,omitempty"`
+	// The detached process that checksums and chunks the sandbox's
+	// checkpoints (StoreCheckpoints), which a removal ends first.
+	StorerPid   int    `json:"storerPid,omitempty"`
+	StorerStart uint64 `json:"storerStart,omitempty"`
 	// ForkedFromCheckpoint is the checkpoint this fork was made from.
 	ForkedFromCheckpoint string `json:"forkedFromCheckpoint,omitempty"`
 	// Timeout is the sandbox's lifetime (a Go duration); when Deadline

@@ -14,7 +14,10 @@ import (
 // checkpointEntry is the part of `hutch checkpoint ls --format json` the
 // tests read.
 type checkpointEntry struct {
-	ID         string `json:"id"`
+	ID           string `json:"id"`
+	Chunked      bool   `json:"chunked"`
+	Whole        bool   `json:"whole"`
+	MemoryStored int64  `json:"memoryStored"`
 	Sandbox    string `json:"sandbox"`
 	Parent     string `json:"parent"`
 	Message    string `json:"message"`
@@ -52,6 +55,20 @@ func (e *env) assertNoCheckpointsLeft() {
 	if out := e.ok("image", "ls"); strings.Contains(out, "hutch-checkpoint/") {
 		e.t.Fatalf("checkpoint images left:\n%s", out)
 	}
+}
+
+// waitStored waits until sandbox id's checkpoints are checksummed and
+// chunked and the process doing it has ended.
+func (e *env) waitStored(id string) {
+	e.t.Helper()
+	waitFor(e.t, func() bool {
+		for _, c := range e.checkpoints(id) {
+			if !c.Chunked || c.Whole != c.Current {
+				return false
+			}
+		}
+		return len(processesMentioning("__store-checkpoints "+id)) == 0
+	})
 }
 
 func fileIn(e *env, id, p string) string {
@@ -153,6 +170,7 @@ func TestCheckpointRestoreRepeatedly(t *testing.T) {
 	startServices(e, id)
 	ck := e.checkpoint(id)
 	e.ok("restore", id, ck)
+	e.waitStored(id)
 	procs := len(processesMentioning(id))
 	files := treeFiles(t, e.root)
 	for i := range 20 {
@@ -163,6 +181,7 @@ func TestCheckpointRestoreRepeatedly(t *testing.T) {
 		}
 	}
 	assertServing(e, id)
+	e.waitStored(id)
 	if n := len(processesMentioning(id)); n != procs {
 		t.Fatalf("after 20 restores %d processes mention the sandbox, %d after the first:\n%s", n, procs, strings.Join(processesMentioning(id), "\n"))
 	}
@@ -212,6 +231,16 @@ func TestCheckpointTree(t *testing.T) {
 	want := map[string]string{ck1: "", ck2: ck1, ck3: ck2, ck4: ck2}
 	if fmt.Sprint(parents) != fmt.Sprint(want) {
 		t.Fatalf("parents %v, want %v", parents, want)
+	}
+	// Each checkpoint's memory is in chunks; only the current one's is
+	// also whole. Restoring an evicted one makes it whole again.
+	e.waitStored(id)
+	e.ok("restore", id, ck3)
+	e.waitStored(id)
+	e.ok("restore", id, ck4)
+	e.waitStored(id)
+	for _, c := range e.checkpoints(id) {
+		t.Logf("%s: memory %d bytes, %d of them new to the store", c.ID, c.MemorySize, c.MemoryStored)
 	}
 	tree := e.ok("checkpoint", "ls", id)
 	lines := strings.Split(strings.TrimRight(tree, "\n"), "\n")

@@ -233,3 +233,9 @@ func printEgressLog(c *cli.Context, e *engine.Engine, ref string, asJSON bool) e
 				strconv.FormatInt(x.BytesOut, 10), strconv.FormatInt(x.BytesIn, 10), (time.Duration(x.DurationMs) * time.Millisecond).String()}
 		})
 }
+
+// storeCheckpointsCommand checksums and chunks a sandbox's checkpoints
+// after a checkpoint or a restore returns.
+var storeCheckpointsCommand = detachedCommand(engine.StoreCheckpointsCommand, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.StoreCheckpoints(ctx, a[0])
+})
