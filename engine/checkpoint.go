@@ -199,19 +199,10 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 		return CheckpointInfo{}, err
 	}
 	start := time.Now()
-	mem, err := e.checkpoint(ctx, sb)
-	if err != nil {
-		return CheckpointInfo{}, err
-	}
-	keepMem := false
-	defer func() {
-		if !keepMem {
-			e.images.RemoveCheckpoint(context.Background(), mem.Digest) //nolint:errcheck // best effort
-		}
-	}()
-	start = phase(ctx, "checkpoint: memory", start)
-	// The files, as a snapshot layer: what diff reads. Taken right after
-	// the memory; a process writing in between may be a little ahead.
+	// The files, as a snapshot layer: what diff reads. Taken right
+	// before the memory, a process writing in between may be a little
+	// behind; not after it, as the layer's fsync would wait for the
+	// kernel to write the memory runsc has just written.
 	img, err := e.snapshotLocked(ctx, sb, checkpointRepo+id, "hutch checkpoint "+sb.ShortID())
 	if err != nil {
 		return CheckpointInfo{}, err
@@ -223,6 +214,17 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 		}
 	}()
 	start = phase(ctx, "checkpoint: files", start)
+	mem, err := e.checkpoint(ctx, sb)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	keepMem := false
+	defer func() {
+		if !keepMem {
+			e.images.RemoveCheckpoint(context.Background(), mem.Digest) //nolint:errcheck // best effort
+		}
+	}()
+	start = phase(ctx, "checkpoint: memory", start)
 	top := img.Layers[len(img.Layers)-1]
 	info := CheckpointInfo{
 		ID: id, Sandbox: sb.ID, Parent: sb.CheckpointHead, Message: req.Message,

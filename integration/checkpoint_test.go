@@ -18,12 +18,12 @@ type checkpointEntry struct {
 	Chunked      bool   `json:"chunked"`
 	Whole        bool   `json:"whole"`
 	MemoryStored int64  `json:"memoryStored"`
-	Sandbox    string `json:"sandbox"`
-	Parent     string `json:"parent"`
-	Message    string `json:"message"`
-	Current    bool   `json:"current"`
-	MemorySize int64  `json:"memorySize"`
-	FilesSize  int64  `json:"filesSize"`
+	Sandbox      string `json:"sandbox"`
+	Parent       string `json:"parent"`
+	Message      string `json:"message"`
+	Current      bool   `json:"current"`
+	MemorySize   int64  `json:"memorySize"`
+	FilesSize    int64  `json:"filesSize"`
 }
 
 func (e *env) checkpoints(id string) []checkpointEntry {
