@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/overlay"
+	"hutch.dev/hutch/runsc"
 )
 
 // A sandbox's checkpoints form a tree: each one holds the sandbox's
@@ -29,9 +32,10 @@ import (
 // ID, name, address, ports, network policy, volumes and tokens.
 //
 // On disk: R/sandboxes/<id>/checkpoints/<checkpoint ID>.json, one record
-// each; the memory in the image store's checkpoint store, the files (the
-// sandbox's changes to its image, as a snapshot layer) as an image named
-// hutch-checkpoint/<checkpoint ID>. Removing the sandbox removes them all.
+// each; the memory in the image store's checkpoint store, with the files
+// (the sandbox's changes to its image, as a layer tar) beside it, both in
+// the store's content-defined chunks (overlay/chunks.go). Removing the
+// sandbox removes them all.
 
 // CheckpointInfo is one checkpoint of a sandbox's tree.
 type CheckpointInfo struct {
@@ -48,11 +52,11 @@ type CheckpointInfo struct {
 	Memory digest.Digest `json:"memory"`
 	// MemorySize is its size on disk.
 	MemorySize int64 `json:"memorySize"`
-	// Files is the layer of the sandbox's changes to its image at the
-	// checkpoint; FilesSize its size. Layers are content-addressed:
-	// checkpoints whose files are the same share one.
-	Files     digest.Digest `json:"files"`
-	FilesSize int64         `json:"filesSize"`
+	// FilesSize is the size of the layer of the sandbox's changes to
+	// its image at the checkpoint, which is kept in the store's chunks
+	// as the memory is: FilesStored is what it added to them.
+	FilesSize   int64 `json:"filesSize"`
+	FilesStored int64 `json:"filesStored"`
 	// Current: the sandbox is at this checkpoint (it was the last one
 	// taken or restored). Computed when listed.
 	Current bool `json:"current,omitempty"`
@@ -66,14 +70,14 @@ type CheckpointInfo struct {
 	Chunked      bool  `json:"chunked,omitempty"`
 	MemoryStored int64 `json:"memoryStored,omitempty"`
 	Whole        bool  `json:"whole,omitempty"`
+	// Disk is what the checkpoint takes on disk of its own: the chunks
+	// it added, and its memory whole while it is kept so. Computed when
+	// listed.
+	Disk int64 `json:"disk"`
 }
 
-// Size is what the checkpoint holds on disk, its memory and its files.
+// Size is the checkpoint's memory and files.
 func (c CheckpointInfo) Size() int64 { return c.MemorySize + c.FilesSize }
-
-// checkpointRepo names the images that hold checkpoints' files:
-// hutch-checkpoint/<checkpoint ID>.
-const checkpointRepo = "hutch-checkpoint/"
 
 // CheckpointRequest says what Checkpoint records and keeps.
 type CheckpointRequest struct {
@@ -199,22 +203,7 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 		return CheckpointInfo{}, err
 	}
 	start := time.Now()
-	// The files, as a snapshot layer: what diff reads. Taken right
-	// before the memory, a process writing in between may be a little
-	// behind; not after it, as the layer's fsync would wait for the
-	// kernel to write the memory runsc has just written.
-	img, err := e.snapshotLocked(ctx, sb, checkpointRepo+id, "hutch checkpoint "+sb.ShortID())
-	if err != nil {
-		return CheckpointInfo{}, err
-	}
-	keepImg := false
-	defer func() {
-		if !keepImg {
-			e.images.Remove(context.Background(), img.Name) //nolint:errcheck // best effort
-		}
-	}()
-	start = phase(ctx, "checkpoint: files", start)
-	mem, err := e.checkpoint(ctx, sb)
+	mem, files, err := e.checkpointWithFiles(ctx, sb)
 	if err != nil {
 		return CheckpointInfo{}, err
 	}
@@ -224,12 +213,11 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 			e.images.RemoveCheckpoint(context.Background(), mem.Digest) //nolint:errcheck // best effort
 		}
 	}()
-	start = phase(ctx, "checkpoint: memory", start)
-	top := img.Layers[len(img.Layers)-1]
+	start = phase(ctx, "checkpoint: memory and files", start)
 	info := CheckpointInfo{
 		ID: id, Sandbox: sb.ID, Parent: sb.CheckpointHead, Message: req.Message,
 		Created: time.Now().UTC(), Memory: mem.Digest, MemorySize: mem.Size(),
-		Files: top.Digest, FilesSize: top.Size,
+		FilesSize: files.size, FilesStored: files.stored,
 	}
 	if info.Parent != "" {
 		if _, err := e.readCheckpointInfo(sb, info.Parent); err != nil {
@@ -247,7 +235,7 @@ func (e *Engine) Checkpoint(ctx context.Context, ref string, req CheckpointReque
 		os.Remove(e.checkpointRecordPath(sb.ID, id))
 		return CheckpointInfo{}, err
 	}
-	keepMem, keepImg = true, true
+	keepMem = true
 	// Checksummed and cut into chunks after this returns, by a detached
 	// hutch (StoreCheckpoints); a restore meanwhile checksums it itself.
 	e.storeCheckpointsLater(ctx, sb)
@@ -366,10 +354,10 @@ func (e *Engine) removeCheckpointLocked(ctx context.Context, sb *record, ck stri
 		sb.CheckpointKept = false
 		errs = append(errs, e.save(sb))
 	}
-	if err := e.images.Remove(ctx, checkpointRepo+ck); err != nil && !errdefs.IsNotFound(err) {
+	// The chunks only it held.
+	if _, err := e.images.PruneChunks(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	// images.Remove collected the chunks only the checkpoint held.
 	return errors.Join(errs...)
 }
 
@@ -384,10 +372,12 @@ func (e *Engine) removeAllCheckpointsLocked(ctx context.Context, sb *record) err
 		if !(sb.Paused && sb.Checkpoint == c.Memory) {
 			errs = append(errs, e.images.RemoveCheckpoint(ctx, c.Memory))
 		}
-		if err := e.images.Remove(ctx, checkpointRepo+c.ID); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, os.Remove(e.checkpointRecordPath(sb.ID, c.ID)))
+	}
+	if len(all) > 0 {
+		if _, err := e.images.PruneChunks(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		errs = append(errs, os.Remove(e.checkpointRecordPath(sb.ID, c.ID)))
 	}
 	return errors.Join(errs...)
 }
@@ -543,6 +533,67 @@ func (e *Engine) storageOf(info *CheckpointInfo) {
 		info.MemoryStored = idx.New
 	}
 	info.Whole = e.images.CheckpointWhole(info.Memory)
+	info.Disk = info.MemoryStored + info.FilesStored
+	if info.Whole || !info.Chunked {
+		info.Disk += info.MemorySize
+	}
+}
+
+// checkpointFilesInfo is a checkpoint's files layer: its size and what
+// it added to the store's chunks.
+type checkpointFilesInfo struct{ size, stored int64 }
+
+// checkpointWithFiles stores a checkpoint of running sandbox sb's memory
+// (runsc checkpoint, the sandbox left running) and, right after, its
+// files: the changes to its image as a layer, cut into the store's
+// chunks with the checkpoint (what diff reads). Neither is synced to disk
+// nor checksummed yet (CommitUnsealed; StoreCheckpoints does that).
+func (e *Engine) checkpointWithFiles(ctx context.Context, sb *record) (overlay.Checkpoint, checkpointFilesInfo, error) {
+	ci, err := e.images.NewCheckpoint(ctx)
+	if err != nil {
+		return overlay.Checkpoint{}, checkpointFilesInfo{}, err
+	}
+	defer ci.Abort()
+	start := time.Now()
+	if err := e.runscFor(sb).Checkpoint(ctx, sb.ID, ci.Dir(), runsc.CheckpointOpts{LeaveRunning: true}); err != nil {
+		return overlay.Checkpoint{}, checkpointFilesInfo{}, fmt.Errorf("checkpoint sandbox %s: %w", sb.ShortID(), err)
+	}
+	start = phase(ctx, "runsc checkpoint", start)
+	x, err := e.startUpperExport(ctx, sb)
+	if err != nil {
+		return overlay.Checkpoint{}, checkpointFilesInfo{}, err
+	}
+	pr, pw := io.Pipe()
+	conv := make(chan error, 1)
+	go func() {
+		err := overlay.UpperLayer(pw, bufio.NewReaderSize(x.r, upperBufSize), snapshotExclude)
+		if err == nil {
+			_, err = io.Copy(io.Discard, x.r) // runsc's padding
+		}
+		pw.CloseWithError(err)
+		conv <- err
+	}()
+	cf, stored, err := ci.AddCheckpointFiles(pr)
+	pr.CloseWithError(errors.New("checkpoint: stopped reading"))
+	if err != nil {
+		x.close() //nolint:errcheck // err says more
+		<-conv
+		return overlay.Checkpoint{}, checkpointFilesInfo{}, fmt.Errorf("checkpoint sandbox %s: its files: %w", sb.ShortID(), err)
+	}
+	err = <-conv
+	if werr := x.wait(); werr != nil && err == nil {
+		err = werr
+	}
+	if xerr := x.close(); xerr != nil && err == nil {
+		err = xerr
+	}
+	if err != nil {
+		return overlay.Checkpoint{}, checkpointFilesInfo{}, fmt.Errorf("checkpoint sandbox %s: its files: %w", sb.ShortID(), err)
+	}
+	start = phase(ctx, "checkpoint: files into chunks", start)
+	ck, err := ci.CommitUnsealed(ctx, map[string]string{"sandbox": sb.ID})
+	phase(ctx, "checkpoint: stored", start)
+	return ck, checkpointFilesInfo{size: cf.Size, stored: stored}, err
 }
 
 // StoreCheckpointsCommand is the hutch subcommand that checksums and

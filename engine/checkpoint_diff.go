@@ -90,22 +90,18 @@ func (e *Engine) DiffCheckpoints(ctx context.Context, ref, a, b string) ([]Check
 	return diffStates(la, lb, base)
 }
 
-// checkpointFiles reads the file layer of checkpoint info.
+// checkpointFiles reads the files layer of checkpoint info.
 func (e *Engine) checkpointFiles(ctx context.Context, info CheckpointInfo) (*stateLayer, error) {
-	img, err := e.images.Get(ctx, checkpointRepo+info.ID)
+	r, err := e.images.OpenCheckpointFiles(ctx, info.Memory)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: its files: %w", info.ID, err)
 	}
-	top := img.Layers[len(img.Layers)-1]
-	if top.Digest != info.Files {
-		return nil, fmt.Errorf("checkpoint %s: its files are not the layer it recorded", info.ID)
-	}
-	r, err := e.images.OpenLayer(ctx, top)
-	if err != nil {
-		return nil, err
-	}
 	defer r.Close()
-	return readStateLayer(r)
+	l, err := readStateLayer(r)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: its files: %w", info.ID, err)
+	}
+	return l, nil
 }
 
 // liveFiles reads running sandbox sb's changes to its image now.

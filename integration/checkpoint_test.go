@@ -52,8 +52,8 @@ func (e *env) assertNoCheckpointsLeft() {
 		m, _ := filepath.Glob(filepath.Join(e.root, "images", "checkpoints", "*"))
 		return len(m) == 0
 	})
-	if out := e.ok("image", "ls"); strings.Contains(out, "hutch-checkpoint/") {
-		e.t.Fatalf("checkpoint images left:\n%s", out)
+	if left := treeFiles(e.t, filepath.Join(e.root, "images", "chunks")); len(left) > 0 {
+		e.t.Fatalf("%d checkpoint chunks left, e.g. %s", len(left), left[0])
 	}
 }
 

@@ -119,7 +119,11 @@ func (s *Store) CheckpointChunks(d digest.Digest) (ChunkIndex, bool, error) {
 	if err := d.Validate(); err != nil {
 		return ChunkIndex{}, false, fmt.Errorf("checkpoint digest %q: %v: %w", d, err, errdefs.ErrInvalidArgument)
 	}
-	b, err := os.ReadFile(s.chunkIndexPath(d))
+	return readChunkIndex(s.chunkIndexPath(d), d)
+}
+
+func readChunkIndex(p string, d digest.Digest) (ChunkIndex, bool, error) {
+	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ChunkIndex{}, false, nil
 	}
@@ -128,12 +132,12 @@ func (s *Store) CheckpointChunks(d digest.Digest) (ChunkIndex, bool, error) {
 	}
 	var idx ChunkIndex
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return ChunkIndex{}, false, fmt.Errorf("checkpoint %s: chunks.json: %v: %w", d.Encoded()[:12], err, ErrCorrupt)
+		return ChunkIndex{}, false, fmt.Errorf("checkpoint %s: %s: %v: %w", d.Encoded()[:12], filepath.Base(p), err, ErrCorrupt)
 	}
 	for _, f := range idx.Files {
 		for _, c := range f.Chunks {
 			if !validSum(c.Sum) || c.Size <= 0 || c.Size > chunkMax {
-				return ChunkIndex{}, false, fmt.Errorf("checkpoint %s: chunks.json names a bad chunk: %w", d.Encoded()[:12], ErrCorrupt)
+				return ChunkIndex{}, false, fmt.Errorf("checkpoint %s: %s names a bad chunk: %w", d.Encoded()[:12], filepath.Base(p), ErrCorrupt)
 			}
 		}
 	}
@@ -198,6 +202,12 @@ func (s *Store) chunkFile(p string, buf []byte) (ChunkedFile, int64, error) {
 		return ChunkedFile{}, 0, err
 	}
 	defer f.Close()
+	return s.chunkStream(f, buf)
+}
+
+// chunkStream stores the chunks of what f reads and returns them, with
+// the bytes of those that were new.
+func (s *Store) chunkStream(f io.Reader, buf []byte) (ChunkedFile, int64, error) {
 	var cf ChunkedFile
 	var fresh int64
 	n := 0 // bytes in buf
@@ -318,20 +328,11 @@ func (s *Store) rebuildFile(p string, f ChunkedFile) error {
 	w := bufio.NewWriterSize(out, 1<<20)
 	buf := make([]byte, chunkMax)
 	for _, c := range f.Chunks {
-		in, err := os.Open(s.chunkPath(c.Sum))
+		b, err := s.readChunk(c, buf)
 		if err != nil {
-			return fmt.Errorf("chunk %s: %v: %w", c.Sum[:12], err, ErrCorrupt)
+			return err
 		}
-		n, err := io.ReadFull(in, buf[:c.Size])
-		extra, _ := in.Read(buf[c.Size:min(len(buf), int(c.Size)+1)])
-		in.Close()
-		if err != nil || extra != 0 {
-			return fmt.Errorf("chunk %s is not %d bytes: %w", c.Sum[:12], c.Size, ErrCorrupt)
-		}
-		if sum := sha256.Sum256(buf[:n]); hex.EncodeToString(sum[:]) != c.Sum {
-			return fmt.Errorf("chunk %s does not match its SHA-256: %w", c.Sum[:12], ErrCorrupt)
-		}
-		if _, err := w.Write(buf[:n]); err != nil {
+		if _, err := w.Write(b); err != nil {
 			return err
 		}
 	}
@@ -366,17 +367,19 @@ func (s *Store) pruneChunksLocked(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	for _, ck := range cks {
-		idx, ok, err := s.CheckpointChunks(ck.Digest)
-		if err != nil {
-			// A chunk it may name must not go: keep everything.
-			return 0, err
-		}
-		if !ok {
-			continue
-		}
-		for _, f := range idx.Files {
-			for _, c := range f.Chunks {
-				used[c.Sum] = true
+		for _, read := range []func(digest.Digest) (ChunkIndex, bool, error){s.CheckpointChunks, s.CheckpointFiles} {
+			idx, ok, err := read(ck.Digest)
+			if err != nil {
+				// A chunk it may name must not go: keep everything.
+				return 0, err
+			}
+			if !ok {
+				continue
+			}
+			for _, f := range idx.Files {
+				for _, c := range f.Chunks {
+					used[c.Sum] = true
+				}
 			}
 		}
 	}
@@ -400,4 +403,94 @@ func (s *Store) pruneChunksLocked(ctx context.Context) (int64, error) {
 		}
 	}
 	return freed, nil
+}
+
+// filesIndexName is the file, beside a checkpoint's manifest, that lists
+// the chunks of its files layer (AddCheckpointFiles).
+const filesIndexName = "files.json"
+
+// AddCheckpointFiles cuts layer r (an uncompressed layer tar: the
+// sandbox's files at the checkpoint) into chunks stored once, and records
+// them with the checkpoint being written, which collection then keeps.
+// It returns the layer as chunks and the bytes of those that were new.
+func (ci *CheckpointIngest) AddCheckpointFiles(r io.Reader) (ChunkedFile, int64, error) {
+	if ci.done {
+		return ChunkedFile{}, 0, fmt.Errorf("checkpoint ingest already finished: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := os.MkdirAll(ci.s.chunksDir(), 0o700); err != nil {
+		return ChunkedFile{}, 0, err
+	}
+	cf, n, err := ci.s.chunkStream(r, make([]byte, 4*chunkMax))
+	if err != nil {
+		return ChunkedFile{}, 0, err
+	}
+	cf.Name = "files.tar"
+	b, err := json.Marshal(ChunkIndex{Files: []ChunkedFile{cf}, New: n})
+	if err != nil {
+		return ChunkedFile{}, 0, err
+	}
+	if err := os.WriteFile(filepath.Join(ci.tmp, filesIndexName), b, 0o600); err != nil {
+		return ChunkedFile{}, 0, err
+	}
+	return cf, n, nil
+}
+
+// CheckpointFiles is the files layer recorded with checkpoint d
+// (AddCheckpointFiles), as chunks, and false if it has none.
+func (s *Store) CheckpointFiles(d digest.Digest) (ChunkIndex, bool, error) {
+	if err := d.Validate(); err != nil {
+		return ChunkIndex{}, false, fmt.Errorf("checkpoint digest %q: %v: %w", d, err, errdefs.ErrInvalidArgument)
+	}
+	return readChunkIndex(filepath.Join(s.checkpointPath(d), filesIndexName), d)
+}
+
+// OpenCheckpointFiles returns the files layer of checkpoint d, checking
+// each chunk's SHA-256 as it is read. Collection waits until it is closed.
+func (s *Store) OpenCheckpointFiles(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	idx, ok, err := s.CheckpointFiles(d)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || len(idx.Files) != 1 {
+		return nil, fmt.Errorf("checkpoint %s has no files layer: %w", d.Encoded()[:12], errdefs.ErrNotFound)
+	}
+	gc, err := lockPath(s.gcLockPath(), unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer gc.Unlock()
+		buf := make([]byte, chunkMax)
+		for _, c := range idx.Files[0].Chunks {
+			b, err := s.readChunk(c, buf)
+			if err == nil {
+				_, err = pw.Write(b)
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.Close()
+	}()
+	return pr, nil
+}
+
+// readChunk reads chunk c into buf, checking its size and SHA-256.
+func (s *Store) readChunk(c ChunkRef, buf []byte) ([]byte, error) {
+	in, err := os.Open(s.chunkPath(c.Sum))
+	if err != nil {
+		return nil, fmt.Errorf("chunk %s: %v: %w", c.Sum[:12], err, ErrCorrupt)
+	}
+	defer in.Close()
+	n, err := io.ReadFull(in, buf[:c.Size])
+	extra, _ := in.Read(buf[c.Size:min(len(buf), int(c.Size)+1)])
+	if err != nil || extra != 0 {
+		return nil, fmt.Errorf("chunk %s is not %d bytes: %w", c.Sum[:12], c.Size, ErrCorrupt)
+	}
+	if sum := sha256.Sum256(buf[:n]); hex.EncodeToString(sum[:]) != c.Sum {
+		return nil, fmt.Errorf("chunk %s does not match its SHA-256: %w", c.Sum[:12], ErrCorrupt)
+	}
+	return buf[:n], nil
 }

@@ -42,15 +42,14 @@ func (h *hostPlacement) ForkFrom(ctx context.Context, parent *engine.Sandbox, ck
 }
 
 // CheckpointsUsage counts every checkpoint of tenant's sandboxes for
-// max-snapshots, and its memory and files for max-disk (a files layer
-// shared by several checkpoints once).
+// max-snapshots, and the disk of its own for max-disk: the chunks it
+// added, and its memory while kept whole.
 func (h *hostPlacement) CheckpointsUsage(ctx context.Context, tenantName string) (tenant.Usage, error) {
 	sbs, err := h.List(ctx, tenantName)
 	if err != nil {
 		return tenant.Usage{}, err
 	}
 	var u tenant.Usage
-	seen := map[string]bool{}
 	for _, sb := range sbs {
 		cks, err := h.eng.Checkpoints(ctx, sb.ID)
 		if err != nil {
@@ -58,11 +57,7 @@ func (h *hostPlacement) CheckpointsUsage(ctx context.Context, tenantName string)
 		}
 		for _, c := range cks {
 			u.Snapshots++
-			u.Disk += c.MemorySize
-			if !seen[c.Files.String()] {
-				seen[c.Files.String()] = true
-				u.Disk += c.FilesSize
-			}
+			u.Disk += c.Disk
 		}
 	}
 	return u, nil
