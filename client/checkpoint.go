@@ -19,6 +19,7 @@ type Checkpoint struct {
 	SizeBytes    int64     `json:"sizeBytes"`
 	MemoryBytes  int64     `json:"memoryBytes"`
 	FilesBytes   int64     `json:"filesBytes"`
+	DiskBytes    int64     `json:"diskBytes"`
 	// Current: the sandbox is at it (the last taken or restored).
 	Current bool `json:"current"`
 }

@@ -35,6 +35,10 @@ type checkpointJSON struct {
 	SizeBytes   int64 `json:"sizeBytes"`
 	MemoryBytes int64 `json:"memoryBytes"`
 	FilesBytes  int64 `json:"filesBytes"`
+	// DiskBytes is what it takes on disk of its own: the chunks it added
+	// to those of the checkpoints before, and its memory while kept
+	// whole (the one the sandbox is at).
+	DiskBytes int64 `json:"diskBytes"`
 	// Current: the sandbox is at it (the last taken or restored).
 	Current bool `json:"current"`
 }
@@ -43,7 +47,7 @@ func checkpointOut(c engine.CheckpointInfo) checkpointJSON {
 	return checkpointJSON{
 		CheckpointID: c.ID, SandboxID: c.Sandbox, ParentID: c.Parent, Message: c.Message,
 		CreatedAt: c.Created, SizeBytes: c.Size(), MemoryBytes: c.MemorySize, FilesBytes: c.FilesSize,
-		Current: c.Current,
+		DiskBytes: c.Disk, Current: c.Current,
 	}
 }
 

@@ -199,7 +199,8 @@ func writeChange(w io.Writer, ch engine.CheckpointChange) {
 }
 
 // writeTree draws the checkpoints as a tree, roots and children oldest
-// first: ID, age, size, message; * marks where the sandbox is.
+// first: ID, time, size (memory and files) and what it takes on disk of
+// its own, message; * marks where the sandbox is.
 func writeTree(w io.Writer, cks []engine.CheckpointInfo) {
 	children := map[string][]engine.CheckpointInfo{}
 	known := map[string]bool{}
@@ -221,8 +222,8 @@ func writeTree(w io.Writer, cks []engine.CheckpointInfo) {
 			mark = "*"
 		}
 		msg := strings.ReplaceAll(c.Message, "\n", " ")
-		fmt.Fprintf(w, "%s %s%s%s  %s  %s  %s\n", mark, prefix, branch, c.ID,
-			c.Created.Local().Format("2006-01-02 15:04:05"), size(c.Size()), msg)
+		fmt.Fprintf(w, "%s %s%s%s  %s  %s (%s on disk)  %s\n", mark, prefix, branch, c.ID,
+			c.Created.Local().Format("2006-01-02 15:04:05"), size(c.Size()), size(c.Disk), msg)
 		kids := children[c.ID]
 		next := prefix
 		switch branch {
