@@ -163,6 +163,7 @@ test-slow: build ## the default image bootstrapped rootless with mmdebstrap's un
 
 bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools ## measure hutch against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/checkpoint -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/portforward -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/serve -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md

@@ -43,6 +43,19 @@ type PersistState struct {
 	Setup      []string `json:"setup,omitempty"`
 	SetupCache string   `json:"setupCache,omitempty"`
 	SetupImage string   `json:"setupImage,omitempty"`
+	// CheckpointHead is the checkpoint of the sandbox's tree it is at:
+	// the last one taken or restored, the next one's parent.
+	CheckpointHead string `json:"checkpointHead,omitempty"`
+	// CheckpointKept: Checkpoint, of a paused sandbox, belongs to its
+	// checkpoint tree (a restore recorded it), which keeps it after the
+	// resume.
+	CheckpointKept bool `json:"checkpointKept,omitempty"`
+	// The detached process that checksums and chunks the sandbox's
+	// checkpoints (StoreCheckpoints), which a removal ends first.
+	StorerPid   int    `json:"storerPid,omitempty"`
+	StorerStart uint64 `json:"storerStart,omitempty"`
+	// ForkedFromCheckpoint is the checkpoint this fork was made from.
+	ForkedFromCheckpoint string `json:"forkedFromCheckpoint,omitempty"`
 	// Timeout is the sandbox's lifetime (a Go duration); when Deadline
 	// passes, OnTimeout happens ("pause", "stop" or "rm"). Resume starts
 	// a new lifetime of the same length.
@@ -273,17 +286,29 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 			return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
 		}
 	}
-	start = phase(ctx, "resume: verified the checkpoint", start)
+	phase(ctx, "resume: verified the checkpoint", start)
+	if err := e.resumeLocked(ctx, sb, ck); err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+	}
+	return sb.view(), nil
+}
+
+// resumeLocked restores paused sandbox sb from ck, its checkpoint,
+// verified, and records it running. The checkpoint is removed afterwards
+// unless a checkpoint tree holds it (CheckpointKept). The caller holds
+// sb's lock. On error sb stays paused.
+func (e *Engine) resumeLocked(ctx context.Context, sb *record, ck overlay.Checkpoint) error {
+	start := time.Now()
 	// Whatever a pause interrupted after recording its checkpoint.
 	if err := e.destroyRuntime(ctx, sb); err != nil {
-		return nil, err
+		return err
 	}
 	// Its published ports, bound again on the host ports they had before
 	// the restore: one taken meanwhile leaves the sandbox paused. The
 	// forwarder ended with the sandbox process at the pause.
 	listeners, err := ListenPorts(sb.Ports)
 	if err != nil {
-		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+		return err
 	}
 	defer func() {
 		for _, l := range listeners {
@@ -294,37 +319,39 @@ func (e *Engine) Resume(ctx context.Context, ref string) (*Sandbox, error) {
 	var undo assembly.Undo
 	defer undo.Run()
 	if err := e.resumeNetwork(ctx, sb, &undo); err != nil {
-		return nil, fmt.Errorf("resume %s: network: %w", sb.ShortID(), err)
+		return fmt.Errorf("network: %w", err)
 	}
 	start = phase(ctx, "resume: old runtime cleared, network set up", start)
 	if err := e.restore(ctx, sb, ck); err != nil {
-		return nil, fmt.Errorf("resume %s: %w", sb.ShortID(), err)
+		return err
 	}
 	start = phase(ctx, "resume: restored", start)
 	undo.Release()
-	old := sb.Checkpoint
-	sb.Paused, sb.Checkpoint, sb.Teardown = false, "", false
+	old, kept := sb.Checkpoint, sb.CheckpointKept
+	sb.Paused, sb.Checkpoint, sb.Teardown, sb.CheckpointKept = false, "", false, false
 	if err := e.startWatchdog(sb); err != nil {
 		log.G(ctx).WithError(err).Warn("lifetime watchdog")
 	}
 	if err := e.save(sb); err != nil {
-		return nil, err
+		return err
 	}
-	if err := e.removeCheckpointLater(ctx, old); err != nil {
-		log.G(ctx).WithError(err).Warn("remove used checkpoint")
+	if !kept {
+		if err := e.removeCheckpointLater(ctx, old); err != nil {
+			log.G(ctx).WithError(err).Warn("remove used checkpoint")
+		}
 	}
 	sb.State = StateRunning
 	if len(listeners) > 0 {
 		// After the record says running, which the forwarder checks.
 		if err := e.startForwarder(sb, listeners); err != nil {
-			return nil, fmt.Errorf("sandbox %s is resumed, but its published ports are not: %w", sb.ShortID(), err)
+			return fmt.Errorf("sandbox %s is resumed, but its published ports are not: %w", sb.ShortID(), err)
 		}
 		if err := e.save(sb); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	phase(ctx, "resume: recorded, checkpoint removed", start)
-	return sb.view(), nil
+	return nil
 }
 
 // restore starts sb from checkpoint ck with its own bundle, log, overlay
@@ -396,8 +423,8 @@ func (e *Engine) recordProcess(sb *record, pidFile string) error {
 // and rm).
 func (e *Engine) dropCheckpoint(ctx context.Context, sb *record) error {
 	sb.Teardown = false // its caller, stop or rm, has removed the runtime
-	if sb.Checkpoint == "" {
-		sb.Paused = false
+	if sb.Checkpoint == "" || sb.CheckpointKept {
+		sb.Paused, sb.Checkpoint, sb.CheckpointKept = false, "", false
 		return nil
 	}
 	if err := e.images.RemoveCheckpoint(ctx, sb.Checkpoint); err != nil {
@@ -452,6 +479,12 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 	}()
 	// No second verification: the checkpoint's checksums were computed
 	// from these very files a moment ago, and nothing else writes them.
+	return e.forkCopies(ctx, parent, img, ck, n, "")
+}
+
+// forkCopies restores n new sandboxes from checkpoint ck of parent, whose
+// image is img; fromCk names the tree checkpoint ck is, if any.
+func (e *Engine) forkCopies(ctx context.Context, parent *record, img overlay.Image, ck overlay.Checkpoint, n int, fromCk string) ([]*Sandbox, error) {
 	// The copies are independent: restore several at once. A restore
 	// waits on process starts and page loads as much as it computes.
 	children := make([]*record, n)
@@ -462,7 +495,7 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			children[i], errs[i] = e.forkOne(ctx, parent, img, ck)
+			children[i], errs[i] = e.forkOne(ctx, parent, img, ck, fromCk)
 		})
 	}
 	wg.Wait()
@@ -492,7 +525,7 @@ func (e *Engine) Fork(ctx context.Context, ref string, req ForkRequest) ([]*Sand
 }
 
 // forkOne restores checkpoint ck of parent as a new sandbox.
-func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image, ck overlay.Checkpoint) (*record, error) {
+func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image, ck overlay.Checkpoint, fromCk string) (*record, error) {
 	id, err := newID()
 	if err != nil {
 		return nil, err
@@ -507,7 +540,7 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 		// The secrets are in the checkpointed memory, /run/secrets too.
 		Secrets: parent.Secrets, CACerts: parent.CACerts, Mounts: parent.Mounts,
 	}
-	sb.ForkedFrom = parent.ID
+	sb.ForkedFrom, sb.ForkedFromCheckpoint = parent.ID, fromCk
 	sb.Timeout, sb.OnTimeout = parent.Timeout, parent.OnTimeout
 	var undo assembly.Undo
 	defer undo.Run()

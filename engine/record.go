@@ -75,6 +75,11 @@ type Sandbox struct {
 	// Checkpoint is the memory checkpoint of a paused sandbox, in the
 	// image store.
 	Checkpoint digest.Digest `json:"checkpoint,omitempty"`
+	// CheckpointHead is the checkpoint of its tree the sandbox is at
+	// (the last one taken or restored).
+	CheckpointHead string `json:"checkpointHead,omitempty"`
+	// ForkedFromCheckpoint is the checkpoint a fork was made from.
+	ForkedFromCheckpoint string `json:"forkedFromCheckpoint,omitempty"`
 	// Setup are the --setup commands of the create; SetupCache says
 	// whether they ran ("ran", cached as SetupImage) or the sandbox
 	// started from the cache ("hit").
@@ -140,6 +145,7 @@ func (r *record) view() *Sandbox {
 		Secrets: slices.Clone(r.Secrets), CACerts: slices.Clone(r.CACerts), Inject: injectViews(r.Inject),
 		OOMKilled: r.OOMKilled, OneShot: r.OneShot,
 		ForkedFrom: r.ForkedFrom, Template: cloneTemplateStart(r.Template), Checkpoint: r.Checkpoint,
+		CheckpointHead: r.CheckpointHead, ForkedFromCheckpoint: r.ForkedFromCheckpoint,
 		Setup: slices.Clone(r.Setup), SetupCache: r.SetupCache, SetupImage: r.SetupImage,
 		Timeout: r.Timeout, OnTimeout: r.OnTimeout, Deadline: deadline,
 		creatorPid: r.CreatorPid,

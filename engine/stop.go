@@ -84,10 +84,14 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 			return fmt.Errorf("sandbox %s is being created: use rm -f: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 		}
 	}
+	stopStorer(sb)
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
 	}
 	if err := e.releaseNetwork(ctx, sb); err != nil {
+		return err
+	}
+	if err := e.removeAllCheckpointsLocked(ctx, sb); err != nil {
 		return err
 	}
 	if err := e.dropCheckpoint(ctx, sb); err != nil {

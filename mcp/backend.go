@@ -20,6 +20,13 @@ type backend interface {
 	pause(ctx context.Context, ref string) (sandboxInfo, error)
 	resume(ctx context.Context, ref string) (sandboxInfo, error)
 	snapshot(ctx context.Context, ref, name string) (snapshotResult, error)
+	// checkpoint, checkpoints, restore and diffCheckpoints are the
+	// sandbox's checkpoint tree; to "" in diffCheckpoints is the sandbox
+	// now.
+	checkpoint(ctx context.Context, ref, message string, keep int) (checkpointInfo, error)
+	checkpoints(ctx context.Context, ref string) ([]checkpointInfo, error)
+	restore(ctx context.Context, ref, ck string) (sandboxInfo, error)
+	diffCheckpoints(ctx context.Context, ref, from, to string) ([]changeInfo, error)
 
 	// exec runs a program and waits for it; a program that ran, even
 	// one that failed or timed out, is a result.

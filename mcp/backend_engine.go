@@ -373,3 +373,66 @@ func (b *engineBackend) expose(ctx context.Context, ref string, port, hostPort i
 	}()
 	return exposeResult{URL: url, HostPort: bound, Port: port}, nil
 }
+
+func engineCheckpoint(c engine.CheckpointInfo) checkpointInfo {
+	return checkpointInfo{CheckpointID: c.ID, Parent: c.Parent, Message: c.Message, Created: c.Created, SizeBytes: c.Size(), Current: c.Current}
+}
+
+func (b *engineBackend) checkpoint(ctx context.Context, ref, message string, keep int) (checkpointInfo, error) {
+	sb, err := b.sandbox(ctx, ref)
+	if err != nil {
+		return checkpointInfo{}, err
+	}
+	c, err := b.eng.Checkpoint(ctx, sb.ID, engine.CheckpointRequest{Message: message, Keep: keep})
+	if err != nil {
+		return checkpointInfo{}, err
+	}
+	return engineCheckpoint(c), nil
+}
+
+func (b *engineBackend) checkpoints(ctx context.Context, ref string) ([]checkpointInfo, error) {
+	sb, err := b.sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	cks, err := b.eng.Checkpoints(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]checkpointInfo, 0, len(cks))
+	for _, c := range cks {
+		out = append(out, engineCheckpoint(c))
+	}
+	return out, nil
+}
+
+func (b *engineBackend) restore(ctx context.Context, ref, ck string) (sandboxInfo, error) {
+	sb, err := b.sandbox(ctx, ref)
+	if err != nil {
+		return sandboxInfo{}, err
+	}
+	b.stopForwards(sb.ID)
+	if sb, err = b.eng.Restore(ctx, sb.ID, ck); err != nil {
+		return sandboxInfo{}, err
+	}
+	return b.info(sb), nil
+}
+
+func (b *engineBackend) diffCheckpoints(ctx context.Context, ref, from, to string) ([]changeInfo, error) {
+	sb, err := b.sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if to == "" {
+		to = engine.CheckpointLive
+	}
+	chs, err := b.eng.DiffCheckpoints(ctx, sb.ID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]changeInfo, 0, len(chs))
+	for _, c := range chs {
+		out = append(out, changeInfo{Kind: c.Kind, Path: c.Path, From: c.From, Type: c.Type})
+	}
+	return out, nil
+}

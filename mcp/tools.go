@@ -131,6 +131,7 @@ func (s *Server) addTools() {
 		Description: "Stop and delete a sandbox and everything in it. Snapshots made from it stay.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
 	}, nil, s.remove)
+	s.addCheckpointTools()
 }
 
 // add registers a tool whose input schema is In's, with enums for the

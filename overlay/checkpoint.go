@@ -219,6 +219,13 @@ func (s *Store) OpenCheckpoint(ctx context.Context, dgst digest.Digest) (Checkpo
 		return Checkpoint{}, err
 	}
 	dir := filepath.Join(s.checkpointPath(dgst), "image")
+	if !s.CheckpointWhole(dgst) {
+		// Evicted: made again from its chunks (chunks.go), then
+		// verified as any.
+		if err := s.rebuild(ck); err != nil {
+			return Checkpoint{}, err
+		}
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s: %v: %w", dgst.Encoded()[:12], err, ErrCorrupt)

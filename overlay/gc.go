@@ -104,8 +104,14 @@ func (s *Store) gc(ctx context.Context) (int64, error) {
 		}
 	}
 
-	// Interrupted checkpoint ingests and deletions.
+	// Interrupted checkpoint ingests and deletions, and the chunks no
+	// checkpoint names.
 	freed += s.pruneCheckpointLeftovers(ctx)
+	if n, err := s.pruneChunksLocked(ctx); err != nil {
+		log.G(ctx).WithError(err).Warn("collect checkpoint chunks")
+	} else {
+		freed += n
+	}
 
 	// Rootfs chains and interrupted unpacks.
 	entries, err := os.ReadDir(s.rootfsDir())

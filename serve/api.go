@@ -73,6 +73,12 @@ func (s *Server) routes() http.Handler {
 	// hutch's own: replace a sandbox's tokens.
 	handle("POST /sandboxes/{id}/tokens", true, s.rotateTokens)
 	handle("GET /snapshots", false, s.listSnapshots)
+	// hutch's own: checkpoints (checkpoints.go).
+	handle("POST /sandboxes/{id}/checkpoints", true, s.createCheckpoint)
+	handle("GET /sandboxes/{id}/checkpoints", false, s.listCheckpoints)
+	handle("DELETE /sandboxes/{id}/checkpoints/{checkpointID}", true, s.deleteCheckpoint)
+	handle("POST /sandboxes/{id}/checkpoints/{checkpointID}/restore", true, s.restoreCheckpoint)
+	handle("GET /sandboxes/{id}/checkpoints/{checkpointID}/diff", false, s.diffCheckpoint)
 	handle("PUT /sandboxes/{id}/network", true, needs(placement.FeatureNetworkUpdate, "changing a sandbox's network", s.updateNetwork))
 	handle("GET /sandboxes/{id}/metrics", false, needs(placement.FeatureMetrics, "sandbox metrics", s.sandboxMetrics))
 	handle("GET /sandboxes/{id}/logs", false, needs(placement.FeatureLogs, "sandbox logs", s.sandboxLogs))

@@ -194,6 +194,11 @@ func (h *hostPlacement) Fork(ctx context.Context, parent *engine.Sandbox, count 
 	if err != nil {
 		return nil, err
 	}
+	return h.lifetimes(ctx, kids, timeout), nil
+}
+
+// lifetimes gives each fork in kids its lifetime.
+func (h *hostPlacement) lifetimes(ctx context.Context, kids []*engine.Sandbox, timeout time.Duration) []placement.Forked {
 	out := make([]placement.Forked, 0, len(kids))
 	for _, kid := range kids {
 		onTimeout := engine.OnTimeoutRemove
@@ -203,7 +208,7 @@ func (h *hostPlacement) Fork(ctx context.Context, parent *engine.Sandbox, count 
 		kid, err := h.eng.SetTimeout(ctx, kid.ID, timeout, onTimeout)
 		out = append(out, placement.Forked{Sandbox: kid, Err: err})
 	}
-	return out, nil
+	return out
 }
 
 func (h *hostPlacement) UpdateNetwork(ctx context.Context, id, mode string, allow []string) error {

@@ -180,6 +180,9 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 	var body struct {
 		Timeout *int64 `json:"timeout"`
 		Count   *int   `json:"count"`
+		// CheckpointID, hutch's own: fork from this checkpoint of the
+		// sandbox instead of from the sandbox now.
+		CheckpointID *string `json:"checkpointID"`
 	}
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
@@ -195,11 +198,19 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
+	if body.CheckpointID != nil {
+		if err := engine.ValidCheckpointID(*body.CheckpointID); err != nil {
+			return 0, nil, err
+		}
+		if err := s.place.Unsupported(placement.FeatureCheckpoints, "forks from checkpoints"); err != nil {
+			return 0, nil, err
+		}
+	}
 	parent, err := s.owned(r.Context(), tenantName, r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
 	}
-	if parent.State != engine.StateRunning {
+	if body.CheckpointID == nil && parent.State != engine.StateRunning {
 		return 0, nil, fmt.Errorf("sandbox %s is %s: only a running sandbox forks: %w", parent.ID, parent.State, errdefs.ErrConflict)
 	}
 	u := placement.UsageOf(parent.CPUs, parent.Memory, parent.Disk)
@@ -209,7 +220,12 @@ func (s *Server) forkSandbox(r *http.Request, tenantName string) (int, any, erro
 		return 0, nil, err
 	}
 	defer release()
-	kids, err := s.place.Fork(context.WithoutCancel(r.Context()), parent, count, timeout)
+	var kids []placement.Forked
+	if body.CheckpointID != nil {
+		kids, err = s.place.ForkFrom(context.WithoutCancel(r.Context()), parent, *body.CheckpointID, count, timeout)
+	} else {
+		kids, err = s.place.Fork(context.WithoutCancel(r.Context()), parent, count, timeout)
+	}
 	if err != nil {
 		return 0, nil, err
 	}

@@ -14,7 +14,8 @@ import (
 // keeps one (snapshot) is admitted here, under createMu, before it acts.
 // Running sandboxes count for every quota; paused ones hold only their
 // disk; the tenant's volumes and snapshots hold the disk their files
-// take, and its snapshots count for max-snapshots.
+// take, and its snapshots and checkpoints count for max-snapshots (and
+// their files and memory for max-disk).
 func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage) (release func(), err error) {
 	if s.cfg.Tenants == nil {
 		return func() {}, nil
@@ -60,6 +61,12 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 		}
 		used.Disk += su.Disk
 		used.Snapshots += su.Snapshots
+		cu, err := s.place.CheckpointsUsage(ctx, tenantName)
+		if err != nil {
+			return nil, err
+		}
+		used.Disk += cu.Disk
+		used.Snapshots += cu.Snapshots
 	}
 	if err := q.Admit(used, want); err != nil {
 		return nil, err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/placement"
+	"hutch.dev/hutch/serve/tenant"
 )
 
 // notOnKube is why Kubernetes placement does not serve a call.
@@ -21,7 +23,8 @@ func notOnKube(what string) error {
 // allowOut lists.
 func (k *Placement) Unsupported(f placement.Feature, what string) error {
 	switch f {
-	case placement.FeatureNetworkUpdate, placement.FeatureMetrics, placement.FeatureLogs, placement.FeatureTemplates, placement.FeatureVolumes:
+	case placement.FeatureNetworkUpdate, placement.FeatureMetrics, placement.FeatureLogs, placement.FeatureTemplates, placement.FeatureVolumes,
+		placement.FeatureCheckpoints:
 		return notOnKube(what)
 	case placement.FeatureSnapshots:
 		if k.cfg.Nodes == nil {
@@ -87,3 +90,39 @@ func (k *Placement) Forget(string) {}
 
 // Close holds nothing to release.
 func (k *Placement) Close() error { return nil }
+
+// Checkpoints are not served: a pod's checkpoints stay on its node, which
+// keeps none of a tree.
+func (k *Placement) Checkpoint(context.Context, string, engine.CheckpointRequest) (engine.CheckpointInfo, error) {
+	return engine.CheckpointInfo{}, k.Unsupported(placement.FeatureCheckpoints, "checkpoints")
+}
+
+// Checkpoints is not served (Checkpoint).
+func (k *Placement) Checkpoints(context.Context, string) ([]engine.CheckpointInfo, error) {
+	return nil, k.Unsupported(placement.FeatureCheckpoints, "checkpoints")
+}
+
+// RemoveCheckpoint is not served (Checkpoint).
+func (k *Placement) RemoveCheckpoint(context.Context, string, string) error {
+	return k.Unsupported(placement.FeatureCheckpoints, "checkpoints")
+}
+
+// Restore is not served (Checkpoint).
+func (k *Placement) Restore(context.Context, string, string) (*engine.Sandbox, error) {
+	return nil, k.Unsupported(placement.FeatureCheckpoints, "restoring a checkpoint")
+}
+
+// DiffCheckpoints is not served (Checkpoint).
+func (k *Placement) DiffCheckpoints(context.Context, string, string, string) ([]engine.CheckpointChange, error) {
+	return nil, k.Unsupported(placement.FeatureCheckpoints, "checkpoint diffs")
+}
+
+// ForkFrom is not served (Checkpoint).
+func (k *Placement) ForkFrom(context.Context, *engine.Sandbox, string, int, time.Duration) ([]placement.Forked, error) {
+	return nil, k.Unsupported(placement.FeatureCheckpoints, "forks from checkpoints")
+}
+
+// CheckpointsUsage is nothing: there are none.
+func (k *Placement) CheckpointsUsage(context.Context, string) (tenant.Usage, error) {
+	return tenant.Usage{}, nil
+}

@@ -130,6 +130,22 @@ type Placement interface {
 	// number (Snapshots) and the disk they take (Disk), nothing else.
 	SnapshotsUsage(ctx context.Context, tenantName string) (tenant.Usage, error)
 
+	// Checkpoint takes a checkpoint of running sandbox id (memory,
+	// processes, files); Checkpoints lists its tree; RemoveCheckpoint,
+	// Restore and DiffCheckpoints act on one of it (engine's
+	// Checkpoint, Checkpoints, RemoveCheckpoint, Restore and
+	// DiffCheckpoints). Restore keeps the sandbox's ID, address,
+	// tokens and labels. ForkFrom makes count running sandboxes from
+	// checkpoint ck of sandbox parent, each with timeout to live.
+	// CheckpointsUsage is what tenant's checkpoints hold of its quota.
+	Checkpoint(ctx context.Context, id string, req engine.CheckpointRequest) (engine.CheckpointInfo, error)
+	Checkpoints(ctx context.Context, id string) ([]engine.CheckpointInfo, error)
+	RemoveCheckpoint(ctx context.Context, id, ck string) error
+	Restore(ctx context.Context, id, ck string) (*engine.Sandbox, error)
+	DiffCheckpoints(ctx context.Context, id, a, b string) ([]engine.CheckpointChange, error)
+	ForkFrom(ctx context.Context, parent *engine.Sandbox, ck string, count int, timeout time.Duration) ([]Forked, error)
+	CheckpointsUsage(ctx context.Context, tenantName string) (tenant.Usage, error)
+
 	// CreateVolume, GetVolume and DeleteVolume make, find and remove
 	// tenant's volume name; ListVolumes lists tenant's volumes' names.
 	CreateVolume(ctx context.Context, tenantName, name string) error
@@ -194,6 +210,9 @@ const (
 	FeatureMemorylessPause
 	// FeatureAllowOut is a network open to listed destinations only.
 	FeatureAllowOut
+	// FeatureCheckpoints is a sandbox's tree of checkpoints, restored in
+	// place (an extension of hutch's: E2B has no such call).
+	FeatureCheckpoints
 )
 
 // CreateRequest is a create as the handlers checked it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	checkpointcmd "hutch.dev/hutch/cmd/hutch/commands/checkpoint"
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/cmd/hutch/commands/completion"
 	diffcmd "hutch.dev/hutch/cmd/hutch/commands/diff"
@@ -49,6 +50,7 @@ func App() *cli.App {
 	app.Commands = append(app.Commands, volume.Command)
 	app.Commands = append(app.Commands, pool.Commands...)
 	app.Commands = append(app.Commands, diffcmd.Command)
+	app.Commands = append(app.Commands, checkpointcmd.Commands...)
 	app.Commands = append(app.Commands, servecmd.Command)
 	app.Commands = append(app.Commands, mcpcmd.Command)
 	app.Commands = append(app.Commands, sshcmd.Commands...)

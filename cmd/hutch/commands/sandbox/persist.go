@@ -74,22 +74,44 @@ var resumeCommand = &cli.Command{
 
 var forkCommand = &cli.Command{
 	Name:      "fork",
-	Usage:     "make running copies of a running sandbox (memory, processes, filesystem); prints their IDs",
-	ArgsUsage: "ID",
-	Flags:     []cli.Flag{&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of copies"}},
+	Usage:     "make running copies of a running sandbox, or of one of its checkpoints (--from), with their memory, processes and filesystem; prints their IDs",
+	ArgsUsage: "ID | --from CHECKPOINT [ID]",
+	Flags: []cli.Flag{
+		&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of copies"},
+		&cli.StringFlag{Name: "from", Usage: "a checkpoint (hutch checkpoint) to branch from instead of the sandbox now"},
+	},
 	Action: func(c *cli.Context) error {
-		a, err := clix.Args(c, 1, 1, "[--count N] ID")
+		from := c.String("from")
+		minArgs := 1
+		if from != "" {
+			minArgs = 0
+		}
+		a, err := clix.Args(c, minArgs, 1, "[--count N] ID | --from CHECKPOINT [ID]")
 		if err != nil {
 			return err
 		}
 		if n := c.Int("count"); n < 1 {
 			return clix.UsageError(fmt.Errorf("--count %d: want at least 1", n))
 		}
+		if from != "" {
+			if err := engine.ValidCheckpointID(from); err != nil {
+				return clix.UsageError(err)
+			}
+		}
 		e, err := clix.Engine(c)
 		if err != nil {
 			return err
 		}
-		sbs, err := e.Fork(c.Context, a[0], engine.ForkRequest{Count: c.Int("count")})
+		var sbs []*engine.Sandbox
+		if from != "" {
+			ref := ""
+			if len(a) == 1 {
+				ref = a[0]
+			}
+			sbs, err = e.ForkFrom(c.Context, ref, from, engine.ForkRequest{Count: c.Int("count")})
+		} else {
+			sbs, err = e.Fork(c.Context, a[0], engine.ForkRequest{Count: c.Int("count")})
+		}
 		if err != nil {
 			return err
 		}
@@ -211,3 +233,9 @@ func printEgressLog(c *cli.Context, e *engine.Engine, ref string, asJSON bool) e
 				strconv.FormatInt(x.BytesOut, 10), strconv.FormatInt(x.BytesIn, 10), (time.Duration(x.DurationMs) * time.Millisecond).String()}
 		})
 }
+
+// storeCheckpointsCommand checksums and chunks a sandbox's checkpoints
+// after a checkpoint or a restore returns.
+var storeCheckpointsCommand = detachedCommand(engine.StoreCheckpointsCommand, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.StoreCheckpoints(ctx, a[0])
+})

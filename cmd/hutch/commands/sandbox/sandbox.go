@@ -26,7 +26,7 @@ var Commands = []*cli.Command{
 	updateCommand, statsCommand, shellCommand, cpCommand, psCommand, portForwardCommand,
 	// persist.go
 	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand, finishPauseCommand,
-	removeDroppedCommand,
+	removeDroppedCommand, storeCheckpointsCommand,
 }
 
 var createFlags = []cli.Flag{
