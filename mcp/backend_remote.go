@@ -691,3 +691,11 @@ func (b *remoteBackend) expose(ctx context.Context, ref string, port, hostPort i
 	res.Note = fmt.Sprintf("url works where *.%s resolves to the hutch server; elsewhere, send the request to %s with the headers given.", box.sb.Domain, strings.TrimRight(data, "/"))
 	return res, nil
 }
+
+func (b *remoteBackend) code(ctx context.Context, ref string) (*client.Code, func(), error) {
+	_, box, err := b.running(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	return box.sb.Code(), func() {}, nil
+}
