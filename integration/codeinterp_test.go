@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -45,11 +46,24 @@ func requireCodeInterpreter(t *testing.T) string {
 // sharedCode is the state root in which code-interpreter-v1 is imported
 // once per test process, by the first test that needs it, and its
 // checkpoint made by a first create; the code interpreter's tests share
-// it. TestMain's cleanup of sharedBase's kind: removed at the end.
+// it. TestMain removes it, with what is left in it.
 var sharedCode struct {
 	once sync.Once
 	dir  string
 	err  error
+}
+
+// removeCodeRoot removes sharedCode's root and every sandbox left in it.
+func removeCodeRoot() {
+	if sharedCode.dir == "" {
+		return
+	}
+	hutch := filepath.Join(os.Getenv("HUTCH_BIN"), "hutch")
+	out, _ := exec.Command(hutch, "--root", sharedCode.dir, "ls", "-q").Output()
+	for _, id := range strings.Fields(string(out)) {
+		exec.Command(hutch, "--root", sharedCode.dir, "rm", "-f", id).Run() //nolint:errcheck // best effort at exit
+	}
+	os.RemoveAll(sharedCode.dir)
 }
 
 // codeRoot is that state root.

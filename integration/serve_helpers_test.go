@@ -91,6 +91,7 @@ func TestMain(m *testing.M) {
 	if sharedBase.dir != "" {
 		os.RemoveAll(sharedBase.dir)
 	}
+	removeCodeRoot()
 	os.Exit(code)
 }
 
