@@ -181,6 +181,9 @@ func (c *Code) Execute(ctx context.Context, req CodeRequest, on func(CodeOutput)
 		o := CodeOutput{Type: head.Type}
 		switch head.Type {
 		case "end_of_execution":
+			// Read the answer to its end, so that its connection
+			// can carry the next request.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // only for reuse
 			return x, nil
 		case "keepalive":
 			continue

@@ -47,6 +47,7 @@ func main() {
 	out := flag.String("out", "", "markdown file whose codeinterp section is (re)written; empty: stdout only")
 	createN := flag.Int("create-runs", 10, "creates measured per kind")
 	rtN := flag.Int("runs", 300, "round trips measured on a warm context")
+	keep := flag.Bool("keep", false, "on failure, keep the run's state root and the server's log")
 	flag.Parse()
 	started := time.Now()
 	load0 := loadAverage()
@@ -55,7 +56,13 @@ func main() {
 		benchexit.Fatal(err)
 	}
 	b, err := start(abs)
-	benchexit.AtExit(func() { b.cleanup() })
+	benchexit.AtExit(func() {
+		if *keep {
+			fmt.Fprintf(os.Stderr, "codeinterp: kept %s (serve.log)\n", b.tmp)
+			b.tmp = ""
+		}
+		b.cleanup()
+	})
 	if err != nil {
 		benchexit.Fatal(err)
 	}
@@ -335,6 +342,7 @@ func (b *bench) concurrent(ctx context.Context, sandboxes, clients, calls int) (
 
 func (b *bench) cleanup() {
 	if b.tmp == "" {
+		b.stopServer()
 		return
 	}
 	if out, err := b.hutch("ls", "-q"); err == nil {
@@ -343,7 +351,18 @@ func (b *bench) cleanup() {
 		}
 	}
 	b.hutch("pool", "rm", "bench") //nolint:errcheck // best effort
-	if b.srv != nil && b.srv.Process != nil {
+	b.stopServer()
+	if out, err := b.hutch("ls", "-q"); err == nil {
+		for _, id := range strings.Fields(out) {
+			b.hutch("rm", "-f", id) //nolint:errcheck // pool members
+		}
+	}
+	os.RemoveAll(b.tmp)
+	b.tmp = ""
+}
+
+func (b *bench) stopServer() {
+	if b.srv != nil && b.srv.Process != nil && b.srv.ProcessState == nil {
 		b.srv.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-b.exited:
@@ -352,13 +371,6 @@ func (b *bench) cleanup() {
 			<-b.exited
 		}
 	}
-	if out, err := b.hutch("ls", "-q"); err == nil {
-		for _, id := range strings.Fields(out) {
-			b.hutch("rm", "-f", id) //nolint:errcheck // pool members
-		}
-	}
-	os.RemoveAll(b.tmp)
-	b.tmp = ""
 }
 
 type report struct {
