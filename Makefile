@@ -147,7 +147,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/hutch run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 70m ./...
@@ -155,13 +155,13 @@ test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sd
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector ## run the integration tests only
+test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk ## run the integration tests only
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 HUTCH_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
 
-bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools ## measure hutch against raw runsc; writes docs/benchmarks.md
+bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools code-interpreter-image ## measure hutch against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/checkpoint -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
@@ -175,6 +175,7 @@ bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-too
 	$(GO) run ./integration/bench/density -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/pull -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/rootless -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/codeinterp -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
 bench-images: deps build base-rootfs ## measure base image builds (cold, cached) and size; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/images -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
@@ -256,6 +257,51 @@ k8s-load: build shim containerd-tools k8s-tools e2b-sdk ## 20 E2B SDK clients ×
 
 k8s-bench: build shim containerd-tools k8s-tools ## measure `hutch serve --backend kubernetes` beside local on the test cluster; writes docs/benchmarks.md (as root)
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_K8S=1 HUTCH_K8S_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestBenchServeKube -v ./integration/k8s/ -out docs/benchmarks.md
+
+# --- code interpreter template -------------------------------------------------
+# code-interpreter-v1, the default image of E2B's @e2b/code-interpreter
+# SDK: base plus Debian's IPython kernel and data tools, TypeScript from
+# npm and the server of agent/codeinterp, as a warm template (its labels
+# name the server as the start command and its /health as the ready
+# check). It is built without network in a state root of its own,
+# $(CODEINTERP_ROOT), kept with its BuildKit cache and the downloaded
+# packages so that a rebuild after a change to the server takes seconds,
+# then exported as an OCI archive that tests and users import:
+#   hutch image import code-interpreter-v1 bin/images/code-interpreter-v1.tar
+.PHONY: code-interpreter-image
+CODEINTERP_IMAGE := $(BIN)/images/code-interpreter-v1.tar
+CODEINTERP_ROOT  := $(BIN)/codeinterp/root
+CODEINTERP_CTX   := $(BIN)/codeinterp/context
+CODEINTERP_DEBS  := $(BIN)/codeinterp/debs
+CODEINTERP_FILES := $(wildcard agent/codeinterp/*.py agent/codeinterp/*.mjs)
+
+code-interpreter-image: $(CODEINTERP_IMAGE) ## build the code-interpreter-v1 template once (bin/images/code-interpreter-v1.tar; about 13 minutes the first time, a minute after a change to the server)
+
+$(CODEINTERP_DEBS)/.stamp: buildimg/codeinterp/packages.txt scripts/codeinterp-debs.sh | $(BIN)/images/bookworm-rootfs.tar
+	rm -rf $(CODEINTERP_DEBS) && mkdir -p $(CODEINTERP_DEBS)
+	scripts/codeinterp-debs.sh $(BIN)/images/bookworm-rootfs.tar $(CODEINTERP_DEBS) $$(grep -v '^#' buildimg/codeinterp/packages.txt)
+	@touch $@
+
+$(CODEINTERP_IMAGE): buildimg/codeinterp/Dockerfile buildimg/codeinterp/package.json buildimg/codeinterp/package-lock.json $(CODEINTERP_FILES) $(CODEINTERP_DEBS)/.stamp | $(BIN)/hutch $(BIN)/hutch-init $(BIN)/runsc
+	rm -rf $(CODEINTERP_CTX) && mkdir -p $(CODEINTERP_CTX)/server
+	cp buildimg/codeinterp/Dockerfile buildimg/codeinterp/package.json buildimg/codeinterp/package-lock.json $(CODEINTERP_CTX)/
+	cp $(CODEINTERP_FILES) $(CODEINTERP_CTX)/server/
+	cp -al $(CODEINTERP_DEBS) $(CODEINTERP_CTX)/debs && rm -f $(CODEINTERP_CTX)/debs/.stamp
+	cd $(CODEINTERP_CTX) && npm ci --no-audit --no-fund --omit=dev
+	$(BIN)/hutch --root $(abspath $(CODEINTERP_ROOT)) image build --progress plain -t code-interpreter-v1 $(CODEINTERP_CTX)
+	$(BIN)/hutch --root $(abspath $(CODEINTERP_ROOT)) image export code-interpreter-v1 $@.tmp && mv $@.tmp $@
+	rm -rf $(CODEINTERP_CTX)
+
+# --- E2B code-interpreter SDK for the code interpreter's tests -------------------
+# @e2b/code-interpreter, pinned in integration/code-interpreter/package-lock.json.
+.PHONY: code-interpreter-sdk
+CODEINTERP_SDK_STAMP := integration/code-interpreter/node_modules/.package-lock.json
+
+code-interpreter-sdk: $(CODEINTERP_SDK_STAMP) ## install the pinned @e2b/code-interpreter SDK the code interpreter's tests drive
+
+$(CODEINTERP_SDK_STAMP): integration/code-interpreter/package.json integration/code-interpreter/package-lock.json
+	cd integration/code-interpreter && npm ci --no-audit --no-fund
+	@touch $@
 
 # --- E2B SDK for the serve tests ---------------------------------------------
 # The integration tests of `hutch serve` drive it with the real E2B JavaScript

@@ -91,6 +91,7 @@ func TestMain(m *testing.M) {
 	if sharedBase.dir != "" {
 		os.RemoveAll(sharedBase.dir)
 	}
+	removeCodeRoot()
 	os.Exit(code)
 }
 
@@ -486,10 +487,16 @@ func requireSDK(t *testing.T) string {
 // a subtest named after it. It returns the script's `KEEP` line, if any.
 func (s *server) runScript(t *testing.T, script, key string, extra map[string]string, timeout time.Duration) string {
 	t.Helper()
+	return s.runScriptIn(t, e2bDir, script, key, extra, timeout)
+}
+
+// runScriptIn is runScript for a script of directory dir (of integration/).
+func (s *server) runScriptIn(t *testing.T, dir, script, key string, extra map[string]string, timeout time.Duration) string {
+	t.Helper()
 	node := requireSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(e2bDir, script))
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, script))
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+s.url(""),
 		"E2B_SANDBOX_URL="+s.url(""),
@@ -500,7 +507,7 @@ func (s *server) runScript(t *testing.T, script, key string, extra map[string]st
 	if s.tls != nil {
 		// What a user of the SDK sets against a real deployment: the
 		// key and the domain; names resolve in the namespace's DNS.
-		cmd = exec.CommandContext(ctx, "ip", "netns", "exec", s.tls.netns, node, filepath.Join(e2bDir, script))
+		cmd = exec.CommandContext(ctx, "ip", "netns", "exec", s.tls.netns, node, filepath.Join(dir, script))
 		cmd.Env = append(withoutEnv(os.Environ(), "E2B_", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"),
 			"E2B_API_KEY="+key, "E2B_DOMAIN="+serveDomain, "NODE_EXTRA_CA_CERTS="+s.tls.caFile)
 	}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"hutch.dev/hutch/client"
 )
 
 // backend is what the tools act on: hutch's engine on this host
@@ -52,6 +54,10 @@ type backend interface {
 	download(ctx context.Context, ref, path string, dst hostTarget) error
 
 	expose(ctx context.Context, ref string, port, hostPort int) (exposeResult, error)
+
+	// code is the code interpreter of a running sandbox (whether one
+	// answers is known at the first call); done ends its connections.
+	code(ctx context.Context, ref string) (cl *client.Code, done func(), err error)
 
 	// close ends what the backend runs for the server (port forwards,
 	// output streams); sandboxes go on.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/client"
 	"hutch.dev/hutch/engine"
 )
 
@@ -435,4 +437,31 @@ func (b *engineBackend) diffCheckpoints(ctx context.Context, ref, from, to strin
 		out = append(out, changeInfo{Kind: c.Kind, Path: c.Path, From: c.From, Type: c.Type})
 	}
 	return out, nil
+}
+
+func (b *engineBackend) code(ctx context.Context, ref string) (*client.Code, func(), error) {
+	sb, err := b.sandbox(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	dctx, cancel := context.WithCancel(b.ctx)
+	d, err := b.eng.PortDialer(dctx, sb.ID)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	tr := &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			c, err := d.Dial(client.CodePort)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
+		},
+	}
+	return &client.Code{BaseURL: "http://sandbox", HTTP: &http.Client{Transport: tr}}, func() {
+		tr.CloseIdleConnections()
+		d.Close()
+		cancel()
+	}, nil
 }

@@ -756,3 +756,11 @@ func (b *remoteBackend) diffCheckpoints(ctx context.Context, ref, from, to strin
 	}
 	return out, nil
 }
+
+func (b *remoteBackend) code(ctx context.Context, ref string) (*client.Code, func(), error) {
+	_, box, err := b.running(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	return box.sb.Code(), func() {}, nil
+}

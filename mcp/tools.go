@@ -16,23 +16,27 @@ import (
 
 // Tool names.
 const (
-	toolCreate     = "create_sandbox"
-	toolRun        = "run_command"
-	toolRunCode    = "run_code"
-	toolRead       = "read_file"
-	toolWrite      = "write_file"
-	toolList       = "list_files"
-	toolRemoveFile = "remove_file"
-	toolUpload     = "upload_file"
-	toolDownload   = "download_file"
-	toolStart      = "start_process"
-	toolLogs       = "read_logs"
-	toolExpose     = "expose_port"
-	toolSnapshot   = "snapshot_sandbox"
-	toolPause      = "pause_sandbox"
-	toolResume     = "resume_sandbox"
-	toolSandboxes  = "list_sandboxes"
-	toolRemove     = "remove_sandbox"
+	toolCreate  = "create_sandbox"
+	toolRun     = "run_command"
+	toolRunCode = "run_code"
+	// toolCreateContext and toolRestartContext act on the code
+	// interpreter's contexts (tools_code.go).
+	toolCreateContext  = "create_code_context"
+	toolRestartContext = "restart_code_context"
+	toolRead           = "read_file"
+	toolWrite          = "write_file"
+	toolList           = "list_files"
+	toolRemoveFile     = "remove_file"
+	toolUpload         = "upload_file"
+	toolDownload       = "download_file"
+	toolStart          = "start_process"
+	toolLogs           = "read_logs"
+	toolExpose         = "expose_port"
+	toolSnapshot       = "snapshot_sandbox"
+	toolPause          = "pause_sandbox"
+	toolResume         = "resume_sandbox"
+	toolSandboxes      = "list_sandboxes"
+	toolRemove         = "remove_sandbox"
 )
 
 // sandboxArg is the argument every tool on one sandbox takes.
@@ -62,10 +66,20 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &no},
 	}, nil, s.runCommand)
 	add(s, &sdk.Tool{Name: toolRunCode, Title: "Run code",
-		Description: "Run a program given as a string with an interpreter in a sandbox: python (python3), node or bash; the code is fed to the interpreter on its standard input. " +
-			"Returns exit code, stdout and stderr as run_command does. Fails with an error if the sandbox's image has no such interpreter (the default image has all three).",
+		Description: "Run code in a sandbox. In a sandbox of image code-interpreter-v1 the code runs in a context of its code interpreter (a Jupyter kernel for python, Node for javascript and typescript, a shell for bash) " +
+			"whose variables, imports and functions last between calls: one context per sandbox and language, or the context_id of create_code_context. " +
+			"It returns stdout, stderr, the values the code displayed or ended with (text; matplotlib figures come back as images, pandas DataFrames as text tables) and the exception it raised, if any (exit_code 1). " +
+			"In a sandbox of another image the code is fed to a fresh python3, node or bash, nothing is kept (stateful false), and the exit code is the interpreter's.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &no},
-	}, map[string][]any{"language": {"python", "node", "bash"}}, s.runCode)
+	}, map[string][]any{"language": {"python", "javascript", "node", "typescript", "bash"}}, s.runCode)
+	add(s, &sdk.Tool{Name: toolCreateContext, Title: "Create a code context",
+		Description: "Start a new context of a sandbox's code interpreter (image code-interpreter-v1): its own interpreter of language, working in cwd, with its own variables. Returns its context_id for run_code.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
+	}, map[string][]any{"language": {"python", "javascript", "node", "typescript", "bash"}}, s.createCodeContext)
+	add(s, &sdk.Tool{Name: toolRestartContext, Title: "Restart a code context",
+		Description: "Restart a context of a sandbox's code interpreter: its interpreter starts again, in the same directory, with none of its variables.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &no},
+	}, nil, s.restartCodeContext)
 	add(s, &sdk.Tool{Name: toolRead, Title: "Read a file",
 		Description: "Read a file in a sandbox. Text comes back as it is; a file that is not UTF-8 text comes back base64-encoded (encoding \"base64\"). " +
 			"At most max_bytes are returned (default 262144), with truncated true if the file is longer.",
@@ -166,7 +180,7 @@ func add[In, Out any](s *Server, t *sdk.Tool, enums map[string][]any, h func(con
 // --- create_sandbox ----------------------------------------------------------
 
 type createArgs struct {
-	Image          string            `json:"image,omitempty" jsonschema:"image to start from: \"base\" (the default: Debian with python3, node, bash, git), \"busybox\" (tiny, only sh and busybox tools), or an image a snapshot_sandbox returned"`
+	Image          string            `json:"image,omitempty" jsonschema:"image to start from: \"base\" (the default: Debian with python3, node, bash, git), \"code-interpreter-v1\" (base with a stateful code interpreter for run_code, numpy, pandas, matplotlib, scikit-learn), \"busybox\" (tiny, only sh and busybox tools), or an image a snapshot_sandbox returned"`
 	Name           string            `json:"name,omitempty" jsonschema:"optional unique name, usable in place of the sandbox_id"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU limit in cores, e.g. 1 or 0.5 (default: the host's default)"`
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the host's default)"`

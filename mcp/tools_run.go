@@ -11,7 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// --- run_command and run_code ------------------------------------------------
+// --- run_command ------------------------------------------------
 
 type runArgs struct {
 	sandboxArg
@@ -20,13 +20,6 @@ type runArgs struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this command"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to the command's standard input (default: none)"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"seconds before the command is killed (default 120, at most 3600)"`
-}
-
-type codeArgs struct {
-	sandboxArg
-	Language       string `json:"language" jsonschema:"the interpreter: python (python3), node or bash"`
-	Code           string `json:"code" jsonschema:"the program's source code"`
-	TimeoutSeconds int64  `json:"timeout_seconds,omitempty" jsonschema:"seconds before the program is killed (default 120, at most 3600)"`
 }
 
 // runResult is a finished command.
@@ -42,9 +35,9 @@ type runResult struct {
 // interpreters are run_code's languages: the program that reads a
 // script on stdin.
 var interpreters = map[string][]string{
-	"python": {"python3", "-"},
-	"node":   {"node", "-"},
-	"bash":   {"bash", "-s"},
+	"python":     {"python3", "-"},
+	"javascript": {"node", "-"},
+	"bash":       {"bash", "-s"},
 }
 
 // timeout checks a call's timeout_seconds.
@@ -78,29 +71,6 @@ func (s *Server) runCommand(ctx context.Context, a runArgs) (*sdk.CallToolResult
 	}
 	if res.missing {
 		return nil, runResult{}, fmt.Errorf("%s has no /bin/sh: run_command needs a shell in the image: %w", res.where, errdefs.ErrFailedPrecondition)
-	}
-	return textResult(res.runResult), res.runResult, nil
-}
-
-func (s *Server) runCode(ctx context.Context, a codeArgs) (*sdk.CallToolResult, runResult, error) {
-	args, ok := interpreters[a.Language]
-	if !ok {
-		return nil, runResult{}, fmt.Errorf("language %q: want python, node or bash: %w", a.Language, errdefs.ErrInvalidArgument)
-	}
-	timeout, err := s.timeout(a.TimeoutSeconds)
-	if err != nil {
-		return nil, runResult{}, err
-	}
-	if err := checkRef(a.SandboxID); err != nil {
-		return nil, runResult{}, err
-	}
-	res, err := s.be.exec(ctx, a.SandboxID, execSpec{Args: args, Stdin: a.Code, Timeout: timeout})
-	if err != nil {
-		return nil, runResult{}, err
-	}
-	if res.missing {
-		return nil, runResult{}, fmt.Errorf("%s is not installed in %s: create a sandbox on the default image \"base\", which has python3, node and bash: %w",
-			args[0], res.where, errdefs.ErrNotFound)
 	}
 	return textResult(res.runResult), res.runResult, nil
 }

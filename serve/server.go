@@ -30,6 +30,13 @@ import (
 // on: a request for it is served by the server's data plane.
 const EnvdPort = 49983
 
+// CodeInterpreterPort is the port of the code interpreter's server in a
+// sandbox of the code-interpreter-v1 template (E2B's JUPYTER_PORT).
+// Its POST /execute, which runs code, takes the sandbox's envd access
+// token as envd's calls do (E2B's SDK sends it there as X-Access-Token);
+// its other calls are the sandbox's public traffic, as in E2B.
+const CodeInterpreterPort = 49999
+
 // EnvdVersion is the envd version the server reports; the SDKs enable
 // features by it.
 const EnvdVersion = "0.6.4"
@@ -406,6 +413,13 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		writeGone(w, id)
 		return
 	}
+	if runsCode(r, port) {
+		if !s.tokenMatches(sb, r.Header.Get("X-Access-Token")) {
+			writeGone(w, id)
+			return
+		}
+		s.conns.trust(ctx)
+	}
 	if port == EnvdPort {
 		toks, err := s.tokensOf(sb)
 		switch {
@@ -466,6 +480,18 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
+}
+
+// runsCode tells whether r runs code in the code interpreter of a
+// sandbox: it needs the sandbox's envd access token.
+func runsCode(r *http.Request, port int) bool {
+	return port == CodeInterpreterPort && r.URL.Path == "/execute"
+}
+
+// tokenMatches tells whether token is the envd access token of sb.
+func (s *Server) tokenMatches(sb *engine.Sandbox, token string) bool {
+	toks, err := s.tokensOf(sb)
+	return err == nil && credential.Match(toks.Envd, token)
 }
 
 // beginKill marks sandbox id as being killed until end is called.

@@ -27,6 +27,8 @@ var Commands = []*cli.Command{
 	// persist.go
 	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand, finishPauseCommand,
 	removeDroppedCommand, storeCheckpointsCommand,
+	// code.go
+	codeCommand, codeContextCommand,
 }
 
 var createFlags = []cli.Flag{
