@@ -219,6 +219,15 @@ func deb(t *testing.T) string {
 	return p
 }
 
+// installedVersion is the Version of package file pkg.
+func installedVersion(pkg string) string {
+	out, err := exec.Command("dpkg-deb", "--field", pkg, "Version").Output()
+	if err != nil {
+		return "(dpkg-deb --field " + pkg + " Version: " + err.Error() + ")"
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // TestDebLintian runs lintian on the package: no error.
 func TestDebLintian(t *testing.T) {
 	requireInstall(t)
@@ -269,10 +278,10 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 }
 
-// TestDebInstallPurge installs the package with apt-get into a clean
-// Debian 12 root, runs hutch doctor and a sandbox from the installed
-// paths there, purges it (and the dependencies apt brought), and checks
-// that the root holds what it held before.
+// TestDebInstallPurge installs the package (and its dependencies) with
+// apt-get into a clean Debian 12 root, runs hutch doctor and a sandbox
+// from the installed paths there, purges it (and the dependencies apt
+// brought), and checks that the root holds what it held before.
 func TestDebInstallPurge(t *testing.T) {
 	requireInstall(t)
 	pkg := deb(t)
@@ -283,12 +292,26 @@ func TestDebInstallPurge(t *testing.T) {
 	skip := []string{"proc", "sys", "dev", "run", "tmp", "var/lib/apt", "var/cache", "var/log", "var/lib/dpkg", "etc/ld.so.cache", "var/lib/systemd/deb-systemd-helper-enabled", "var/lib/systemd/deb-systemd-helper-masked"}
 	before := snapshot(t, root, skip...)
 	run(t, "", nil, "cp", pkg, filepath.Join(root, "tmp", "hutch.deb"))
+	// Without its recommends: those (openssh-client, mmdebstrap) pull in
+	// packages that the root's own packages recommend in turn (git
+	// recommends openssh-client, dpkg-dev gnupg and fakeroot), which
+	// apt's autoremove then keeps for them after the purge.
+	//
+	// The root becomes the mount namespace's root (pivot_root), not a
+	// chroot: runsc makes user namespaces, which the kernel refuses to a
+	// chrooted process.
 	script := `set -eu
 R=$1
+mount --rbind "$R" "$R"
 for d in proc sys dev; do mount --rbind /$d "$R/$d"; mount --make-rslave "$R/$d"; done
-inroot() { chroot "$R" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
+mkdir -p "$R/tmp/.host"
+cd "$R"
+pivot_root . tmp/.host
+cd /
+/tmp/.host/usr/bin/umount -l /tmp/.host
+inroot() { env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
 inroot apt-get update -qq
-inroot apt-get install -y -q /tmp/hutch.deb
+inroot apt-get install -y -q --no-install-recommends /tmp/hutch.deb
 echo "== dpkg -L"; inroot dpkg -L hutch
 echo "== version"; inroot hutch version
 echo "== doctor"; inroot hutch doctor
@@ -305,7 +328,7 @@ echo "== done"
 		t.Fatalf("install, doctor, run, purge in a Debian 12 root: %v", err)
 	}
 	text := string(out)
-	for _, want := range []string{"/usr/bin/hutch\n", "/usr/lib/hutch/runsc\n", "/lib/systemd/system/hutch-serve.service\n", "/etc/hutch/serve.toml\n",
+	for _, want := range []string{"/usr/bin/hutch\n", "== version\nhutch " + installedVersion(pkg) + "\n", "/usr/lib/hutch/runsc\n", "/lib/systemd/system/hutch-serve.service\n", "/etc/hutch/serve.toml\n",
 		"runsc version release-", "ok    sandbox", "hello from the installed hutch\n", "== done"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the output lacks %q", want)
