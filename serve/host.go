@@ -334,7 +334,9 @@ func snapshotOf(img overlay.Image, id string) bool {
 	return strings.HasSuffix(h[len(h)-1].CreatedBy, " "+id[:12])
 }
 
-// ListTemplates are the tenant's own images and the shared ones.
+// ListTemplates are the tenant's own images and the shared ones. A
+// template that builds made is one entry whatever its tags (E2B lists a
+// template once): its latest build, else its most recently tagged.
 func (h *hostPlacement) ListTemplates(ctx context.Context, tenantName string) ([]placement.Template, error) {
 	all, err := h.eng.Images().List(ctx)
 	if err != nil {
@@ -342,6 +344,15 @@ func (h *hostPlacement) ListTemplates(ctx context.Context, tenantName string) ([
 	}
 	own := tenantImage(tenantName, "")
 	var out []placement.Template
+	// built are the entries of templates builds made, by name: the
+	// entry's index in out, whether it is the latest tag, and when its
+	// tag was assigned.
+	type entry struct {
+		i      int
+		latest bool
+		tagged time.Time
+	}
+	built := map[string]entry{}
 	for _, img := range all {
 		id := img.Name
 		public := true
@@ -351,7 +362,23 @@ func (h *hostPlacement) ListTemplates(ctx context.Context, tenantName string) ([
 			continue
 		}
 		id = strings.TrimSuffix(id, ":"+overlay.DefaultTag)
-		out = append(out, placement.Template{ID: id, BuildID: img.Digest.Encoded()[:12], Public: public, Created: img.Created})
+		t := placement.Template{ID: id, BuildID: img.Digest.Encoded()[:12], Public: public, Created: img.Created}
+		if public || img.Config.Config.Labels[labelBuild] == "" {
+			out = append(out, t)
+			continue
+		}
+		name, tag, _ := strings.Cut(id, ":")
+		t.ID, t.BuildID = name, buildIDOf(img)
+		e, ok := built[name]
+		switch {
+		case !ok:
+			built[name] = entry{i: len(out), latest: tag == "", tagged: img.Tagged}
+			out = append(out, t)
+		case e.latest:
+		case tag == "" || img.Tagged.After(e.tagged):
+			out[e.i] = t
+			built[name] = entry{i: e.i, latest: tag == "", tagged: img.Tagged}
+		}
 	}
 	return out, nil
 }

@@ -46,6 +46,13 @@ await check('assignTags points a tag at a build; Sandbox.create(NAME:TAG) starts
   assert.equal((await sb.commands.run('cat /home/user/version')).stdout.trim(), 'one')
 }, { timeoutMs: 300_000 })
 
+await check('GET /templates lists the template once, as its latest build', async () => {
+  const res = await fetch(`${process.env.E2B_API_URL}/templates`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } })
+  assert.equal(res.status, 200)
+  const mine = (await res.json()).filter((t) => t.templateID === name || t.templateID.startsWith(`${name}:`))
+  assert.deepEqual(mine.map((t) => [t.templateID, t.buildID]), [[name, v2.buildId]])
+})
+
 await check('removeTags removes the tags and nothing else', async () => {
   await Template.removeTags(name, ['stable', 'prod'])
   assert.deepEqual((await Template.getTags(name)).map((t) => t.tag), ['latest', 'v1', 'v2'])
