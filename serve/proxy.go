@@ -33,6 +33,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port u
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: nothing answers on port %d: %v", id, port, err))
 		},
 	}
+	// The transport may still be reading the request's body (to its end)
+	// when the sandbox's server answers, as servers do once they have
+	// read what they need: Go's HTTP/1 server would then consume and
+	// close the body as the answer's headers go out, under the
+	// transport's read, which fails the request's write, and the
+	// transport drops the connection with the answer half sent. Full
+	// duplex leaves the body to the transport. (HTTP/2 always is.)
+	_ = http.NewResponseController(w).EnableFullDuplex() // not every writer can (tests' recorders, HTTP/2)
 	rp.ServeHTTP(w, r)
 }
 
