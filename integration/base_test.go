@@ -23,6 +23,8 @@ python3 -m pip wheel -q --no-build-isolation --no-deps --no-index -w dist .
 python3 -m venv ~/venv
 ~/venv/bin/pip install -q --no-index dist/hello_hutch-1.0-py3-none-any.whl
 ~/venv/bin/python -c 'import hello_hutch; print(hello_hutch.hi())'
+python3 -m pip install -q --no-index dist/hello_hutch-1.0-py3-none-any.whl
+cd / && python3 -c 'import hello_hutch, site; print(hello_hutch.__file__.startswith(site.getusersitepackages()))'
 
 mkdir -p ~/n/lib ~/n/app && cd ~/n/lib
 echo '{"name":"hello-hutch","version":"1.0.0","main":"index.js"}' > package.json
@@ -48,9 +50,10 @@ cp /tmp/profile.ours /etc/profile
 
 // On a fresh root the first sandbox without --image builds the default
 // image, saying so, and later ones reuse it. It runs what agents need:
-// python3, node, git, pip and npm installs from local files, as the
-// non-root user "user". It records its package versions, its build step
-// ran under gVisor, and building buildimg/base again gives the same image.
+// python3, node, git, pip (in a venv and outside one) and npm installs
+// from local files, as the non-root user "user". It records its package
+// versions, its build step ran under gVisor, and building buildimg/base
+// again gives the same image.
 func TestBaseImage(t *testing.T) {
 	e := newEnv(t)
 	r := e.run(nil, "run", "--rm", "--", "python3", "-c", "print(6*7)")
@@ -69,7 +72,7 @@ func TestBaseImage(t *testing.T) {
 
 	id := e.create("--image", "base")
 	out := e.ok("exec", id, "--", "bash", "-c", baseToolsScript)
-	want := "user\n/home/user\npython 3\nnode 42\ncommits 1\nhi from wheel\nhi from tarball\n"
+	want := "user\n/home/user\npython 3\nnode 42\ncommits 1\nhi from wheel\nTrue\nhi from tarball\n"
 	if out != want {
 		t.Fatalf("tools on base:\n got %q\nwant %q", out, want)
 	}

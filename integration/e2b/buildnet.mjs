@@ -19,8 +19,6 @@ await check(
       .fromBaseImage()
       .setEnvs({
         PIP_INDEX_URL: `${mirror}/simple`,
-        // Debian's Python refuses pip installs outside a venv (PEP 668).
-        PIP_BREAK_SYSTEM_PACKAGES: '1',
         NPM_CONFIG_REGISTRY: `${mirror}/npm/`,
         NPM_CONFIG_AUDIT: 'false',
         NPM_CONFIG_FUND: 'false',
