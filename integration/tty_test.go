@@ -286,7 +286,14 @@ func TestSandboxTerminal(t *testing.T) {
 // sandbox whose arguments are args, or "" if there is none.
 func psState(e *env, id, args string) string {
 	for _, l := range strings.Split(e.ok("exec", id, "--", "ps", "-o", "stat,args"), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && strings.Join(f[1:], " ") == args {
+		f := strings.Fields(l)
+		// busybox's ps puts {COMM} before the arguments when the two
+		// differ, as they do for an applet busybox's shell re-executes
+		// through /proc/self/exe ("{exe} sleep 100").
+		if len(f) > 2 && strings.HasPrefix(f[1], "{") && strings.HasSuffix(f[1], "}") {
+			f = append(f[:1], f[2:]...)
+		}
+		if len(f) > 1 && strings.Join(f[1:], " ") == args {
 			return f[0][:1]
 		}
 	}
