@@ -136,7 +136,7 @@ func TestServeTracing(t *testing.T) {
 		if rs.service != "hutch-serve" {
 			t.Errorf("span %q from service %q, want hutch-serve", sp.Name, rs.service)
 		}
-		text := prototextOf(sp)
+		text := spanText(sp)
 		for _, secret := range []string{key, "traced-output"} {
 			if strings.Contains(text, secret) {
 				t.Errorf("span %q holds %q:\n%s", sp.Name, secret, text)
@@ -181,11 +181,11 @@ func TestServeTracing(t *testing.T) {
 	cmd := find("process", internal, map[string]string{"hutch.sandbox.id": run.SandboxID, "hutch.process.command": "/bin/bash", "hutch.process.exit_code": "3"})
 	childOf(cmd, startReq)
 	if attrString(cmd.Attributes, "hutch.process.pid") == "" || cmd.EndTimeUnixNano <= cmd.StartTimeUnixNano {
-		t.Errorf("the command's span has no pid or no duration: %s", prototextOf(cmd))
+		t.Errorf("the command's span has no pid or no duration: %s", spanText(cmd))
 	}
 
 	find("DELETE /sandboxes/{id}", server, map[string]string{"http.response.status_code": "204", "hutch.plane": "api", "hutch.sandbox.id": run.SandboxID})
 }
 
-// prototextOf is a span as text, to search and to show.
-func prototextOf(sp *tracepb.Span) string { return protojson.Format(sp) }
+// spanText is a span as text, to search and to show.
+func spanText(sp *tracepb.Span) string { return protojson.Format(sp) }

@@ -325,10 +325,12 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		plane := "api"
-		ctx, span := s.startRequestSpan(r)
-		r = r.WithContext(ctx)
 		var sandbox string
 		var port int
+		if ctx, span := s.startRequestSpan(r); span.IsRecording() {
+			r = r.WithContext(ctx)
+			defer func() { endRequestSpan(span, r, plane, sandbox, port, rw.status) }()
+		}
 		s.conns.serving(r.Context(), true)
 		defer s.conns.serving(r.Context(), false)
 		// What follows the headers is read within the body timeout,
@@ -342,7 +344,6 @@ func (s *Server) Handler() http.Handler {
 		} else {
 			s.api.ServeHTTP(rw, r)
 		}
-		endRequestSpan(span, r, plane, sandbox, port, rw.status)
 		s.metrics.observe(plane, r.Method, rw.status, time.Since(start))
 		s.log.Debug("request", "plane", plane, "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", rw.status, "duration", time.Since(start))
 	})

@@ -45,7 +45,11 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 
 // startRequestSpan starts the server span of r, under the caller's trace
 // if r carries one.
+// Without a tracer it reads nothing of r and returns r's own context.
 func (s *Server) startRequestSpan(r *http.Request) (context.Context, trace.Span) {
+	if s.cfg.Tracer == nil {
+		return r.Context(), trace.SpanFromContext(r.Context())
+	}
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	return s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("http.request.method", r.Method)))
@@ -55,9 +59,6 @@ func (s *Server) startRequestSpan(r *http.Request) (context.Context, trace.Span)
 // status: the API's route pattern, envd's RPC path, or the port of a
 // preview (whose path is the sandbox's business).
 func endRequestSpan(span trace.Span, r *http.Request, plane, sandbox string, port, status int) {
-	if !span.IsRecording() {
-		return
-	}
 	name := r.Method
 	switch {
 	case plane == "api" && r.Pattern != "":
