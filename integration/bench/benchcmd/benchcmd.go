@@ -5,6 +5,7 @@ package benchcmd
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -61,8 +62,11 @@ func RunscGlobals(root, id string) ([]string, error) {
 	return nil, fmt.Errorf("process %d is not a runsc sandbox: %q", pid, args)
 }
 
-// Median is the median of v (the upper one of an even count).
+// Median is the median of v (the upper one of an even count); 0 for none.
 func Median(v []time.Duration) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
 	s := append([]time.Duration(nil), v...)
 	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
 	return s[len(s)/2]
@@ -70,3 +74,30 @@ func Median(v []time.Duration) time.Duration {
 
 // Ms is d in milliseconds, to a tenth.
 func Ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// CopyBundle writes a copy of a sandbox's bundle (its config.json) from
+// directory src to dst, for raw runsc's container id, with a cgroup of
+// its own under /hutch-bench. It returns dst.
+func CopyBundle(src, dst, id string) (string, error) {
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return "", fmt.Errorf("%s: %w", filepath.Join(src, "config.json"), err)
+	}
+	if linux, ok := spec["linux"].(map[string]any); ok {
+		if _, ok := linux["cgroupsPath"]; ok {
+			linux["cgroupsPath"] = "/hutch-bench/" + id
+		}
+	}
+	out, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return "", err
+	}
+	return dst, os.WriteFile(filepath.Join(dst, "config.json"), out, 0o600)
+}

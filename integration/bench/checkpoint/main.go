@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"hutch.dev/hutch/integration/bench/benchcmd"
 	"hutch.dev/hutch/integration/bench/benchdoc"
 	"hutch.dev/hutch/integration/bench/benchexit"
 )
@@ -209,7 +210,7 @@ func (b *bench) memory(mib int) {
 		rawCk = append(rawCk, b.runsc(dir, "checkpoint", "--leave-running", "--image-path", img, id))
 		rawID := fmt.Sprintf("bench-raw-%d", i)
 		rawDir := filepath.Join(b.root, rawID)
-		bundle := copyBundle(filepath.Join(dir, "bundle"), filepath.Join(rawDir, "bundle"), rawID)
+		bundle := mustCopyBundle(filepath.Join(dir, "bundle"), filepath.Join(rawDir, "bundle"), rawID)
 		b.settle()
 		rawRestore = append(rawRestore, b.runsc(rawDir, "restore", "--detach", "--bundle", bundle, "--image-path", img, rawID))
 		b.runsc(rawDir, "delete", "--force", rawID)
@@ -223,13 +224,13 @@ func (b *bench) memory(mib int) {
 		stored = append(stored, fmt.Sprintf("%.0f%%", 100*float64(c.MemoryStored)/float64(max(c.MemorySize, 1))))
 	}
 	sort.Strings(stored)
-	b.row(fmt.Sprintf("checkpoint, %d MiB in use", mib), ms(median(ck)), ms(median(rawCk))+" (`runsc checkpoint --leave-running`)",
-		ratio(median(ck), median(rawCk))+"; hutch adds the files layer (`runsc tar rootfs-upper`) and the record; checksums and chunks follow in a detached process")
-	b.row(fmt.Sprintf("restore in place to the current checkpoint, %d MiB in use", mib), ms(median(restore)), ms(median(rawRestore))+" (`runsc restore` into a new container)",
-		ratio(median(restore), median(rawRestore))+"; hutch adds killing the running sandbox, verifying the checkpoint (XXH64) and its network and cgroup again")
+	b.row(fmt.Sprintf("checkpoint, %d MiB in use", mib), ms(benchcmd.Median(ck)), ms(benchcmd.Median(rawCk))+" (`runsc checkpoint --leave-running`)",
+		ratio(benchcmd.Median(ck), benchcmd.Median(rawCk))+"; hutch adds the files layer (`runsc tar rootfs-upper`) and the record; checksums and chunks follow in a detached process")
+	b.row(fmt.Sprintf("restore in place to the current checkpoint, %d MiB in use", mib), ms(benchcmd.Median(restore)), ms(benchcmd.Median(rawRestore))+" (`runsc restore` into a new container)",
+		ratio(benchcmd.Median(restore), benchcmd.Median(rawRestore))+"; hutch adds killing the running sandbox, verifying the checkpoint (XXH64) and its network and cgroup again")
 	if len(restoreOld) > 0 {
-		b.row(fmt.Sprintf("restore in place to an older checkpoint, %d MiB in use", mib), ms(median(restoreOld)), ms(median(rawRestore)),
-			ratio(median(restoreOld), median(rawRestore))+"; its memory is made whole again from its chunks (SHA-256 of each) first")
+		b.row(fmt.Sprintf("restore in place to an older checkpoint, %d MiB in use", mib), ms(benchcmd.Median(restoreOld)), ms(benchcmd.Median(rawRestore)),
+			ratio(benchcmd.Median(restoreOld), benchcmd.Median(rawRestore))+"; its memory is made whole again from its chunks (SHA-256 of each) first")
 	}
 	b.notes = append(b.notes, fmt.Sprintf("Memory each of the %d checkpoints of the %d MiB sandbox added to the chunk store, as a share of its size: %s (the first holds everything; each later one, of a sandbox that changed little, only its new chunks).",
 		len(cks), mib, strings.Join(stored, ", ")))
@@ -274,10 +275,10 @@ func (b *bench) files(mib int) {
 		b.settle()
 		cks := b.checkpoints(id)
 		first, l := cks[c0], cks[last]
-		b.row(fmt.Sprintf("checkpoint after a 1 MiB change, %d MiB of files in the %s", mib, where), ms(median(ds)),
-			ms(median(raw))+" (`runsc checkpoint --leave-running`, memory only)",
+		b.row(fmt.Sprintf("checkpoint after a 1 MiB change, %d MiB of files in the %s", mib, where), ms(benchcmd.Median(ds)),
+			ms(benchcmd.Median(raw))+" (`runsc checkpoint --leave-running`, memory only)",
 			fmt.Sprintf("%s; files layer %s, of which %s new to the store (the first checkpoint's %s, %s new); memory %s, %s new (the first's %s new)",
-				ratio(median(ds), median(raw)), mib1(l.FilesSize), mib1(l.FilesStored), mib1(first.FilesSize), mib1(first.FilesStored),
+				ratio(benchcmd.Median(ds), benchcmd.Median(raw)), mib1(l.FilesSize), mib1(l.FilesStored), mib1(first.FilesSize), mib1(first.FilesStored),
 				mib1(l.MemorySize), mib1(l.MemoryStored), mib1(first.MemoryStored)))
 		b.must("rm", "-f", id)
 	}
@@ -331,35 +332,6 @@ func (b *bench) storeBytes() int64 {
 	return n
 }
 
-func copyBundle(src, dst, id string) string {
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	var spec map[string]any
-	json.Unmarshal(raw, &spec) //nolint:errcheck
-	if linux, ok := spec["linux"].(map[string]any); ok {
-		if _, ok := linux["cgroupsPath"]; ok {
-			linux["cgroupsPath"] = "/hutch-bench/" + id
-		}
-	}
-	out, _ := json.Marshal(spec)
-	os.MkdirAll(dst, 0o700)
-	if err := os.WriteFile(filepath.Join(dst, "config.json"), out, 0o600); err != nil {
-		benchexit.Fatal(err)
-	}
-	return dst
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
 func ratio(h, raw time.Duration) string {
 	return fmt.Sprintf("%.2fx raw", float64(h)/float64(max(raw, 1)))
 }
@@ -395,4 +367,12 @@ func loadavg() string {
 		return f[0]
 	}
 	return "?"
+}
+
+func mustCopyBundle(src, dst, id string) string {
+	dir, err := benchcmd.CopyBundle(src, dst, id)
+	if err != nil {
+		benchexit.Fatal(err)
+	}
+	return dir
 }

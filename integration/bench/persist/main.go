@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"hutch.dev/hutch/integration/bench/benchcmd"
 	"hutch.dev/hutch/integration/bench/benchdoc"
 	"hutch.dev/hutch/integration/bench/benchexit"
 )
@@ -381,7 +382,7 @@ func (b *bench) pauseResume(mib, runs int) {
 		rawCk = append(rawCk, b.runsc(id, "checkpoint", "--leave-running", "--image-path", img, id))
 		rawID := fmt.Sprintf("bench-raw-%d", i)
 		rawDir := filepath.Join(b.root, rawID)
-		bundle := copyBundle(filepath.Join(b.root, "sandboxes", id, "bundle"), filepath.Join(rawDir, "bundle"), rawID)
+		bundle := mustCopyBundle(filepath.Join(b.root, "sandboxes", id, "bundle"), filepath.Join(rawDir, "bundle"), rawID)
 		b.settle()
 		rawRestore = append(rawRestore, b.runscIn(rawDir, 1<<30, "restore", "--detach", "--bundle", bundle, "--image-path", img, rawID))
 		b.runscIn(rawDir, 1<<30, "delete", "--force", rawID)
@@ -402,28 +403,6 @@ func (b *bench) pauseResume(mib, runs int) {
 		ratio(median(resume), median(rawRestore))+"; hutch adds verifying every checkpoint file (XXH64 per 16 MiB chunk, on every CPU) and restoring in a cgroup of its own",
 		b.baseCell(baseResume)...)
 	b.must("rm", "-f", id)
-}
-
-// copyBundle writes a copy of a sandbox's bundle for container id, with
-// its own cgroup.
-func copyBundle(src, dst, id string) string {
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		benchexit.Fatal(err)
-	}
-	var spec map[string]any
-	json.Unmarshal(raw, &spec) //nolint:errcheck
-	if linux, ok := spec["linux"].(map[string]any); ok {
-		if _, ok := linux["cgroupsPath"]; ok {
-			linux["cgroupsPath"] = "/hutch-bench/" + id
-		}
-	}
-	out, _ := json.Marshal(spec)
-	os.MkdirAll(dst, 0o700)
-	if err := os.WriteFile(filepath.Join(dst, "config.json"), out, 0o600); err != nil {
-		benchexit.Fatal(err)
-	}
-	return dst
 }
 
 // snapshotFloor notes what a snapshot of 100 MiB cannot avoid and raw
@@ -510,4 +489,12 @@ func loadavg() string {
 func cpus() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	return strings.Count(string(b), "processor\t:")
+}
+
+func mustCopyBundle(src, dst, id string) string {
+	dir, err := benchcmd.CopyBundle(src, dst, id)
+	if err != nil {
+		benchexit.Fatal(err)
+	}
+	return dir
 }
