@@ -415,7 +415,12 @@ func (c *creation) launch(ctx context.Context) error {
 		}
 	} else if c.warm != nil && c.restoreWarm(ctx, pidFile, logf) {
 		// Restored from the template's checkpoint, with its own
-		// identity.
+		// identity; its processes learn the create's environment.
+		if len(c.pr.Env) > 0 {
+			if err := e.writeEnv(ctx, sb, c.pr.Env); err != nil {
+				return err
+			}
+		}
 	} else {
 		if err := r.RunDetached(ctx, sb.ID, c.bundle, runsc.CreateOpts{PidFile: pidFile, Stdout: logf, Stderr: logf}); err != nil {
 			return fmt.Errorf("start sandbox: %w", err)

@@ -146,7 +146,10 @@ func (e *Engine) finishClaim(ctx context.Context, def *pool.Def, sb *record, req
 	sb.Secrets = secretNames(pr.Secrets)
 	setPersistFields(sb, req)
 	relink := sb.Linked && (sb.Network != pr.Network || !slices.Equal(sb.Allow, req.Allow))
-	if len(pr.Secrets) == 0 && !relink && sb.Timeout == "" {
+	// A member restored from a template runs the template's processes,
+	// started with the pool's environment: they read the claim's.
+	warmEnv := len(pr.Env) > 0 && sb.Template != nil && sb.Template.Warm
+	if len(pr.Secrets) == 0 && !relink && !warmEnv && sb.Timeout == "" {
 		// Nothing left to do after the record: it is saved once, final.
 		sb.CreatorPid = 0
 	}
@@ -157,6 +160,11 @@ func (e *Engine) finishClaim(ctx context.Context, def *pool.Def, sb *record, req
 	if sb.CreatorPid != 0 {
 		if len(pr.Secrets) > 0 {
 			if err := e.writeSecrets(ctx, sb, pr.Secrets); err != nil {
+				return nil, err
+			}
+		}
+		if warmEnv {
+			if err := e.writeEnv(ctx, sb, pr.Env); err != nil {
 				return nil, err
 			}
 		}

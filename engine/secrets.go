@@ -98,6 +98,23 @@ func (e *Engine) writeSecrets(ctx context.Context, sb *record, secrets []policy.
 	return e.agentAsRoot(ctx, sb, wire.CmdWriteSecrets, bytes.NewReader(payload), "writing secrets into the sandbox")
 }
 
+// writeEnv writes the create's environment to the sandbox's
+// wire.EnvFile, for the processes a template's checkpoint restored: they
+// started before the create and have the build's environment (the code
+// interpreter's server reads the file into its kernels).
+func (e *Engine) writeEnv(ctx context.Context, sb *record, env []string) error {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return e.agentAsRoot(ctx, sb, wire.CmdWriteEnv, bytes.NewReader(payload), "writing the environment into the sandbox")
+}
+
 // agentAsRoot runs the agent's cmd in sb as root with all of runsc's
 // default capabilities, whatever the sandbox's user, stdin its input,
 // and turns a failure into an error saying what (its stderr, which the
