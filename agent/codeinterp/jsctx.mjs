@@ -5,6 +5,7 @@
 // $HUTCH_CODEINTERP_FD:
 //
 //   in:  {"id", "code", "typescript": bool, "env": {K: V}}
+//        {"id", "setenv": {K: V}}   (for good, not for one execution)
 //   out: {"id", "type": "stdout"|"stderr", "text"}
 //        {"id", "type": "result", "data": {MIME: value}, "main": bool}
 //        {"id", "type": "error", "name", "value", "traceback"}
@@ -228,6 +229,13 @@ chan.on('data', (chunk) => {
     buf = buf.slice(i + 1)
     if (!line) continue
     const req = JSON.parse(line)
+    if (req.setenv) {
+      queue = queue.then(() => {
+        Object.assign(process.env, req.setenv)
+        send({ id: req.id, type: 'done' })
+      })
+      continue
+    }
     queue = queue.then(() => run(req))
   }
 })

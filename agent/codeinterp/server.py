@@ -45,6 +45,11 @@ KEEPALIVE = 2.0
 # is restarted instead.
 INTERRUPT_GRACE = 10.0
 START_TIMEOUT = 120.0
+# The create's environment, as hutch writes it into a sandbox restored
+# from a template (agent/wire.EnvFile).
+ENV_FILE = os.environ.get("HUTCH_CODEINTERP_ENV_FILE", "/run/hutch/env")
+# How often the server looks for a restore or a new environment.
+WATCH_INTERVAL = 0.2
 
 LANGUAGES = {
     "python": "python", "python3": "python", "py": "python",
@@ -120,6 +125,7 @@ class Context:
 
     def __init__(self, language, cwd):
         self.id = str(uuid.uuid4())
+        self.generation = self.env_version = 0
         self.language = language
         self.cwd = cwd
         self.lock = asyncio.Lock()
@@ -148,6 +154,9 @@ class Context:
 
     async def renew(self):
         """The sandbox was restored from a template: draw fresh random state."""
+
+    async def set_env(self, env):
+        """Adds env to the interpreter's own environment, for good."""
 
 
 class PythonContext(Context):
@@ -235,6 +244,9 @@ class PythonContext(Context):
                                 "    else: __hutch_os.environ[__hutch_k] = __hutch_v\n"
                                 "del __hutch_os, __hutch_env, __hutch_k, __hutch_v", emit, True)
 
+    async def set_env(self, env):
+        await self._run("import os as __hutch_os\n__hutch_os.environ.update(%r)\ndel __hutch_os" % (env,), lambda o: None, True)
+
     async def renew(self):
         await self._run("import random as __hutch_r, sys as __hutch_s\n__hutch_r.seed()\n"
                         "if 'numpy' in __hutch_s.modules: __hutch_s.modules['numpy'].random.seed()\n"
@@ -275,6 +287,27 @@ class JavaScriptContext(Context):
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGINT)
 
+    async def renew(self):
+        # Node's Math.random and OpenSSL's generator (crypto.randomBytes,
+        # randomUUID) hold the checkpoint's state, the same in every
+        # sandbox of the template, and neither can be reseeded: a
+        # process no code ran in yet is started afresh instead.
+        if self.count == 0:
+            await self.stop()
+            await self.start()
+
+    async def set_env(self, env):
+        req = {"id": str(uuid.uuid4()), "setenv": env}
+        self.writer.write((json.dumps(req) + "\n").encode())
+        await self.writer.drain()
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                raise RuntimeError("the JavaScript context's process ended")
+            msg = json.loads(line)
+            if msg.get("id") == req["id"] and msg.get("type") == "done":
+                return
+
     async def execute(self, code, env, emit):
         req = {"id": str(uuid.uuid4()), "code": code, "typescript": self.language == "typescript", "env": env}
         self.writer.write((json.dumps(req) + "\n").encode())
@@ -302,18 +335,31 @@ class JavaScriptContext(Context):
                 emit({"type": "error", "name": msg.get("name", "Error"), "value": msg.get("value", ""), "traceback": msg.get("traceback", "")})
 
 
+# The bash context's SIGINT trap: the signal ends the foreground command
+# (the whole process group gets it) and the shell lives on; a DEBUG trap
+# then returns from each function and finally the sourced cell before
+# their next command, so that the rest of the cell does not run, as
+# Python's KeyboardInterrupt ends a cell. Each cell starts without it.
+BASH_PRELUDE = """trap '__hutch_intr=1; trap "[ -n \\"\\$__hutch_intr\\" ] && return 130 2>/dev/null" DEBUG' INT
+"""
+BASH_RESET = "trap - DEBUG; unset __hutch_intr\n"
+
+
 class BashContext(Context):
     """A bash process; each execution is a file sourced into it, so that
-    variables, functions and the directory last. An interrupt restarts the
-    shell: a signal that stops the code would end a non-interactive bash."""
+    variables, functions and the directory last. An interrupt stops the
+    cell and keeps the shell (BASH_PRELUDE)."""
 
     proc = None
+    interrupted = False
 
     async def start(self):
         self.proc = await asyncio.create_subprocess_exec(
             "bash", "--norc", "--noprofile", cwd=self.cwd,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True)
+        self.proc.stdin.write(BASH_PRELUDE.encode())
+        await self.proc.stdin.drain()
         self.dir = os.path.join(HOME, ".cache", "hutch-codeinterp")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
 
@@ -327,8 +373,16 @@ class BashContext(Context):
         self.proc = None
 
     async def interrupt(self):
-        await self.stop()
-        await self.start()
+        if self.proc is not None and self.proc.returncode is None:
+            self.interrupted = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    async def set_env(self, env):
+        self.proc.stdin.write("".join("export %s=%s\n" % (k, shlex.quote(v)) for k, v in env.items()).encode())
+        await self.proc.stdin.drain()
 
     async def execute(self, code, env, emit):
         marker = "\x1e" + uuid.uuid4().hex + "\x1e"
@@ -337,9 +391,10 @@ class BashContext(Context):
             f.write(code + "\n")
         sets = "".join("__hutch_old_%s=${%s-__hutch_unset}; export %s=%s\n" % (k, k, k, shlex.quote(v)) for k, v in env.items())
         unsets = "".join('if [ "$__hutch_old_%s" = __hutch_unset ]; then unset %s; else export %s="$__hutch_old_%s"; fi; unset __hutch_old_%s\n' % ((k,) * 5) for k in env)
-        script = "%s{ source %s; } </dev/null; __hutch_rc=$?\nrm -f %s\n%sprintf '%%s%%d\\n' '%s' $__hutch_rc; printf '%%s\\n' '%s' >&2\n" % (
-            sets, shlex.quote(path), shlex.quote(path), unsets, marker, marker)
+        script = "%s%s{ source %s; } </dev/null; __hutch_rc=$?\n%srm -f %s\n%sprintf '%%s%%d\\n' '%s' $__hutch_rc; printf '%%s\\n' '%s' >&2\n" % (
+            BASH_RESET, sets, shlex.quote(path), BASH_RESET, shlex.quote(path), unsets, marker, marker)
         self.count += 1
+        self.interrupted = False
         emit({"type": "number_of_executions", "execution_count": self.count})
         self.proc.stdin.write(script.encode())
         await self.proc.stdin.drain()
@@ -354,6 +409,8 @@ class BashContext(Context):
             emit({"type": "error", "name": "ContextExited", "value": "the bash context's shell exited; it was restarted", "traceback": ""})
             await self.stop()
             await self.start()
+        elif rc == 130 and self.interrupted:
+            emit({"type": "error", "name": "KeyboardInterrupt", "value": "the execution was interrupted", "traceback": ""})
         elif rc != 0:
             emit({"type": "error", "name": "Error", "value": "exit status %d" % rc, "traceback": ""})
 
@@ -403,6 +460,13 @@ class Interpreter:
         self.default_lock = asyncio.Lock()
         self.ready = asyncio.Event()
         self.machine_id = self._machine_id()
+        # What each context must catch up with (Interpreter.catch_up): the
+        # restores seen (a new machine ID) and the create's environment
+        # (wire.EnvFile, written by hutch after a restore).
+        self.generation = 0
+        self.env = {}
+        self.env_version = 0
+        self.env_raw = None
 
     @staticmethod
     def _machine_id():
@@ -419,6 +483,10 @@ class Interpreter:
         if not os.path.isdir(cwd):
             raise BadRequest(400, "cwd %s: no such directory in the sandbox" % cwd)
         ctx = KINDS[language](language, cwd)
+        # A context started now has the server's environment, restores and
+        # all, in it.
+        self.refresh()
+        ctx.generation, ctx.env_version = self.generation, self.env_version
         await ctx.start()
         self.contexts[ctx.id] = ctx
         return ctx
@@ -436,19 +504,68 @@ class Interpreter:
         self.ready.set()
         log.info("ready: %s", ", ".join("%s %s" % (c.language, c.id) for c in self.contexts.values()))
 
-    async def renew_if_restored(self):
-        """A template's sandboxes share the memory of its checkpoint: after a
-        restore (a new machine ID) each context draws fresh random state."""
+    def refresh(self):
+        """Notes a restore or a new environment; returns whether there was
+        either. A template's sandboxes share the memory of its checkpoint:
+        after a restore (a new machine ID) each context draws fresh random
+        state, and takes up the environment the create gave."""
+        changed = False
         mid = self._machine_id()
-        if mid == self.machine_id:
-            return
-        self.machine_id = mid
-        for ctx in list(self.contexts.values()):
-            async with ctx.lock:
+        if mid != self.machine_id:
+            self.machine_id = mid
+            self.generation += 1
+            changed = True
+        try:
+            with open(ENV_FILE, "rb") as f:
+                raw = f.read()
+        except OSError:
+            raw = None
+        if raw is not None and raw != self.env_raw:
+            self.env_raw = raw
+            try:
+                env = json.loads(raw)
+            except ValueError:
+                env = None
+            if isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+                os.environ.update(env)
+                self.env = env
+                self.env_version += 1
+                changed = True
+            else:
+                log.warning("%s: not a JSON object of strings", ENV_FILE)
+        return changed
+
+    async def catch_up(self, ctx):
+        """Brings ctx up to date with refresh's findings; the caller holds
+        ctx.lock."""
+        if ctx.generation != self.generation:
+            ctx.generation = self.generation
+            try:
+                await ctx.renew()
+            except Exception as e:
+                log.warning("context %s: renew: %s", ctx.id, e)
+        if ctx.env_version != self.env_version:
+            ctx.env_version = self.env_version
+            if self.env:
                 try:
-                    await ctx.renew()
+                    await ctx.set_env(self.env)
                 except Exception as e:
-                    log.warning("context %s: renew: %s", ctx.id, e)
+                    log.warning("context %s: environment: %s", ctx.id, e)
+
+    async def watch(self):
+        """Catches every idle context up soon after a restore, so that the
+        first execution does not wait for it (a JS context restarts)."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            if not self.refresh():
+                continue
+            for ctx in list(self.contexts.values()):
+                if not ctx.lock.locked():
+                    asyncio.ensure_future(self._catch_up_idle(ctx))
+
+    async def _catch_up_idle(self, ctx):
+        async with ctx.lock:
+            await self.catch_up(ctx)
 
 
 class Handler(tornado.web.RequestHandler):
@@ -547,13 +664,14 @@ class Execute(Handler):
         if cid and lang:
             raise BadRequest(400, "Only one of context_id or language can be provided")
         env = env_of(b.get("env_vars"))
-        await self.interp.renew_if_restored()
+        self.interp.refresh()
         ctx = self.context(cid) if cid else await self.interp.default(normalize_language(lang))
 
         queue = asyncio.Queue()
         async with ctx.lock:
             if self.gone:
                 return
+            await self.interp.catch_up(ctx)
             task = asyncio.ensure_future(ctx.execute(code, env, queue.put_nowait))
             task.add_done_callback(lambda _: queue.put_nowait(None))
             try:
@@ -607,7 +725,7 @@ async def serve():
     server.listen(PORT, address=os.environ.get("HUTCH_CODEINTERP_ADDRESS", "0.0.0.0"))
     log.info("listening on port %d", PORT)
     await interp.start()
-    await asyncio.Event().wait()
+    await interp.watch()
 
 
 if __name__ == "__main__":

@@ -222,6 +222,24 @@ await check('a bash context keeps its variables and directory', async () => {
   assert.deepEqual(r.logs.stdout, ['hutch in /tmp/bashctx\n'])
 })
 
+await check('timeoutMs stops a bash cell, the rest of the cell does not run and the shell keeps its state', async () => {
+  const c = await sandbox.createCodeContext({ language: 'bash' })
+  await sandbox.runCode('KEPT=yes; cd /tmp; f() { sleep 60; echo after-sleep-in-f; }', { context: c })
+  let err
+  try {
+    await sandbox.runCode('f; echo after-f > /tmp/bash-interrupted', { context: c, timeoutMs: 2_000 })
+  } catch (e) {
+    err = e
+  }
+  assert.ok(err instanceof TimeoutError, `want a TimeoutError, got ${err}`)
+  const r = await sandbox.runCode('echo "$KEPT $(pwd) $$"; [ -e /tmp/bash-interrupted ] && echo ran-on || echo stopped', { context: c, timeoutMs: 30_000 })
+  const [line, verdict] = r.logs.stdout.join('').trim().split('\n')
+  assert.match(line, /^yes \/tmp \d+$/, r.logs.stdout.join(''))
+  assert.equal(verdict, 'stopped')
+  const again = await sandbox.runCode('echo $$', { context: c })
+  assert.equal(again.logs.stdout.join('').trim(), line.split(' ')[2], 'the shell was restarted')
+})
+
 await check('an unsupported language is a clear 400', async () => {
   let err
   try {
@@ -253,13 +271,41 @@ await check('20 contexts in one sandbox, each with its own state', async (note) 
   for (const c of ctxs) await sandbox.removeCodeContext(c)
 }, { timeoutMs: 300_000 })
 
-await check('each sandbox of the template draws its own random numbers', async () => {
+await check('each sandbox of the template draws its own random numbers, in Python and JavaScript', async () => {
   const other = await Sandbox.create({ metadata: { run: runID }, timeoutMs: 300_000 })
   created.push(other)
+  const third = await Sandbox.create({ metadata: { run: runID }, timeoutMs: 300_000 })
+  created.push(third)
   const code = 'import random\nrandom.random()'
   const [a, b] = await Promise.all([sandbox.runCode(code), other.runCode(code)])
   assert.ok(a.text && b.text && a.text !== b.text, `both drew ${a.text}`)
+  // Neither sandbox ran JavaScript before: their contexts are the
+  // template's.
+  const js = 'const c = require("node:crypto");\n[Math.random(), c.randomUUID(), c.randomBytes(8).toString("hex")].join(" ")'
+  const [x, y] = await Promise.all([other.runCode(js, { language: 'javascript' }), third.runCode(js, { language: 'javascript' })])
+  assert.equal(x.error, undefined, x.error && x.error.traceback)
+  const xs = x.text.split(' ')
+  const ys = y.text.split(' ')
+  assert.equal(xs.length, 3, x.text)
+  for (let i = 0; i < 3; i++) assert.notEqual(xs[i], ys[i], `both drew ${x.text}`)
   await other.kill()
+  await third.kill()
+}, { timeoutMs: 240_000 })
+
+await check('envs given at create reach the warm kernels and new contexts', async () => {
+  const sb = await Sandbox.create({ metadata: { run: runID }, envs: { FROM_CREATE: 'given at create', HOME_TOO: 'x y' }, timeoutMs: 300_000 })
+  created.push(sb)
+  const py = await sb.runCode('import os\n(os.environ.get("FROM_CREATE"), os.environ.get("HOME_TOO"))')
+  assert.equal(py.text, "('given at create', 'x y')")
+  const js = await sb.runCode('process.env.FROM_CREATE', { language: 'javascript' })
+  assert.equal(js.text, 'given at create')
+  const c = await sb.createCodeContext({ language: 'bash' })
+  const sh = await sb.runCode('echo "$FROM_CREATE"', { context: c })
+  assert.deepEqual(sh.logs.stdout, ['given at create\n'])
+  const once = await sb.runCode('os.environ["FROM_CREATE"]', { envs: { FROM_CREATE: 'for one call' } })
+  assert.equal(once.text, 'for one call')
+  assert.equal((await sb.runCode('os.environ["FROM_CREATE"]')).text, 'given at create')
+  await sb.kill()
 }, { timeoutMs: 180_000 })
 
 await check('another tenant and a wrong token get nothing', async () => {
