@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,7 +172,7 @@ func TestCheckpointRestoreRepeatedly(t *testing.T) {
 	ck := e.checkpoint(id)
 	e.ok("restore", id, ck)
 	e.waitStored(id)
-	procs := len(processesMentioning(id))
+	before := settledProcessesMentioning(t, id)
 	files := treeFiles(t, e.root)
 	for i := range 20 {
 		e.ok("exec", id, "--", "sh", "-c", fmt.Sprintf("echo %d > /root/n", i))
@@ -182,8 +183,9 @@ func TestCheckpointRestoreRepeatedly(t *testing.T) {
 	}
 	assertServing(e, id)
 	e.waitStored(id)
-	if n := len(processesMentioning(id)); n != procs {
-		t.Fatalf("after 20 restores %d processes mention the sandbox, %d after the first:\n%s", n, procs, strings.Join(processesMentioning(id), "\n"))
+	if after := settledProcessesMentioning(t, id); len(after) != len(before) {
+		t.Fatalf("after 20 restores %d processes mention the sandbox, %d after the first:\n%s\nafter the first:\n%s",
+			len(after), len(before), strings.Join(after, "\n"), strings.Join(before, "\n"))
 	}
 	// The store's dropped checkpoints go in the background.
 	waitFor(t, func() bool { return len(treeFiles(t, e.root)) <= len(files) })
@@ -193,6 +195,28 @@ func TestCheckpointRestoreRepeatedly(t *testing.T) {
 	e.ok("rm", "-f", id)
 	e.assertClean(id)
 	e.assertNoCheckpointsLeft()
+}
+
+// settledProcessesMentioning is processesMentioning(id) once it has not
+// changed for half a second (at most 10 s): a process a command ended as
+// it returned (the previous sandbox's, a port forwarder) may still be
+// exiting when the next one is counted, and a leaked one stays.
+func settledProcessesMentioning(t *testing.T, id string) []string {
+	t.Helper()
+	last := processesMentioning(id)
+	since := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		now := processesMentioning(id)
+		if !slices.Equal(now, last) {
+			last, since = now, time.Now()
+			continue
+		}
+		if time.Since(since) >= 500*time.Millisecond {
+			break
+		}
+	}
+	return last
 }
 
 // treeFiles lists the regular files under root, but for logs.
