@@ -295,7 +295,10 @@ func (e *Engine) list(ctx context.Context) ([]*record, error) {
 		sb, err := e.load(ent.Name())
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				continue // being created or removed right now
+				// Being created or removed right now, or a removal
+				// whose remover died.
+				e.collectRemoving(ctx, ent.Name())
+				continue
 			}
 			return nil, err
 		}

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
 
 	"hutch.dev/hutch/assembly"
 	"hutch.dev/hutch/runsc"
@@ -84,6 +88,15 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 			return fmt.Errorf("sandbox %s is being created: use rm -f: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 		}
 	}
+	if err := e.removeLocked(ctx, sb); err != nil {
+		return err
+	}
+	return e.dropName(sb.Name, sb.ID)
+}
+
+// removeLocked removes everything sandbox sb holds, its directory last;
+// the caller holds its lock.
+func (e *Engine) removeLocked(ctx context.Context, sb *record) error {
 	stopStorer(sb)
 	if err := e.destroyRuntime(ctx, sb); err != nil {
 		return err
@@ -100,10 +113,102 @@ func (e *Engine) Remove(ctx context.Context, ref string, force bool) error {
 	if err := e.images.Release(ctx, sb.ID); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(e.sandboxDir(sb.ID)); err != nil {
+	return os.RemoveAll(e.sandboxDir(sb.ID))
+}
+
+// RemoveCommand is the hutch subcommand that finishes the removals
+// RemoveLater begins (FinishRemove); its argument is the sandbox ID.
+const RemoveCommand = "__remove"
+
+// removingPath is the record of a sandbox whose removal has begun: no
+// lookup finds it (they read sandbox.json), and whoever next holds its
+// lock finishes the removal.
+func (e *Engine) removingPath(id string) string {
+	return filepath.Join(e.sandboxDir(id), "removing.json")
+}
+
+// RemoveLater removes sandbox ref as Remove(ctx, ref, true) does, but
+// returns once the sandbox has gone from every view (Get, List, its
+// name, which a new sandbox may take at once) and leaves its teardown
+// (runsc's delete, the network, the rootfs; tens of milliseconds) to a
+// detached hutch. `hutch run --rm` uses it: its caller waits for the
+// command's status, not for the teardown. If the detached hutch dies,
+// or the host does, List finishes the removal (collectRemoving).
+//
+// A sandbox that holds what the caller's next command may ask for (a
+// published host port, a volume or host directory, a link to another
+// sandbox) or has checkpoints, or is paused, is removed before
+// RemoveLater returns, as Remove does.
+func (e *Engine) RemoveLater(ctx context.Context, ref string) error {
+	sb, unlock, err := e.getLocked(ctx, ref)
+	if err != nil {
 		return err
 	}
-	return e.dropName(sb.Name, sb.ID)
+	defer unlock()
+	if len(sb.Ports) > 0 || len(sb.Mounts) > 0 || sb.Linked || sb.Paused || sb.Checkpoint != "" || sb.CheckpointHead != "" || e.opts.HutchPath == "" {
+		if err := e.removeLocked(ctx, sb); err != nil {
+			return err
+		}
+		return e.dropName(sb.Name, sb.ID)
+	}
+	if err := os.Rename(e.recordPath(sb.ID), e.removingPath(sb.ID)); err != nil {
+		return err
+	}
+	if err := e.dropName(sb.Name, sb.ID); err != nil {
+		return err
+	}
+	if e.spawnDetached(RemoveCommand, sb.ID) == 0 {
+		return e.removeLocked(ctx, sb)
+	}
+	return nil
+}
+
+// FinishRemove finishes the removal of sandbox id that RemoveLater
+// began; it does nothing if that is done.
+func (e *Engine) FinishRemove(ctx context.Context, id string) error {
+	if !validID(id) {
+		return fmt.Errorf("sandbox ID %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	unlock, err := e.lockSandbox(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return e.finishRemoveLocked(ctx, id)
+}
+
+func (e *Engine) finishRemoveLocked(ctx context.Context, id string) error {
+	sb, err := e.readRecord(e.removingPath(id))
+	if errdefs.IsNotFound(err) {
+		return nil // finished by another
+	}
+	if err != nil {
+		return err
+	}
+	return e.removeLocked(ctx, sb)
+}
+
+// collectRemoving finishes the removal of sandbox id if RemoveLater
+// began it and nothing else is finishing it now (the lock is free): its
+// detached hutch died, or the host did.
+func (e *Engine) collectRemoving(ctx context.Context, id string) {
+	if _, err := os.Stat(e.removingPath(id)); err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(e.sandboxDir(id), "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // being removed
+	}
+	if err := e.finishRemoveLocked(ctx, id); err != nil {
+		log.G(ctx).WithError(err).WithField("sandbox", id).Warn("finishing a removal")
+	}
 }
 
 // killOrphans kills the runsc processes (sandbox, gofer, or a runsc
@@ -137,4 +242,18 @@ func killOrphans(id string) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// validID reports whether id is a sandbox ID (newID): 32 lower-case
+// hexadecimal digits.
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -199,6 +199,7 @@ func (e *env) list() []sandboxRecord {
 // leftovers lists what sandbox id left on the host: processes, mounts,
 // cgroups, state. Empty means clean.
 func (e *env) leftovers(id string) []string {
+	e.waitRemovals()
 	var left []string
 	left = append(left, processesMentioning(id)...)
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
@@ -227,6 +228,29 @@ func (e *env) leftovers(id string) []string {
 		left = append(left, hostnet.Leftovers(context.Background(), id)...)
 	}
 	return left
+}
+
+// waitRemovals waits (at most 10 s) until no detached hutch of the
+// test's state root is finishing a removal `hutch run --rm` began: the
+// run returns with the command's status, before its sandbox's teardown
+// has ended.
+func (e *env) waitRemovals() {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		busy := e.removalsPending()
+		for _, p := range processesMentioning(e.root) {
+			busy = busy || strings.Contains(p, " __remove ")
+		}
+		if !busy {
+			return
+		}
+	}
+}
+
+// removalsPending reports whether a sandbox directory of the state root
+// holds a removal's record (removing.json).
+func (e *env) removalsPending() bool {
+	m, _ := filepath.Glob(filepath.Join(e.root, "sandboxes", "*", "removing.json"))
+	return len(m) > 0
 }
 
 // processesMentioning lists host processes whose command line has s.

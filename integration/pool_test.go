@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -382,5 +383,60 @@ func TestPoolNetworkPolicy(t *testing.T) {
 	e.ok("rm", "-f", id, open, none)
 	for _, s := range append(p.Members, id, open, none) {
 		e.assertClean(s)
+	}
+}
+
+// hutch run --rm returns with its command's status once the sandbox has
+// gone from every view (ls, inspect, its name), before its teardown ends;
+// that finishes in a detached hutch, and leaves nothing. A removal whose
+// remover died (or whose host did) is finished by the next ls. A sandbox
+// that published a host port has freed it when run returns.
+func TestRunRmTeardown(t *testing.T) {
+	e := newEnv(t)
+	e.removePools()
+	e.ok("pool", "create", "warm", "--image", "busybox", "--size", "1", "--wait")
+	p := e.waitPoolFull("warm")
+	r := e.run(nil, "run", "--rm", "--image", "busybox", "--", "sh", "-c", "echo out; exit 7")
+	if r.code != 7 || r.stdout != "out\n" {
+		t.Fatalf("run --rm from the pool: want out and exit 7, got %s", r)
+	}
+	if all := e.list(); len(all) != 0 {
+		t.Fatalf("listed after run --rm: %+v", all)
+	}
+	if r := e.run(nil, "inspect", p.Members[0]); r.code == 0 {
+		t.Fatalf("inspect of the removed sandbox: %s", r)
+	}
+	e.assertClean(p.Members[0])
+
+	// A name is free again when run returns.
+	for i := range 2 {
+		if out := e.ok("run", "--rm", "--name", "job", "--image", "busybox", "--", "echo", "again"); out != "again\n" {
+			t.Fatalf("run %d --name job: %q", i, out)
+		}
+	}
+
+	// The remover died (or the host did) after the record was set aside:
+	// the sandbox's processes, cgroup and network are still there.
+	id := strings.TrimSpace(e.ok("create", "--image", "busybox", "--net", "open"))
+	dir := filepath.Join(e.root, "sandboxes", id)
+	if err := os.Rename(filepath.Join(dir, "sandbox.json"), filepath.Join(dir, "removing.json")); err != nil {
+		t.Fatal(err)
+	}
+	if all := e.list(); len(all) != 0 {
+		t.Fatalf("listed while being removed: %+v", all)
+	}
+	if left := e.leftovers(id); len(left) > 0 {
+		t.Fatalf("ls did not finish the removal:\n%s", strings.Join(left, "\n"))
+	}
+
+	// A published port is free once run returns.
+	port := freePort(t)
+	for i := range 2 {
+		e.ok("run", "--rm", "--image", "busybox", "-p", fmt.Sprintf("127.0.0.1:%d:8080", port), "--", "true")
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatalf("run %d: port %d after run --rm returned: %v", i, port, err)
+		}
+		l.Close()
 	}
 }

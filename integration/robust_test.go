@@ -151,6 +151,7 @@ func TestBadInput(t *testing.T) {
 
 // sandboxDirs lists the sandbox records under the env's root.
 func (e *env) sandboxDirs() []string {
+	e.waitRemovals()
 	m, _ := filepath.Glob(filepath.Join(e.root, "sandboxes", "*"))
 	return m
 }

@@ -234,6 +234,12 @@ func printEgressLog(c *cli.Context, e *engine.Engine, ref string, asJSON bool) e
 		})
 }
 
+// removeCommand finishes a removal `hutch run --rm` began
+// (engine.RemoveLater).
+var removeCommand = detachedCommand(engine.RemoveCommand, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {
+	return e.FinishRemove(ctx, a[0])
+})
+
 // storeCheckpointsCommand checksums and chunks a sandbox's checkpoints
 // after a checkpoint or a restore returns.
 var storeCheckpointsCommand = detachedCommand(engine.StoreCheckpointsCommand, "ID", 1, func(ctx context.Context, e *engine.Engine, a []string) error {

@@ -26,7 +26,7 @@ var Commands = []*cli.Command{
 	updateCommand, statsCommand, shellCommand, cpCommand, psCommand, portForwardCommand,
 	// persist.go
 	snapshotCommand, pauseCommand, resumeCommand, forkCommand, logsCommand, watchdogCommand, finishPauseCommand,
-	removeDroppedCommand, storeCheckpointsCommand,
+	removeDroppedCommand, storeCheckpointsCommand, removeCommand,
 	// code.go
 	codeCommand, codeContextCommand,
 }
@@ -192,7 +192,9 @@ var runCommand = &cli.Command{
 		// too: hutch run has not named it to anyone.
 		if c.Bool("rm") || (in.cause() != nil && !in.commandRan()) {
 			// Removed already (hutch rm -f under it) is what --rm wants.
-			if rmErr := e.Remove(context.Background(), sb.ID, true); rmErr != nil && err == nil && !errdefs.IsNotFound(rmErr) {
+			// The caller waits for the command's status, not for the
+			// teardown, which a detached hutch finishes.
+			if rmErr := e.RemoveLater(context.Background(), sb.ID); rmErr != nil && err == nil && !errdefs.IsNotFound(rmErr) {
 				return rmErr
 			}
 		}
