@@ -142,6 +142,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, mutating bool,
 	}
 	if err != nil {
 		status = httpStatus(err)
+		if v := retryAfter(err); v != "" {
+			w.Header().Set("Retry-After", v)
+		}
 		writeError(w, status, message(err))
 	} else if p, ok := body.(paged); ok {
 		w.Header().Set("X-Next-Token", p.next)

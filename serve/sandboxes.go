@@ -35,6 +35,12 @@ func (s *Server) createSandbox(r *http.Request, tenantName string) (int, any, er
 	if err != nil {
 		return 0, nil, err
 	}
+	// In a burst, creates queue here, before they hold any quota.
+	leave, err := s.creates.enter(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	defer leave()
 	release, err := s.admit(r.Context(), tenantName, prep.Usage())
 	if err != nil {
 		return 0, nil, err

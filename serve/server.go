@@ -120,6 +120,12 @@ type Config struct {
 	// that have not presented a valid key or token: past it the oldest
 	// is closed (Listener). 0: 128.
 	MaxUntrustedConns int
+	// MaxCreates bounds the sandboxes the server makes at once; a create
+	// past it waits, at most CreateQueueTimeout, then is answered 429
+	// with Retry-After: 1 (E2B's SDKs retry it). 0: DefaultMaxCreates,
+	// DefaultCreateQueueTimeout.
+	MaxCreates         int
+	CreateQueueTimeout time.Duration
 }
 
 // Version is the build of a server and of the runsc it drives, as
@@ -156,6 +162,8 @@ type Server struct {
 	api    http.Handler
 	front  front
 	conns  *connLimiter
+	// creates bounds the creates in flight (creategate.go).
+	creates *createGate
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -268,6 +276,7 @@ func New(cfg Config) (*Server, error) {
 		history:  newHistory(historySamples),
 		front:    fr,
 		conns:    newConnLimiter(cfg.MaxUntrustedConns, cfg.Logger),
+		creates:  newCreateGate(cfg.MaxCreates, cfg.CreateQueueTimeout),
 		reserved: map[string]tenant.Usage{},
 		killing:  map[string]int{},
 		locks:    locks,

@@ -93,6 +93,8 @@ var serveFlags = withServeEnv([]cli.Flag{
 	&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
 	&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
 	&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
+	&cli.IntFlag{Name: "max-creates", Value: serve.DefaultMaxCreates, Usage: "sandboxes the server makes at once; more creates wait in a queue"},
+	&cli.DurationFlag{Name: "create-queue-timeout", Value: serve.DefaultCreateQueueTimeout, Usage: "how long a create waits in the queue before it is answered 429 with Retry-After: 1 (which E2B's SDKs retry)"},
 	&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
 	&cli.StringFlag{Name: "kubeconfig", Usage: "with --backend kubernetes (which it implies): the cluster to place sandboxes on as pods (its current context)"},
 	&cli.StringFlag{Name: "namespace", Usage: "with --backend kubernetes: namespace of the sandboxes' pods (default: the context's, else default)"},
@@ -195,7 +197,11 @@ func run(c *cli.Context) error {
 			return clix.UsageError(fmt.Errorf("%s: %w", o("net-rate"), err))
 		}
 	}
-	for _, f := range []string{"tenant-watchers", "sandbox-watchers"} {
+	cfg.MaxCreates, cfg.CreateQueueTimeout = c.Int("max-creates"), c.Duration("create-queue-timeout")
+	if cfg.CreateQueueTimeout <= 0 {
+		return clix.UsageError(fmt.Errorf("%s %s: want a positive duration, e.g. 10s", o("create-queue-timeout"), cfg.CreateQueueTimeout))
+	}
+	for _, f := range []string{"tenant-watchers", "sandbox-watchers", "max-creates"} {
 		if c.Int(f) < 1 {
 			return clix.UsageError(fmt.Errorf("%s %d: want at least 1", o(f), c.Int(f)))
 		}
