@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireDockerImage fails unless the docker template is built (make
+// docker-image); it returns its archive.
+func requireDockerImage(t *testing.T) string {
+	t.Helper()
+	archive := filepath.Join(binDir(t), "images", "docker.tar")
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatalf("the docker image is not built (run `make docker-image`): %v", err)
+	}
+	return archive
+}
+
+// dockerEnv is a root test's env with the docker template imported, and
+// an archive of the busybox test image, made on the host by
+// hutch-mkimage, for the sandboxes' daemons to load (there is no
+// registry).
+type dockerEnv struct {
+	*env
+	busybox string
+}
+
+func newDockerEnv(t *testing.T) *dockerEnv {
+	archive := requireDockerImage(t)
+	e := newEnv(t)
+	e.ok("image", "import", "docker", archive)
+	bb := filepath.Join(t.TempDir(), "busybox.tar")
+	out, err := exec.Command(filepath.Join(e.bin, "hutch-mkimage"), "-busybox", "/bin/busybox", "-name", "busybox:latest", "-o", bb).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hutch-mkimage: %v: %s", err, out)
+	}
+	return &dockerEnv{env: e, busybox: bb}
+}
+
+// sandbox creates a Docker sandbox with args, timing it, and loads the
+// busybox archive into its daemon.
+func (d *dockerEnv) sandbox(args ...string) string {
+	d.t.Helper()
+	start := time.Now()
+	id := strings.TrimSpace(d.ok(append([]string{"create", "--docker"}, args...)...))
+	d.t.Logf("create --docker %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	d.ok("cp", d.busybox, id+":/tmp/busybox.tar")
+	if out := d.sh(id, "docker load -i /tmp/busybox.tar"); !strings.Contains(out, "Loaded image: busybox:latest") {
+		d.t.Fatalf("docker load: %q", out)
+	}
+	return id
+}
+
+// sh runs script with sh -c in sandbox id as its user and fails the test
+// unless it exits 0; it returns the output.
+func (d *dockerEnv) sh(id, script string) string {
+	d.t.Helper()
+	r := d.run(nil, "exec", id, "--", "sh", "-c", script)
+	if r.code != 0 {
+		d.t.Fatalf("in %s: %s: %s", id, script, r)
+	}
+	return r.stdout + r.stderr
+}
+
+// A Docker sandbox's daemon is up when create returns, with the overlay2
+// driver; the image's user drives it without sudo: `docker load` of an
+// archive copied in, `docker run` of it, and `docker build` of a
+// Dockerfile FROM it, whose RUN step's result the built image prints.
+func TestDockerLoadRunBuild(t *testing.T) {
+	d := newDockerEnv(t)
+	id := d.sandbox()
+	if out := d.sh(id, "docker info --format '{{.Driver}} {{.ServerVersion}}'"); !strings.HasPrefix(out, "overlay2 20.10") {
+		t.Fatalf("docker info: %q, want the overlay2 driver of Docker 20.10", out)
+	}
+	if out := d.sh(id, "docker run --rm busybox echo hello from an inner container"); strings.TrimSpace(out) != "hello from an inner container" {
+		t.Fatalf("docker run: %q", out)
+	}
+	start := time.Now()
+	d.sh(id, `mkdir -p /tmp/ctx && cd /tmp/ctx &&
+printf 'FROM busybox\nRUN echo "made by RUN in $(uname -s)" > /made\nCMD ["cat", "/made"]\n' > Dockerfile &&
+docker build -q -t made .`)
+	t.Logf("docker build: %s", time.Since(start).Round(time.Millisecond))
+	if out := d.sh(id, "docker run --rm made"); strings.TrimSpace(out) != "made by RUN in Linux" {
+		t.Fatalf("the built image printed %q", out)
+	}
+	// The inner containers run in gVisor's kernel, as the sandbox does.
+	if out := d.sh(id, "docker run --rm --cap-add SYSLOG busybox dmesg"); !strings.Contains(out, "gVisor") {
+		t.Fatalf("dmesg in an inner container: %q, want gVisor's", out)
+	}
+	var rec struct {
+		Docker bool `json:"docker"`
+	}
+	d.inspectInto(id, &rec)
+	if !rec.Docker {
+		t.Fatal("inspect does not say the sandbox is a Docker sandbox")
+	}
+}
