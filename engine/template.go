@@ -361,10 +361,21 @@ func (e *Engine) tryTemplate(ctx context.Context, img overlay.Image, tmpl *Templ
 }
 
 // startTemplate starts tmpl's command in sb, detached, as the image's
-// user, and waits until its ready check passes.
+// user (a Docker sandbox's as root: its daemon's), and waits until its
+// ready check passes.
 func (e *Engine) startTemplate(ctx context.Context, sb *record, tmpl *Template) error {
 	var pid bytes.Buffer
-	if _, err := e.Exec(ctx, sb.ID, ExecRequest{Args: []string{"/bin/sh", "-c", tmpl.Start}, Detach: true, Stdout: &pid}); err != nil {
+	req := ExecRequest{Args: []string{"/bin/sh", "-c", tmpl.Start}, Detach: true, Stdout: &pid}
+	if sb.Docker {
+		// As root from the start: gVisor counts a process against the
+		// process limit (RLIMIT_NPROC) of the user that started its
+		// oldest ancestor, so a daemon started through sudo by the
+		// image's user would charge every inner container's process
+		// to that user and a fork bomb in one would stop the user's
+		// own commands.
+		req.User = "0"
+	}
+	if _, err := e.Exec(ctx, sb.ID, req); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
 	return WaitReady(ctx, engineProbe{e, sb}, tmpl)

@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +100,63 @@ docker build -q -t made .`)
 	if !rec.Docker {
 		t.Fatal("inspect does not say the sandbox is a Docker sandbox")
 	}
+}
+
+// The sandbox's limits hold for its inner containers: a fork bomb in one
+// stops at the sandbox's process limit while the sandbox's user still
+// runs commands and the daemon still removes it; a container given more
+// memory than the sandbox has (docker run --memory) cannot use it: the
+// sandbox reaches its own limit and is stopped, as any sandbox is.
+func TestDockerLimits(t *testing.T) {
+	d := newDockerEnv(t)
+	const pids = 256
+	id := d.sandbox("--memory", "512m", "--pids", fmt.Sprint(pids))
+
+	d.sh(id, `docker run -d --name bomb busybox sh -c 'b() { b | b & }; b; sleep 1000'`)
+	// The bomb grows until forks fail, then keeps the table full.
+	count := func() int {
+		r := d.run(nil, "exec", "--user", "0", id, "--", "sh", "-c", "ls -d /proc/[0-9]* | wc -l")
+		n, _ := strconv.Atoi(strings.TrimSpace(r.stdout))
+		return n
+	}
+	most := 0
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		most = max(most, count())
+		if most >= pids-20 {
+			break
+		}
+	}
+	time.Sleep(2 * time.Second)
+	most = max(most, count())
+	t.Logf("processes in the sandbox with the bomb running: at most %d seen (limit %d)", most, pids)
+	if most < pids/2 || most > pids+16 {
+		t.Fatalf("%d processes with a fork bomb running under --pids %d", most, pids)
+	}
+	// The sandbox answers: its user's commands, and the daemon.
+	start := time.Now()
+	if out := d.sh(id, "echo still here"); strings.TrimSpace(out) != "still here" {
+		t.Fatalf("exec during the bomb: %q", out)
+	}
+	d.sh(id, "docker rm -f bomb")
+	t.Logf("exec and docker rm -f of the bomb: %s", time.Since(start).Round(time.Millisecond))
+	if out := d.sh(id, "docker run --rm busybox echo after the bomb"); strings.TrimSpace(out) != "after the bomb" {
+		t.Fatalf("docker run after the bomb: %q", out)
+	}
+
+	// 900 MiB held by tail (no newline in /dev/zero) in a container
+	// allowed 4 GiB, in a sandbox of 512 MiB.
+	r := d.run(nil, "exec", id, "--", "sh", "-c", "docker run --rm --memory 4g busybox sh -c 'head -c 900m /dev/zero | tail >/dev/null; echo held 900m'")
+	if strings.Contains(r.stdout, "held 900m") {
+		t.Fatalf("an inner container held 900 MiB in a sandbox of 512 MiB: %s", r)
+	}
+	var rec struct {
+		State     string `json:"state"`
+		OOMKilled bool   `json:"oomKilled"`
+		Memory    int64  `json:"memory"`
+	}
+	d.inspectInto(id, &rec)
+	if !rec.OOMKilled || rec.State != "stopped" || rec.Memory != 512<<20 {
+		t.Fatalf("after the inner container's allocation: %+v, want the sandbox stopped at its limit (oomKilled)", rec)
+	}
+	t.Logf("the allocation ended with %s; the sandbox: %+v", strings.TrimSpace(r.stderr), rec)
 }
