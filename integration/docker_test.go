@@ -160,3 +160,49 @@ func TestDockerLimits(t *testing.T) {
 	}
 	t.Logf("the allocation ended with %s; the sandbox: %+v", strings.TrimSpace(r.stderr), rec)
 }
+
+// An inner container's traffic leaves from the sandbox's address, so the
+// sandbox's policy holds for it: it reaches what the sandbox may reach
+// and nothing else (a denied test host, a port the rule does not name,
+// the metadata address). A container's published port (docker run -p)
+// is a port of the sandbox, which hutch's -p publishes on the host.
+func TestDockerNetwork(t *testing.T) {
+	d := newDockerEnv(t)
+	w := newTestWorld(t)
+	hostPort := freePort(t)
+	id := d.sandbox("--net", "allow", "--allow", w.testHost+":8080", "-p", fmt.Sprintf("127.0.0.1:%d:8000", hostPort))
+
+	inner := func(addr string) (bool, string) {
+		host, port, _ := strings.Cut(addr, ":")
+		// nc, as probe: the static busybox's wget needs glibc's NSS,
+		// which the image lacks.
+		r := d.run(nil, "exec", "--timeout", "60s", id, "--", "docker", "run", "--rm", "busybox", "sh", "-c",
+			`printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' "$0" | nc -w 5 "$0" "$1"`, host, port)
+		return strings.Contains(r.stdout, "testhost"), r.String()
+	}
+	if ok, out := inner(w.testHost + ":8080"); !ok {
+		t.Fatalf("an inner container could not reach %s:8080, which the sandbox's policy allows: %s", w.testHost, out)
+	}
+	// The sandbox itself, with curl (the image has no nc).
+	outer := func(addr string) bool {
+		r := d.run(nil, "exec", "--timeout", "30s", id, "--", "curl", "-s", "-m", "5", "http://"+addr+"/")
+		return strings.Contains(r.stdout, "testhost")
+	}
+	if !outer(w.testHost + ":8080") {
+		t.Fatalf("the sandbox could not reach %s:8080", w.testHost)
+	}
+	for _, denied := range []string{w.other + ":80", w.testHost + ":80", w.metadata + ":80", hostGateway(d.inspect(id).IP) + ":" + hostListener(t)} {
+		if ok, out := inner(denied); ok {
+			t.Fatalf("an inner container reached %s, which the sandbox's policy denies: %s", denied, out)
+		}
+		if outer(denied) {
+			t.Fatalf("the sandbox reached %s, which its policy denies", denied)
+		}
+	}
+
+	d.sh(id, `docker run -d --name web -p 8000:80 busybox sh -c 'mkdir /www && echo hello from an inner web server > /www/index.html && exec httpd -f -p 80 -h /www'`)
+	url := fmt.Sprintf("http://127.0.0.1:%d/", hostPort)
+	start := time.Now()
+	waitFor(t, func() bool { b, err := get(url); return err == nil && b == "hello from an inner web server\n" })
+	t.Logf("%s answered from the inner container %s after it started", url, time.Since(start).Round(time.Millisecond))
+}
