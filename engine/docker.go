@@ -39,6 +39,9 @@ const dockerRootlessWhy = "a rootless sandbox cannot run Docker: runsc without r
 // dockerColdReason says why a Docker sandbox boots its template cold.
 const dockerColdReason = "a Docker sandbox's bridge, its NAT rule and its containers' links live in gVisor's netstack, which a restore into a new sandbox does not bring back: its daemon starts in each sandbox (about a second)"
 
+// dockerNoCheckpointWhy says why a Docker sandbox is not checkpointed.
+const dockerNoCheckpointWhy = "the pinned gVisor cannot save the bridge its daemon makes in the sandbox's netstack (runsc checkpoint fails: stack.BridgeFDBEntry has no state saver), and a failed checkpoint leaves the inner containers' links broken"
+
 // capsFor is the capability set of sb's processes that run as root:
 // every capability of gVisor's kernel in a Docker sandbox, else runsc's
 // default set.

@@ -206,3 +206,28 @@ func TestDockerNetwork(t *testing.T) {
 	waitFor(t, func() bool { b, err := get(url); return err == nil && b == "hello from an inner web server\n" })
 	t.Logf("%s answered from the inner container %s after it started", url, time.Since(start).Round(time.Millisecond))
 }
+
+// What a Docker sandbox cannot do is refused with the reason, exit 125:
+// a pause, fork or checkpoint (gVisor cannot save the bridge in its
+// netstack), leaving the sandbox and its containers running; and a
+// Docker sandbox on a rootless host.
+func TestDockerRefusals(t *testing.T) {
+	d := newDockerEnv(t)
+	id := d.sandbox()
+	d.sh(id, "docker run -d --name idle busybox sleep 1000")
+	for _, args := range [][]string{{"pause", id}, {"fork", id}, {"checkpoint", id}} {
+		r := d.run(nil, args...)
+		if r.code != 125 || !strings.Contains(r.stderr, "Docker sandbox") || !strings.Contains(r.stderr, "bridge") {
+			t.Fatalf("hutch %s: %s, want exit 125 naming the bridge", strings.Join(args, " "), r)
+		}
+	}
+	if out := d.sh(id, "docker ps --format '{{.Names}}' && docker run --rm busybox echo still runs"); !strings.Contains(out, "idle") || !strings.Contains(out, "still runs") {
+		t.Fatalf("after the refusals: %q", out)
+	}
+
+	u := newRootlessEnv(t)
+	r := u.run(nil, "create", "--docker")
+	if r.code != 125 || !strings.Contains(r.stderr, "rootless") || !strings.Contains(r.stderr, "cgroups") {
+		t.Fatalf("rootless create --docker: %s, want exit 125 saying why", r)
+	}
+}
