@@ -231,3 +231,50 @@ func TestDockerRefusals(t *testing.T) {
 		t.Fatalf("rootless create --docker: %s, want exit 125 saying why", r)
 	}
 }
+
+// composeProject is a two-service Compose project built from the loaded
+// busybox: a "database" answering on port 5000, and a web server whose
+// CGI looks the database up by its service name (busybox's nslookup:
+// its static nc has no resolver of glibc's) and queries it.
+const composeProject = `version: "2.4"
+services:
+  db:
+    image: busybox
+    command: ["sh", "-c", "exec nc -ll -p 5000 -e sh -c 'echo rows=42'"]
+  web:
+    image: busybox
+    depends_on: [db]
+    ports: ["8000:80"]
+    command: ["sh", "-c", "mkdir -p /www/cgi-bin && printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\nip=$$(nslookup db 2>/dev/null | sed -n \"s/^Address: *\\\\([0-9.]*\\\\).*/\\\\1/p\" | tail -n 1)\\necho db at $$ip says $$(nc $$ip 5000 </dev/null)\\n' > /www/cgi-bin/q && chmod +x /www/cgi-bin/q && exec httpd -f -p 80 -h /www"]
+`
+
+// Compose v1 (Debian's docker-compose) brings up web + database; the web
+// service reaches the database by its Compose name, and its published
+// port is reached from the host through hutch's -p.
+func TestDockerCompose(t *testing.T) {
+	d := newDockerEnv(t)
+	hostPort := freePort(t)
+	id := d.sandbox("-p", fmt.Sprintf("127.0.0.1:%d:8000", hostPort))
+	dir := filepath.Join(t.TempDir(), "shop")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeProject), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.ok("cp", dir, id+":/tmp/shop")
+	start := time.Now()
+	d.sh(id, "cd /tmp/shop && docker-compose up -d")
+	t.Logf("docker-compose up -d: %s", time.Since(start).Round(time.Millisecond))
+	url := fmt.Sprintf("http://127.0.0.1:%d/cgi-bin/q", hostPort)
+	var body string
+	waitFor(t, func() bool { b, err := get(url); body = b; return err == nil && strings.Contains(b, "says rows=42") })
+	if !strings.Contains(body, "db at 172.") {
+		t.Fatalf("%s: %q, want the database's answer from its address on the project's network", url, body)
+	}
+	t.Logf("%s: %s", url, strings.TrimSpace(body))
+	if out := d.sh(id, "cd /tmp/shop && docker-compose ps --services"); !strings.Contains(out, "web") || !strings.Contains(out, "db") {
+		t.Fatalf("docker-compose ps: %q", out)
+	}
+	d.sh(id, "cd /tmp/shop && docker-compose down")
+}
