@@ -278,3 +278,30 @@ func TestDockerCompose(t *testing.T) {
 	}
 	d.sh(id, "cd /tmp/shop && docker-compose down")
 }
+
+// The docker template is a template of hutch serve by its name, as
+// code-interpreter-v1 is: a sandbox created with templateID "docker" is a
+// Docker sandbox whose daemon answers when the create does.
+func TestServeDockerTemplate(t *testing.T) {
+	d := newDockerEnv(t)
+	s := newServer(t, d.root)
+	key := s.tenantAdd("builder")
+	s.serve()
+	start := time.Now()
+	c := s.createSandbox(key, "docker")
+	t.Logf("POST /sandboxes docker: %s", time.Since(start).Round(time.Millisecond))
+	ids := s.sandboxIDs()
+	if len(ids) != 1 {
+		t.Fatalf("sandboxes after the create: %v", ids)
+	}
+	if out := d.sh(ids[0], "docker version --format '{{.Server.Version}}'"); !strings.HasPrefix(out, "20.10") {
+		t.Fatalf("docker in the sandbox %s of templateID docker: %q", c.SandboxID, out)
+	}
+	var rec struct {
+		Docker bool `json:"docker"`
+	}
+	d.inspectInto(ids[0], &rec)
+	if !rec.Docker {
+		t.Fatal("the sandbox of templateID docker is no Docker sandbox")
+	}
+}
