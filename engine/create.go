@@ -269,6 +269,9 @@ func (c *creation) prepare(ctx context.Context) error {
 		Docker: pr.Docker, Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
 	}
+	if pr.Docker && req.Timeout > 0 && req.OnTimeout == OnTimeoutPause {
+		return fmt.Errorf("--on-timeout pause: a Docker sandbox cannot be paused (%s); give --on-timeout stop or rm: %w", dockerNoCheckpointWhy, errdefs.ErrInvalidArgument)
+	}
 	setPersistFields(c.sb, req)
 	e.setRootlessLimits(c.sb)
 	return c.prepareInject(inject)
