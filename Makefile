@@ -292,6 +292,33 @@ $(CODEINTERP_IMAGE): buildimg/codeinterp/Dockerfile buildimg/codeinterp/package.
 	$(BIN)/hutch --root $(abspath $(CODEINTERP_ROOT)) image export code-interpreter-v1 $@.tmp && mv $@.tmp $@
 	rm -rf $(CODEINTERP_CTX)
 
+# hutch's docker template: base with Debian's Docker Engine, containerd,
+# runc and docker-compose, its daemon running in every sandbox of it
+# (docs/docker.md). Built like code-interpreter-v1, in a state root of
+# its own, from Debian packages fetched once into bin/docker/debs:
+#   hutch image import docker bin/images/docker.tar
+.PHONY: docker-image
+DOCKER_IMAGE := $(BIN)/images/docker.tar
+DOCKER_ROOT  := $(BIN)/docker/root
+DOCKER_CTX   := $(BIN)/docker/context
+DOCKER_DEBS  := $(BIN)/docker/debs
+DOCKER_FILES := buildimg/docker/Dockerfile buildimg/docker/daemon.json buildimg/docker/start-dockerd buildimg/docker/docker-nat
+
+docker-image: $(DOCKER_IMAGE) ## build the docker template once (bin/images/docker.tar; under a minute once its packages are fetched)
+
+$(DOCKER_DEBS)/.stamp: buildimg/docker/packages.txt scripts/codeinterp-debs.sh | $(BIN)/images/bookworm-rootfs.tar
+	rm -rf $(DOCKER_DEBS) && mkdir -p $(DOCKER_DEBS)
+	scripts/codeinterp-debs.sh $(BIN)/images/bookworm-rootfs.tar $(DOCKER_DEBS) $$(grep -v '^#' buildimg/docker/packages.txt)
+	@touch $@
+
+$(DOCKER_IMAGE): $(DOCKER_FILES) $(DOCKER_DEBS)/.stamp | $(BIN)/hutch $(BIN)/hutch-init $(BIN)/runsc
+	rm -rf $(DOCKER_CTX) && mkdir -p $(DOCKER_CTX)
+	cp $(DOCKER_FILES) $(DOCKER_CTX)/
+	cp -al $(DOCKER_DEBS) $(DOCKER_CTX)/debs && rm -f $(DOCKER_CTX)/debs/.stamp
+	$(BIN)/hutch --root $(abspath $(DOCKER_ROOT)) image build --progress plain -t docker $(DOCKER_CTX)
+	$(BIN)/hutch --root $(abspath $(DOCKER_ROOT)) image export docker $@.tmp && mv $@.tmp $@
+	rm -rf $(DOCKER_CTX)
+
 # --- E2B code-interpreter SDK for the code interpreter's tests -------------------
 # @e2b/code-interpreter, pinned in integration/code-interpreter/package-lock.json.
 .PHONY: code-interpreter-sdk

@@ -39,6 +39,9 @@ type RunscConfig struct {
 	// inside the sandbox; the sandbox's own bounds hold as ever
 	// (docs/security.md).
 	AllowSUID bool
+	// NetRaw turns on raw sockets in gVisor's netstack (a Docker
+	// sandbox's iptables and bridge).
+	NetRaw bool
 }
 
 // Runsc is the runsc wrapper for a sandbox: the same global flags for
@@ -67,13 +70,19 @@ func Runsc(c RunscConfig) *runsc.Runsc {
 		DebugLogDir:   c.DebugLogDir,
 		OCISeccomp:    true,
 		AllowSUID:     c.AllowSUID,
+		NetRaw:        c.NetRaw,
 	}
 }
 
 // SandboxOpts are the spec options of a sandbox's first container (the
 // one that boots gVisor): host resources, the in-sandbox process limit,
-// the seccomp profile and default capabilities.
+// the seccomp profile and default capabilities. A Docker sandbox
+// (r.Docker) gets Docker's profile, its mounts and every capability
+// instead (docs/docker.md).
 func SandboxOpts(r policy.Request) []policy.SpecOpt {
+	if r.Docker {
+		return []policy.SpecOpt{Resources(r), policy.DockerSeccomp(), policy.DockerMounts(r), AllCapabilities()}
+	}
 	return []policy.SpecOpt{Resources(r), policy.Seccomp(), DefaultCapabilities()}
 }
 
@@ -173,6 +182,26 @@ func limit(v *int64) int64 {
 		return math.MaxInt64
 	}
 	return *v
+}
+
+// AllCapabilities gives the sandbox's first process every capability of
+// gVisor's kernel (runsc.AllCapabilities): a Docker sandbox's init, which
+// its daemon descends from. A process started as another user than root
+// (no effective capabilities) gets them in its bounding set only, for
+// sudo.
+func AllCapabilities() policy.SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Process == nil {
+			return nil
+		}
+		caps := append([]string(nil), runsc.AllCapabilities...)
+		if c := s.Process.Capabilities; c != nil && len(c.Effective) == 0 {
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps}
+			return nil
+		}
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+		return nil
+	}
 }
 
 // DefaultCapabilities gives a process with no capabilities of its own

@@ -89,6 +89,34 @@ func TestSandboxOpts(t *testing.T) {
 	}
 }
 
+// A Docker sandbox's init has every capability of gVisor's kernel,
+// Docker's seccomp profile and the daemon's mounts; a run's init as
+// another user than root has them in its bounding set only.
+func TestSandboxOptsDocker(t *testing.T) {
+	r := req()
+	r.Docker = true
+	s := &specs.Spec{Process: &specs.Process{}}
+	if err := Apply(s, SandboxOpts(r)...); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Process.Capabilities; c == nil || !slices.Equal(c.Effective, runsc.AllCapabilities) || !slices.Equal(c.Bounding, runsc.AllCapabilities) {
+		t.Errorf("capabilities: %+v", c)
+	}
+	if n := len(s.Linux.Seccomp.Syscalls); n != len(policy.DockerSeccompRules()) {
+		t.Errorf("seccomp: %d rules, want Docker's %d", n, len(policy.DockerSeccompRules()))
+	}
+	if !slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == policy.DockerDataDir }) {
+		t.Errorf("mounts %+v: no %s", s.Mounts, policy.DockerDataDir)
+	}
+	user := &specs.Spec{Process: &specs.Process{User: specs.User{UID: 1000}, Capabilities: &specs.LinuxCapabilities{Bounding: runsc.DefaultCapabilities}}}
+	if err := Apply(user, SandboxOpts(r)...); err != nil {
+		t.Fatal(err)
+	}
+	if c := user.Process.Capabilities; len(c.Effective) != 0 || !slices.Equal(c.Bounding, runsc.AllCapabilities) {
+		t.Errorf("a user's init: capabilities %+v, want all in its bounding set only", c)
+	}
+}
+
 // checkSeccomp checks that s carries hutch's profile: every rule of
 // policy.SeccompRules denied with EPERM, everything else allowed.
 func checkSeccomp(t *testing.T, s *specs.Spec) {

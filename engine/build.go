@@ -150,7 +150,7 @@ const (
 // image, after checking req itself (ValidateCreate), so that a bad
 // request fails before any build.
 func (e *Engine) NeedDefaultImage(ctx context.Context, req CreateRequest) (DefaultImageNeed, error) {
-	if req.Image != "" {
+	if req.image() != DefaultImage {
 		return DefaultImageReady, nil
 	}
 	if err := e.ValidateCreate(req); err != nil {

@@ -51,6 +51,10 @@ type CreateRequest struct {
 	// Workdir is the default working directory of exec'd processes.
 	Workdir string
 	Labels  map[string]string
+	// Docker gives the sandbox what a Docker daemon inside it needs
+	// (policy.Request.Docker); without Image, its image is DockerImage.
+	// An image labelled LabelDocker implies it.
+	Docker bool
 	// Ports are published on the host by a detached forwarder process
 	// (Options.HutchPath) until the sandbox stops.
 	Ports []PortMapping
@@ -104,10 +108,13 @@ type CreateRequest struct {
 
 // image is the image req names, or the default one.
 func (req CreateRequest) image() string {
-	if req.Image == "" {
-		return DefaultImage
+	switch {
+	case req.Image != "":
+		return req.Image
+	case req.Docker:
+		return DockerImage
 	}
-	return req.Image
+	return DefaultImage
 }
 
 // Create validates req, prepares the sandbox's rootfs and starts it. On any
@@ -234,6 +241,14 @@ func (c *creation) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if wantsDocker(img) && !pr.Docker {
+		// The image's daemon needs what a Docker sandbox has.
+		if err := e.checkDocker(true); err != nil {
+			return fmt.Errorf("image %s (label %s): %w", img.Name, LabelDocker, err)
+		}
+		c.req.Docker, c.pr.Docker = true, true
+		req, pr = c.req, c.pr
+	}
 	if c.img, c.setupKey, c.setupHit, err = e.setupImageFor(ctx, img, req, pr.Secrets, req.SetupScope); err != nil {
 		return err
 	}
@@ -251,8 +266,11 @@ func (c *creation) prepare(ctx context.Context) error {
 		ID: id, Name: req.Name, Image: c.img.Name, ImageDigest: c.img.Digest,
 		Created: time.Now().UTC(), CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids,
 		Disk: pr.Disk, Network: pr.Network, Allow: req.Allow, DNS: req.DNS, NetRate: req.NetRate, Env: pr.Env, Workdir: req.Workdir,
-		Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
+		Docker: pr.Docker, Labels: req.Labels, Rootless: e.rootless, CreatorPid: os.Getpid(),
 		Secrets: secretNames(pr.Secrets), Mounts: req.Mounts,
+	}
+	if pr.Docker && req.Timeout > 0 && req.OnTimeout == OnTimeoutPause {
+		return fmt.Errorf("--on-timeout pause: a Docker sandbox cannot be paused (%s); give --on-timeout stop or rm: %w", dockerNoCheckpointWhy, errdefs.ErrInvalidArgument)
 	}
 	setPersistFields(c.sb, req)
 	e.setRootlessLimits(c.sb)
@@ -517,7 +535,7 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		CPUs: req.CPUs, Memory: req.Memory, Pids: req.Pids, Disk: req.Disk,
 		Network: req.Network, Allow: allow, DNS: req.DNS, Env: req.Env, Workdir: req.Workdir,
 		Rootless: e.rootless, Explicit: req.Explicit, Unenforceable: unenforceable, UnenforceableWhy: why,
-		Secrets: secrets,
+		Secrets: secrets, Docker: req.Docker,
 	})
 	if err != nil {
 		return pr, err
@@ -526,6 +544,9 @@ func (e *Engine) validate(req CreateRequest) (policy.Request, error) {
 		return pr, err
 	}
 	if err := e.checkNetRate(req.NetRate, pr.Network); err != nil {
+		return pr, err
+	}
+	if err := e.checkDocker(req.Docker); err != nil {
 		return pr, err
 	}
 	if req.Name != "" {

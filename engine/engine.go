@@ -194,6 +194,9 @@ func (e *Engine) Image(ctx context.Context, name string) (overlay.Image, error) 
 	if norm == DefaultImage {
 		return e.BuildBase(ctx, BaseRequest{})
 	}
+	if norm == DockerImage {
+		return img, fmt.Errorf("%w (build it with `make docker-image`, then `hutch image import %s bin/images/docker.tar`)", err, DockerImage)
+	}
 	if norm != TestImage {
 		return img, err
 	}
@@ -247,6 +250,7 @@ func (e *Engine) runscFor(sb *record) *runsc.Runsc {
 		// sudo works in the default image, as in E2B's; root there is
 		// still inside gVisor (docs/security.md).
 		AllowSUID: true,
+		NetRaw:    sb.Docker,
 	})
 	if sb.Rootless {
 		// As root of the user namespace that owns its network namespace

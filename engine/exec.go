@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,7 +193,13 @@ func (e *Engine) process(sb *record, req ExecRequest) (specs.Process, error) {
 		home = h
 	}
 	env = wire.MergeEnv([]string{"HOME=" + home}, env)
-	caps := append([]string(nil), runsc.DefaultCapabilities...)
+	if sb.Docker && user.UID != 0 {
+		// The groups /etc/group gives the user, as docker exec does:
+		// the image's user reaches the daemon's socket as a member of
+		// its group.
+		user.AdditionalGids = e.memberOf(sb, user.UID)
+	}
+	caps := capsFor(sb)
 	pc := &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	if user.UID != 0 {
 		pc = &specs.LinuxCapabilities{Bounding: caps}
@@ -289,6 +296,25 @@ func (e *Engine) groupID(sb *record, name string) (uint32, bool) {
 		return false
 	})
 	return gid, ok
+}
+
+// memberOf is the groups whose member list in the image's /etc/group
+// names the user of uid.
+func (e *Engine) memberOf(sb *record, uid uint32) []uint32 {
+	ent := e.passwdEntry(sb, "", uid)
+	if ent == nil {
+		return nil
+	}
+	var gids []uint32
+	e.scanRootfsFile(sb, "etc/group", func(f []string) bool {
+		if len(f) >= 4 && slices.Contains(strings.Split(f[3], ","), ent.name) {
+			if g, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(g) != ent.gid {
+				gids = append(gids, uint32(g))
+			}
+		}
+		return false
+	})
+	return gids
 }
 
 // maxRootfsFile bounds how much of a file of the image scanRootfsFile

@@ -204,6 +204,9 @@ func checkpointable(sb *record) error {
 	if sb.OneShot {
 		return fmt.Errorf("sandbox %s runs one command (run --rm) and cannot be paused or forked: %w", sb.ShortID(), errdefs.ErrFailedPrecondition)
 	}
+	if sb.Docker {
+		return fmt.Errorf("sandbox %s is a Docker sandbox and cannot be paused, forked or checkpointed: %s: %w", sb.ShortID(), dockerNoCheckpointWhy, errdefs.ErrFailedPrecondition)
+	}
 	return nil
 }
 

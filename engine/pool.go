@@ -82,7 +82,7 @@ func poolRequest(d *pool.Def) CreateRequest {
 	return CreateRequest{
 		Image: d.Image, CPUs: d.CPUs, Memory: d.Memory, Pids: d.Pids, Disk: d.Disk,
 		Network: d.Network, Allow: d.Allow, DNS: d.DNS, Explicit: d.Explicit,
-		Labels: map[string]string{poolLabel: d.Name}, pool: d.Name,
+		Docker: d.Docker, Labels: map[string]string{poolLabel: d.Name}, pool: d.Name,
 	}
 }
 
@@ -127,7 +127,7 @@ func (e *Engine) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error)
 		Gen: gen, Name: req.Name, Size: req.Size, Image: img.Name,
 		CPUs: pr.CPUs, Memory: pr.Memory, Pids: pr.Pids, Disk: pr.Disk,
 		Network: pr.Network, Allow: c.Allow, DNS: c.DNS, Explicit: c.Explicit,
-		Created: time.Now().UTC(),
+		Docker: pr.Docker || wantsDocker(img), Created: time.Now().UTC(),
 	}
 	if err := e.pools().Create(def); err != nil {
 		return nil, err

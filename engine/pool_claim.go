@@ -78,13 +78,14 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 	if err != nil {
 		return nil, nil
 	}
+	img, err := e.images.Get(ctx, image)
+	if err != nil {
+		return nil, nil
+	}
+	pr.Docker = pr.Docker || wantsDocker(img)
 	for _, def := range defs {
 		if !poolMatches(def, image, req, pr) {
 			continue
-		}
-		img, err := e.images.Get(ctx, image)
-		if err != nil {
-			return nil, nil
 		}
 		for _, id := range pools.Members(def.Name) {
 			if os.Rename(e.pooledPath(id), e.claimingPath(id)) != nil {
@@ -112,7 +113,7 @@ func (e *Engine) claim(ctx context.Context, req CreateRequest, pr policy.Request
 func poolMatches(d *pool.Def, image string, req CreateRequest, pr policy.Request) bool {
 	return d.Image == image && d.CPUs == pr.CPUs && d.Memory == pr.Memory && d.Pids == pr.Pids &&
 		d.Disk == pr.Disk && (d.Network == policy.NetNone) == (pr.Network == policy.NetNone) &&
-		slices.Equal(d.DNS, req.DNS)
+		slices.Equal(d.DNS, req.DNS) && d.Docker == pr.Docker
 }
 
 // finishClaim applies req to a claimed sandbox: what a fresh create would

@@ -25,6 +25,7 @@ func TestPoolMatches(t *testing.T) {
 		{"other image", "other:latest", CreateRequest{}, nil, false},
 		{"other memory", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.Memory = 512 << 20 }, false},
 		{"other cpus", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.CPUs = 1 }, false},
+		{"a Docker sandbox from a pool of others", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.Docker = true }, false},
 		{"other pids", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.Pids = 100 }, false},
 		{"other disk", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.Disk = 1 << 30 }, false},
 		{"none from a linked pool", "busybox:latest", CreateRequest{}, func(r *policy.Request) { r.Network = policy.NetNone }, false},

@@ -140,7 +140,8 @@ func (e *Engine) Logout(host string) error {
 
 // NeedsPull reports whether a create of image under policy p would pull:
 // always (for a registry reference) or when the store lacks it. The
-// default and test images are never pulled: they are built or imported.
+// default, test and Docker images are never pulled: they are built or
+// imported.
 func (e *Engine) NeedsPull(ctx context.Context, image string, p PullPolicy) (bool, error) {
 	if image == "" {
 		image = DefaultImage
@@ -149,7 +150,7 @@ func (e *Engine) NeedsPull(ctx context.Context, image string, p PullPolicy) (boo
 	if err != nil {
 		return false, err
 	}
-	if p == "" || p == PullNever || norm == DefaultImage || norm == TestImage {
+	if p == "" || p == PullNever || norm == DefaultImage || norm == TestImage || norm == DockerImage {
 		return false, nil
 	}
 	if p == PullAlways {

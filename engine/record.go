@@ -35,6 +35,9 @@ type Sandbox struct {
 	DNS     []string `json:"dns,omitempty"`
 	// NetRate limits what the sandbox sends, in bits per second.
 	NetRate int64 `json:"netRate,omitempty"`
+	// Docker: the sandbox runs a Docker daemon of its own, with what
+	// that needs (docs/docker.md).
+	Docker bool `json:"docker,omitempty"`
 	// IP is the sandbox's address on its network link.
 	IP       string            `json:"ip,omitempty"`
 	Env      []string          `json:"env,omitempty"`
@@ -139,7 +142,7 @@ func (r *record) view() *Sandbox {
 		ImageUser: r.ImageUser, Created: r.Created, State: r.State,
 		CPUs: r.CPUs, Memory: r.Memory, Pids: r.Pids, Disk: r.Disk,
 		Network: r.Network, Allow: slices.Clone(r.Allow), DNS: slices.Clone(r.DNS), NetRate: r.NetRate,
-		IP: r.IP, Env: slices.Clone(r.Env), Workdir: r.Workdir, Labels: labels,
+		Docker: r.Docker, IP: r.IP, Env: slices.Clone(r.Env), Workdir: r.Workdir, Labels: labels,
 		Rootless: r.Rootless, UnenforcedLimits: slices.Clone(r.Unenforced),
 		Mounts: slices.Clone(r.Mounts), Ports: slices.Clone(r.Ports),
 		Secrets: slices.Clone(r.Secrets), CACerts: slices.Clone(r.CACerts), Inject: injectViews(r.Inject),

@@ -56,6 +56,9 @@ type record struct {
 	DNS         []string      `json:"dns,omitempty"`
 	// NetRate limits what the sandbox sends, in bits per second.
 	NetRate int64 `json:"netRate,omitempty"`
+	// Docker: the sandbox was created with what a Docker daemon inside
+	// needs (policy.Request.Docker); runsc runs it with --net-raw.
+	Docker bool `json:"docker,omitempty"`
 	// Linked: the sandbox has a network link (it was created with a
 	// network mode other than none; an update to none firewalls it shut).
 	Linked bool `json:"linked,omitempty"`

@@ -221,6 +221,10 @@ func setPersistFields(sb *record, req CreateRequest) {
 		sb.OnTimeout = req.OnTimeout
 		if sb.OnTimeout == "" {
 			sb.OnTimeout = OnTimeoutPause
+			if sb.Docker {
+				// Not checkpointable (checkpointable).
+				sb.OnTimeout = OnTimeoutStop
+			}
 		}
 	}
 }

@@ -268,6 +268,14 @@ func (e *Engine) BuildTemplate(ctx context.Context, ref string) ([]TemplateStart
 	if tmpl == nil {
 		return nil, fmt.Errorf("image %s is no template: it has no %s label (hutch image build --start-cmd): %w", ref, LabelStart, errdefs.ErrInvalidArgument)
 	}
+	if wantsDocker(img) {
+		// Its sandboxes boot cold: the build proves that its start
+		// command gets ready.
+		if err := e.tryTemplate(ctx, img, tmpl); err != nil {
+			return nil, err
+		}
+		return []TemplateStart{{Reason: dockerColdReason}}, nil
+	}
 	var out []TemplateStart
 	for _, variant := range []string{"none", "linked"} {
 		w, err := e.templateFor(ctx, img, tmpl, variant)
@@ -330,11 +338,44 @@ func (e *Engine) buildTemplate(ctx context.Context, img overlay.Image, tmpl *Tem
 	return rec, nil
 }
 
+// tryTemplate boots a sandbox of img, starts the template's command and
+// waits for its ready check; the sandbox is removed whatever happens.
+func (e *Engine) tryTemplate(ctx context.Context, img overlay.Image, tmpl *Template) error {
+	sb, err := e.create(ctx, CreateRequest{
+		Image: img.Name, Network: policy.NetNone,
+		Labels: map[string]string{"dev.hutch.template-build": img.Name},
+		noWarm: true,
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("template %s: boot: %w", img.Name, err)
+	}
+	defer func() {
+		if err := e.Remove(context.Background(), sb.ID, true); err != nil {
+			log.G(ctx).WithError(err).Warn("remove a template's trial sandbox")
+		}
+	}()
+	if err := e.startTemplate(ctx, sb, tmpl); err != nil {
+		return fmt.Errorf("template %s: %w", img.Name, err)
+	}
+	return nil
+}
+
 // startTemplate starts tmpl's command in sb, detached, as the image's
-// user, and waits until its ready check passes.
+// user (a Docker sandbox's as root: its daemon's), and waits until its
+// ready check passes.
 func (e *Engine) startTemplate(ctx context.Context, sb *record, tmpl *Template) error {
 	var pid bytes.Buffer
-	if _, err := e.Exec(ctx, sb.ID, ExecRequest{Args: []string{"/bin/sh", "-c", tmpl.Start}, Detach: true, Stdout: &pid}); err != nil {
+	req := ExecRequest{Args: []string{"/bin/sh", "-c", tmpl.Start}, Detach: true, Stdout: &pid}
+	if sb.Docker {
+		// As root from the start: gVisor counts a process against the
+		// process limit (RLIMIT_NPROC) of the user that started its
+		// oldest ancestor, so a daemon started through sudo by the
+		// image's user would charge every inner container's process
+		// to that user and a fork bomb in one would stop the user's
+		// own commands.
+		req.User = "0"
+	}
+	if _, err := e.Exec(ctx, sb.ID, req); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
 	return WaitReady(ctx, engineProbe{e, sb}, tmpl)
@@ -567,6 +608,8 @@ func (c *creation) template(ctx context.Context, img overlay.Image) error {
 		c.coldReason = "the egress gateway's CA of the sandbox's own is not in the template's checkpoint"
 	case c.e.rootless:
 		c.coldReason = "rootless sandboxes boot their templates cold"
+	case c.pr.Docker:
+		c.coldReason = dockerColdReason
 	}
 	if c.coldReason != "" {
 		return nil

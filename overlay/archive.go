@@ -201,10 +201,25 @@ func isLayerType(mt string) bool {
 	return false
 }
 
+// dockerManifestFile is the manifest of Docker's image archives (`docker
+// save`), one entry per image.
+const dockerManifestFile = "manifest.json"
+
+// dockerManifest is one entry of dockerManifestFile: paths in the archive.
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// blobPath is the path of blob d in an OCI layout.
+func blobPath(d digest.Digest) string { return "blobs/" + d.Algorithm().String() + "/" + d.Encoded() }
+
 // Export writes the image tagged name to w as an OCI archive: an
 // uncompressed tar of an OCI image layout whose index.json names the one
 // manifest with an org.opencontainers.image.ref.name annotation. Import,
-// skopeo and buildctl accept it. The output depends only on the image's
+// skopeo and buildctl accept it, and so does `docker load`
+// (dockerManifestFile). The output depends only on the image's
 // blobs and name. Blobs are verified while they are copied; a mismatch wraps
 // ErrCorrupt (w then holds a partial archive).
 func (s *Store) Export(ctx context.Context, name string, w io.Writer) error {
@@ -239,6 +254,18 @@ func (s *Store) Export(ctx context.Context, name string, w io.Writer) error {
 		return err
 	}
 
+	// Docker's own archive manifest too, as `docker save` writes beside
+	// an OCI layout: `docker load` of Docker Engines before 25 reads
+	// only that (a Docker sandbox's, docs/docker.md).
+	dm := dockerManifest{Config: blobPath(m.Config.Digest), RepoTags: []string{img.Name}}
+	for _, l := range m.Layers {
+		dm.Layers = append(dm.Layers, blobPath(l.Digest))
+	}
+	manifestJSON, err := json.Marshal([]dockerManifest{dm})
+	if err != nil {
+		return err
+	}
+
 	tw := tar.NewWriter(w)
 	for _, d := range []string{"blobs/", "blobs/sha256/"} {
 		if err := tw.WriteHeader(tarHeader(d, tar.TypeDir, 0o755, 0)); err != nil {
@@ -258,7 +285,7 @@ func (s *Store) Export(ctx context.Context, name string, w io.Writer) error {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{ocispec.ImageLayoutFile, layout}, {ocispec.ImageIndexFile, indexJSON}} {
+	}{{ocispec.ImageLayoutFile, layout}, {ocispec.ImageIndexFile, indexJSON}, {dockerManifestFile, manifestJSON}} {
 		if err := tw.WriteHeader(tarHeader(f.name, tar.TypeReg, 0o644, int64(len(f.data)))); err != nil {
 			return err
 		}

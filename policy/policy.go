@@ -64,6 +64,10 @@ type Request struct {
 	UnenforceableWhy string
 	// Secrets are the --secret values, loaded (LoadSecrets).
 	Secrets []Secret
+	// Docker asks for what a Docker daemon inside the sandbox needs
+	// (DockerSeccomp, DockerMounts, runsc's --net-raw and every
+	// capability of gVisor's kernel): docs/docker.md.
+	Docker bool
 }
 
 // WithDefaults returns r with zero values replaced by the defaults.

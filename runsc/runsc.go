@@ -68,6 +68,10 @@ type Runsc struct {
 	// AllowSUID passes --allow-suid: setuid and setgid bits of files in
 	// the sandbox take effect (sudo), inside the sandbox only.
 	AllowSUID bool
+	// NetRaw passes --net-raw: raw and packet sockets work in gVisor's
+	// netstack for processes with CAP_NET_RAW (iptables, a Docker
+	// sandbox's bridge); without it runsc removes CAP_NET_RAW.
+	NetRaw bool
 	// ExtraFlags are appended to the global flags verbatim.
 	ExtraFlags []string
 }
@@ -95,6 +99,9 @@ func (r *Runsc) globalArgs() []string {
 	}
 	if r.AllowSUID {
 		args = append(args, "--allow-suid")
+	}
+	if r.NetRaw {
+		args = append(args, "--net-raw")
 	}
 	if r.LogPath != "" {
 		args = append(args, "--log="+r.LogPath, "--log-format=text")

@@ -34,19 +34,21 @@ const MaxSize = 256
 // Def is a pool's definition, pool.json.
 type Def struct {
 	// Gen tells a pool from a later one of the same name.
-	Gen      string    `json:"gen"`
-	Name     string    `json:"name"`
-	Size     int       `json:"size"`
-	Image    string    `json:"image"`
-	CPUs     float64   `json:"cpus,omitempty"`
-	Memory   int64     `json:"memory,omitempty"`
-	Pids     int64     `json:"pids,omitempty"`
-	Disk     int64     `json:"disk,omitempty"`
-	Network  string    `json:"network,omitempty"`
-	Allow    []string  `json:"allow,omitempty"`
-	DNS      []string  `json:"dns,omitempty"`
-	Explicit []string  `json:"explicit,omitempty"`
-	Created  time.Time `json:"created"`
+	Gen      string   `json:"gen"`
+	Name     string   `json:"name"`
+	Size     int      `json:"size"`
+	Image    string   `json:"image"`
+	CPUs     float64  `json:"cpus,omitempty"`
+	Memory   int64    `json:"memory,omitempty"`
+	Pids     int64    `json:"pids,omitempty"`
+	Disk     int64    `json:"disk,omitempty"`
+	Network  string   `json:"network,omitempty"`
+	Allow    []string `json:"allow,omitempty"`
+	DNS      []string `json:"dns,omitempty"`
+	Explicit []string `json:"explicit,omitempty"`
+	// Docker: the pool's sandboxes are Docker sandboxes.
+	Docker  bool      `json:"docker,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // nameRE bounds no length: a bounded repetition costs every hutch process

@@ -43,3 +43,9 @@ func Limits(c *cli.Context, req *engine.CreateRequest) error {
 	}
 	return nil
 }
+
+// DockerFlag is --docker on create, run and pool create.
+var DockerFlag = &cli.BoolFlag{
+	Name:  "docker",
+	Usage: "run a Docker daemon inside the sandbox (default image " + engine.DockerImage + "): grants the sandbox every capability of gVisor's kernel, mounts, namespaces and raw sockets inside it (docs/docker.md)",
+}

@@ -71,7 +71,11 @@ var buildCommand = &cli.Command{
 		if t, err := engine.TemplateOf(img); err != nil {
 			return err
 		} else if t != nil {
-			fmt.Fprintf(c.App.ErrWriter, "template %s: starting %q until %s, to capture it with memory\n", req.Tag, t.Start, t.Ready)
+			how := "to capture it with memory"
+			if img.Config.Config.Labels[engine.LabelDocker] == "true" {
+				how = "once, to check it (a Docker sandbox starts it cold)"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "template %s: starting %q until %s, %s\n", req.Tag, t.Start, t.Ready, how)
 			if _, err := e.BuildTemplate(ctx, req.Tag); err != nil {
 				// A template that never gets ready is no image to
 				// start sandboxes from.

@@ -44,6 +44,7 @@ var createCommand = &cli.Command{
 		&cli.StringFlag{Name: "net", Value: "none", Usage: "network mode: none, open or allow; a pool with a network serves creates of open and allow"},
 		&cli.StringSliceFlag{Name: "allow", Usage: "allow egress to CIDR[:PORT], IP[:PORT], DOMAIN[:PORT] or *.DOMAIN[:PORT]"},
 		&cli.StringSliceFlag{Name: "dns", Usage: "upstream DNS server for the sandboxes' resolver (default: the host's)"},
+		clix.DockerFlag,
 	},
 	Action: func(c *cli.Context) error {
 		a, err := clix.Args(c, 1, 1, "NAME --size N [create flags]")
@@ -108,7 +109,7 @@ func waitFull(ctx context.Context, e *engine.Engine, name string) error {
 func classRequest(c *cli.Context) (engine.CreateRequest, error) {
 	req := engine.CreateRequest{
 		Image: c.String("image"), Network: c.String("net"),
-		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"),
+		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"), Docker: c.Bool("docker"),
 	}
 	return req, clix.Limits(c, &req)
 }

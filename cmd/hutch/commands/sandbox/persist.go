@@ -19,14 +19,16 @@ import (
 var (
 	setupFlag     = &cli.StringSliceFlag{Name: "setup", Usage: "shell command run once per image and command list; its result is cached (repeatable)"}
 	lifetimeFlag  = &cli.DurationFlag{Name: "timeout", Usage: "the sandbox's lifetime, e.g. 30m; then --on-timeout happens"}
-	onTimeoutFlag = &cli.StringFlag{Name: "on-timeout", Value: engine.OnTimeoutPause, Usage: "what happens when the lifetime ends: pause, stop or rm"}
+	onTimeoutFlag = &cli.StringFlag{Name: "on-timeout", Value: engine.OnTimeoutPause, Usage: "what happens when the lifetime ends: pause, stop or rm (a Docker sandbox's default: stop)"}
 )
 
 // persistRequest renders the setup and lifetime flags.
 func persistRequest(c *cli.Context, req *engine.CreateRequest) {
 	req.Setup = c.StringSlice("setup")
 	req.Timeout = c.Duration("timeout")
-	req.OnTimeout = c.String("on-timeout")
+	if c.IsSet("on-timeout") {
+		req.OnTimeout = c.String("on-timeout")
+	}
 }
 
 var snapshotCommand = &cli.Command{

@@ -48,7 +48,7 @@ var createFlags = []cli.Flag{
 	&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory of commands"},
 	&cli.StringSliceFlag{Name: "label", Usage: "label KEY=VALUE"},
 	&cli.StringSliceFlag{Name: "secret", Usage: "secret NAME=@FILE or NAME=env:VAR: in every command's environment and in /run/secrets/NAME"},
-	publishFlag, volume.Flag,
+	publishFlag, volume.Flag, clix.DockerFlag,
 	// persist.go
 	setupFlag, lifetimeFlag, onTimeoutFlag,
 }
@@ -59,7 +59,7 @@ func createRequest(c *cli.Context) (engine.CreateRequest, error) {
 		Name: c.String("name"), Image: c.String("image"), Network: c.String("net"),
 		Allow: c.StringSlice("allow"), DNS: c.StringSlice("dns"), Inject: c.StringSlice("inject"),
 		Env: c.StringSlice("env"), Workdir: c.String("workdir"),
-		Secrets: c.StringSlice("secret"),
+		Secrets: c.StringSlice("secret"), Docker: c.Bool("docker"),
 	}
 	var err error
 	if r := c.String("net-rate"); r != "" {
