@@ -147,7 +147,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/hutch run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 70m ./...
@@ -155,7 +155,7 @@ test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sd
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk ## run the integration tests only
+test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image ## run the integration tests only
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
