@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -131,7 +132,14 @@ func TestServeConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS("the shell's prompt", `(() => { const t = document.querySelector('#term .xterm-rows').textContent; return /[$#]/.test(t) ? 'y' : '' })()`, 30*time.Second)
-	if err := chromedp.Do(ctx, chromedp.SendKeys("#term .xterm-helper-textarea", "echo hi; python3 -c 'print(6*7)'\r")); err != nil {
+	// Typed as a user types: text input, then the Enter key.
+	if err := chromedp.Do(ctx, chromedp.Focus("#term .xterm-helper-textarea")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: "echo hi; python3 -c 'print(6*7)'"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13}); err != nil {
 		t.Fatal(err)
 	}
 	waitJS("42 in the terminal", `[...document.querySelectorAll('#term .xterm-rows > div')].some(r => r.textContent.trim() === '42') ? 'y' : ''`, 30*time.Second)

@@ -6,6 +6,23 @@ import { FitAddon } from '@xterm/addon-fit';
 import uPlot from 'uplot';
 
 const P = '/console';
+
+// xterm.js writes its theme and dimensions into <style> elements, which
+// style-src 'self' refuses. Its style elements become constructed style
+// sheets instead (CSSOM, which the policy allows): the same rules, no
+// inline markup.
+const createElement = Document.prototype.createElement;
+Document.prototype.createElement = function (tag, opts) {
+  if (String(tag).toLowerCase() !== 'style') return createElement.call(this, tag, opts);
+  const e = createElement.call(this, 'hutch-style', opts);
+  const sheet = new CSSStyleSheet();
+  let text = '';
+  document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+  Object.defineProperty(e, 'textContent', { get: () => text, set: (v) => { text = String(v); sheet.replaceSync(text); } });
+  const remove = e.remove.bind(e);
+  e.remove = () => { document.adoptedStyleSheets = document.adoptedStyleSheets.filter((x) => x !== sheet); remove(); };
+  return e;
+};
 let csrf = '';
 let domain = '';
 let stopView = () => {};
