@@ -204,6 +204,7 @@ func TestServeConsole(t *testing.T) {
 	waitJS("the killed sandbox gone from the list", `document.querySelector('#sandboxes tr[data-id="`+id+`"]') ? '' : 'y'`, 30*time.Second)
 
 	before := len(s.sandboxIDs())
+	seen := len(b.Responses())
 	target := s.url("/console/api/sandboxes")
 	b.Serve("http://attacker.test/", `<!doctype html><form method=post action="`+target+`" enctype="text/plain"><input name='{"templateID":"code-interpreter-v1","x":"' value='"}'></form><script>document.forms[0].submit()</script>`)
 	if err := chromedp.Do(ctx, chromedp.Navigate("http://attacker.test/")); err != nil {
@@ -211,7 +212,7 @@ func TestServeConsole(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	refused := false
-	for _, r := range b.Responses() {
+	for _, r := range b.Responses()[seen:] {
 		if r.Method == "POST" && r.URL == target {
 			if r.Status != http.StatusForbidden {
 				t.Fatalf("the cross-site form POST answered %d, want 403", r.Status)
