@@ -21,7 +21,14 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -name '*_test.go' -not -path '
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: $(BIN)/hutch $(BIN)/hutch-helper $(BIN)/hutch-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build hutch, hutch-helper, hutch-init, the pinned runsc, BuildKit and the test image
+build: console-assets $(BIN)/hutch $(BIN)/hutch-helper $(BIN)/hutch-init $(BIN)/runsc $(BIN)/images/busybox.tar builder ## build hutch, hutch-helper, hutch-init, the pinned runsc, BuildKit and the test image
+
+# The web console's pages: npm ci from the lockfile, bundled by esbuild
+# into console/dist, which bin/hutch embeds (a hutch built without them
+# answers 503 on /console naming this target).
+console-assets: ## build the web console's pages into console/dist (npm ci; embedded in bin/hutch)
+	cd console/web && npm ci --no-audit --no-fund && node build.mjs
+.PHONY: console-assets
 
 deps: ## install the host packages hutch and its tests need (Debian)
 	@scripts/install-deps.sh
@@ -31,7 +38,7 @@ $(BIN)/.hutch-ldflags: FORCE
 	@mkdir -p $(BIN) && echo '$(HUTCH_LDFLAGS)' | cmp -s - $@ || echo '$(HUTCH_LDFLAGS)' > $@
 .PHONY: FORCE
 
-$(BIN)/hutch: $(GO_SOURCES) $(BIN)/.hutch-ldflags
+$(BIN)/hutch: $(GO_SOURCES) $(BIN)/.hutch-ldflags $(wildcard console/dist/*)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "$(HUTCH_LDFLAGS)" -o $@ ./cmd/hutch
 
 # hutch-helper runs a sandbox's host helpers (DNS resolver, lifetime

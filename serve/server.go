@@ -164,6 +164,8 @@ type Server struct {
 	conns  *connLimiter
 	// creates bounds the creates in flight (creategate.go).
 	creates *createGate
+	// console, if set, serves ConsolePrefix (SetConsole).
+	console http.Handler
 
 	// createMu serializes quota admission per tenant; reserved holds
 	// what creates in flight have been admitted for.
@@ -350,12 +352,29 @@ func (s *Server) Handler() http.Handler {
 		} else if id, p, ok := s.sandboxOf(r); ok {
 			plane, sandbox, port = "sandbox", id, p
 			s.serveSandbox(rw, r, id, p)
+		} else if s.console != nil && isConsolePath(r.URL.Path) {
+			plane = "console"
+			s.console.ServeHTTP(rw, r)
 		} else {
 			s.api.ServeHTTP(rw, r)
 		}
 		s.metrics.observe(plane, r.Method, rw.status, time.Since(start))
 		s.log.Debug("request", "plane", plane, "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", rw.status, "duration", time.Since(start))
 	})
+}
+
+// ConsolePrefix is the path the web console is served under.
+const ConsolePrefix = "/console"
+
+// SetConsole mounts h at ConsolePrefix (package console), before the
+// server serves: a request for that path or under it that is not for a
+// sandbox's port is h's, once the server's front (its names, the
+// origin of a web page) has let it in.
+func (s *Server) SetConsole(h http.Handler) { s.console = h }
+
+// isConsolePath tells whether p is the console's.
+func isConsolePath(p string) bool {
+	return p == ConsolePrefix || strings.HasPrefix(p, ConsolePrefix+"/")
 }
 
 // sandboxOf tells whether r is for a sandbox's port: the E2b-Sandbox-Id and

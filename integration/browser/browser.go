@@ -181,3 +181,7 @@ func (b *Browser) Responses() []Response {
 	defer b.mu.Unlock()
 	return append([]Response(nil), b.responses...)
 }
+
+// Context is the browser's page context, for chromedp actions a test
+// runs itself (clicks, keys, screenshots, event listeners).
+func (b *Browser) Context() context.Context { return b.ctx }

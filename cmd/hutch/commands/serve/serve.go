@@ -20,6 +20,7 @@ import (
 
 	"hutch.dev/hutch/cmd/hutch/commands/clix"
 	"hutch.dev/hutch/cmd/hutch/commands/system"
+	"hutch.dev/hutch/console"
 	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/kubenode"
@@ -293,6 +294,7 @@ func run(c *cli.Context) error {
 		return clix.UsageError(err)
 	}
 	defer srv.Close()
+	srv.SetConsole(console.New(console.Config{API: srv.Handler(), Secure: certs != nil, Domain: cfg.Domain, Logger: log}))
 	if n, err := srv.Recover(c.Context, 3*time.Second); err != nil {
 		return err
 	} else if n > 0 {

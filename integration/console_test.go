@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"hutch.dev/hutch/integration/browser"
+)
+
+// The web console in a real Chromium against a real hutch serve with two
+// tenants: sign in, create from the form, the terminal, files, charts,
+// pause, resume, kill; the second tenant sees nothing of the first's;
+// hostile metadata and file names run no script; a form of another site
+// is refused.
+func TestServeConsole(t *testing.T) {
+	requiresRoot(t)
+	s := newServer(t, "")
+	archive := filepath.Join(binDir(t), "images", "code-interpreter-v1.tar")
+	s.ok("image", "import", "code-interpreter-v1", archive)
+	keyA := s.tenantAdd("alice")
+	keyB := s.tenantAdd("bob")
+	s.serve()
+	base := s.url("/console/")
+
+	b := browser.Start(t, browser.Options{Timeout: 4 * time.Minute, HostRules: []string{"MAP attacker.test 127.0.0.1"}})
+	ctx := b.Context()
+	// Anything a page's script should not have done.
+	var mu sync.Mutex
+	var bad []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			bad = append(bad, "dialog: "+ev.Message)
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{}) //nolint:errcheck // best effort
+		case *runtime.EventExceptionThrown:
+			bad = append(bad, "exception: "+ev.ExceptionDetails.Text)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				bad = append(bad, "console.error")
+			}
+		case *log.EventEntryAdded:
+			// A refused call logs a network error, which the test asks
+			// for; a blocked script is a security entry.
+			if ev.Entry.Level == log.EntryLevelError && ev.Entry.Source != log.EntrySourceNetwork {
+				bad = append(bad, "log: "+ev.Entry.Text)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		callErr(chromedp.Call(ctx, runtime.Enable, cdp.Empty{})),
+		callErr(chromedp.Call(ctx, log.Enable, cdp.Empty{})),
+		callErr(chromedp.Call(ctx, page.Enable, page.EnableParams{})),
+		chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860)),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	evalJS := func(js string) string {
+		t.Helper()
+		v, err := browser.Eval[string](b, js)
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return v
+	}
+	waitJS := func(what, js string, d time.Duration) string {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			v, err := browser.Eval[string](b, js)
+			if err == nil && v != "" {
+				return v
+			}
+			if time.Now().After(deadline) {
+				shot(t, ctx, "failed.png")
+				t.Fatalf("waiting %s for %s: %v (last %q)\nserver log:\n%s", d, what, err, v, s.logTail(20))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	signIn := func(key string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(base), chromedp.WaitVisible("#apikey"), chromedp.SendKeys("#apikey", key), chromedp.Click("#signin-submit"), chromedp.WaitVisible("#create")); err != nil {
+			t.Fatalf("sign in: %v", err)
+		}
+	}
+
+	start := time.Now()
+	signIn(keyA)
+	hostile := `<img src=x onerror=alert(1)>`
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue("#c-template", "code-interpreter-v1"),
+		chromedp.SetValue("#c-lifetime", "600"),
+		chromedp.SetValue("#c-metadata", "owner="+hostile),
+		chromedp.Click("#c-submit"),
+	); err != nil {
+		t.Fatal(err)
+	}
+	id := waitJS("the created sandbox running in the list", `(() => { const r = document.querySelector('#sandboxes tr td.state-running'); return r ? r.parentElement.dataset.id : '' })()`, 90*time.Second)
+	t.Logf("created %s from the form, running in the list after %s", id, time.Since(start).Round(time.Millisecond))
+	if md := evalJS(`document.querySelector('#sandboxes tr[data-id="` + id + `"] td.metadata').textContent`); md != "owner="+hostile {
+		t.Fatalf("metadata shown as %q", md)
+	}
+	if n := evalJS(`String(document.querySelectorAll('#sandboxes img').length)`); n != "0" {
+		t.Fatalf("the metadata became %s img elements", n)
+	}
+	waitJS("CPU and memory now", `document.querySelector('#sandboxes tr[data-id="`+id+`"] td:nth-child(6)').textContent`, 15*time.Second)
+	shot(t, ctx, "list.png")
+
+	// The sandbox's page: terminal.
+	if err := chromedp.Do(ctx, chromedp.Click(`#sandboxes a.sb-link`), chromedp.WaitVisible("#term .xterm")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the shell's prompt", `(() => { const t = document.querySelector('#term .xterm-rows').textContent; return /[$#]/.test(t) ? 'y' : '' })()`, 30*time.Second)
+	// Typed as a user types: text input, then the Enter key.
+	if err := chromedp.Do(ctx, chromedp.Focus("#term .xterm-helper-textarea")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: "echo hi; python3 -c 'print(6*7)'"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13}); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("42 in the terminal", `[...document.querySelectorAll('#term .xterm-rows > div')].some(r => r.textContent.trim() === '42') ? 'y' : ''`, 30*time.Second)
+	waitJS("hi in the terminal", `[...document.querySelectorAll('#term .xterm-rows > div')].some(r => r.textContent.trim() === 'hi') ? 'y' : ''`, 5*time.Second)
+	shot(t, ctx, "terminal.png")
+
+	// Upload a file with a hostile name, read it back through the API.
+	name := `"><script>alert(2)<script>.txt`
+	local := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(local, []byte("uploaded from the console\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.SetValue("#f-dir", "/tmp"), chromedp.SetUploadFiles("#f-upload", []string{local})); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the uploaded file in the list", `[...document.querySelectorAll('#files td.fname')].some(td => td.textContent === `+jsString(name)+`) ? 'y' : ''`, 20*time.Second)
+	conn := s.do("POST", "/sandboxes/"+id+"/connect", strings.NewReader(`{}`), map[string]string{"X-API-Key": keyA, "Content-Type": "application/json"})
+	var sb createdSandbox
+	if err := json.Unmarshal([]byte(conn.body), &sb); err != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("connect: %s", conn)
+	}
+	if r := s.do("GET", "/files?path="+url.QueryEscape("/tmp/"+name), nil, envdHeaders(keyA, sb)); r.status != 200 || r.body != "uploaded from the console\n" {
+		t.Fatalf("reading the upload through the API: %s", r)
+	}
+
+	// Charts from the metrics history.
+	waitJS("charts with points", `(() => { const c = [...document.querySelectorAll('#charts .chart')]; return c.length === 3 && c.every(d => Number(d.dataset.points) > 0 && d.querySelector('canvas')) ? 'y' : '' })()`, 30*time.Second)
+
+	// Pause and resume from the buttons.
+	if err := chromedp.Do(ctx, chromedp.Click("#b-pause")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("paused", `document.querySelector('#sb-state').textContent === 'paused' ? 'y' : ''`, 60*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click("#b-resume")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("running again", `document.querySelector('#sb-state').textContent === 'running' ? 'y' : ''`, 60*time.Second)
+
+	// A call of the console's page without the CSRF token, and a form
+	// of another site.
+	if got := evalJS(`fetch('/console/api/sandboxes', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{"templateID":"code-interpreter-v1"}'}).then(r => String(r.status))`); got != "403" {
+		t.Fatalf("a POST without the CSRF token answered %s, want 403", got)
+	}
+
+	// The second tenant sees none of the first's.
+	b2 := browser.Start(t, browser.Options{Timeout: time.Minute})
+	if err := chromedp.Do(b2.Context(), chromedp.Navigate(base), chromedp.WaitVisible("#apikey"), chromedp.SendKeys("#apikey", keyB), chromedp.Click("#signin-submit"), chromedp.WaitVisible("#sandboxes")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if n, err := browser.Eval[string](b2, `String(document.querySelectorAll('#sandboxes tr').length) + document.querySelector('#error').textContent`); err != nil || n != "0" {
+		t.Fatalf("bob's list: %q %v", n, err)
+	}
+	if r, err := browser.Eval[string](b2, `fetch('/console/api/sandboxes/`+id+`').then(r => String(r.status))`); err != nil || r != "404" {
+		t.Fatalf("bob asking for alice's sandbox: %q %v", r, err)
+	}
+
+	// Kill, and it leaves the list.
+	if err := chromedp.Do(ctx, chromedp.Click("#b-kill"), chromedp.WaitVisible("#sandboxes")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the killed sandbox gone from the list", `document.querySelector('#sandboxes tr[data-id="`+id+`"]') ? '' : 'y'`, 30*time.Second)
+
+	before := len(s.sandboxIDs())
+	seen := len(b.Responses())
+	target := s.url("/console/api/sandboxes")
+	b.Serve("http://attacker.test/", `<!doctype html><form method=post action="`+target+`" enctype="text/plain"><input name='{"templateID":"code-interpreter-v1","x":"' value='"}'></form><script>document.forms[0].submit()</script>`)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://attacker.test/")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	refused := false
+	for _, r := range b.Responses()[seen:] {
+		if r.Method == "POST" && r.URL == target {
+			if r.Status != http.StatusForbidden {
+				t.Fatalf("the cross-site form POST answered %d, want 403", r.Status)
+			}
+			refused = true
+		}
+	}
+	if !refused {
+		t.Fatal("the cross-site form was not posted")
+	}
+	if after := len(s.sandboxIDs()); after != before {
+		t.Fatalf("the cross-site form made a sandbox (%d -> %d)", before, after)
+	}
+
+	r := s.do("GET", "/console/csp-report", nil, nil)
+	var rep struct{ Reports int }
+	if err := json.Unmarshal([]byte(r.body), &rep); err != nil || rep.Reports != 0 {
+		t.Fatalf("CSP violation reports: %s", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("the pages ran or logged what they should not have: %q", bad)
+	}
+	t.Logf("the whole console run took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// shot saves a screenshot of the page to docs/console/NAME.
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	dir := filepath.Join("..", "docs", "console")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	}
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+	}
+}
+
+func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func callErr[T any](_ T, err error) error { return err }
