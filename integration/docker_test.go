@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,10 +32,34 @@ type dockerEnv struct {
 	busybox string
 }
 
+// The Docker tests share base's state root (baseArchive), with the
+// docker template imported and its root filesystem unpacked once a run by
+// the first of them: the unpack takes 10-30 s.
+var sharedDocker struct {
+	once sync.Once
+	err  error
+}
+
 func newDockerEnv(t *testing.T) *dockerEnv {
 	archive := requireDockerImage(t)
+	root := baseArchive(t)
 	e := newEnv(t)
-	e.ok("image", "import", "docker", archive)
+	e.root = root
+	sharedDocker.once.Do(func() {
+		start := time.Now()
+		if r := e.run(nil, "image", "import", "docker", archive); r.code != 0 {
+			sharedDocker.err = fmt.Errorf("image import docker: %s", r)
+			return
+		}
+		if r := e.run(nil, "run", "--rm", "--docker", "--", "true"); r.code != 0 {
+			sharedDocker.err = fmt.Errorf("the first Docker sandbox: %s", r)
+			return
+		}
+		t.Logf("docker template imported and unpacked in %s", time.Since(start).Round(time.Second))
+	})
+	if sharedDocker.err != nil {
+		t.Fatal(sharedDocker.err)
+	}
 	bb := filepath.Join(t.TempDir(), "busybox.tar")
 	out, err := exec.Command(filepath.Join(e.bin, "hutch-mkimage"), "-busybox", "/bin/busybox", "-name", "busybox:latest", "-o", bb).CombinedOutput()
 	if err != nil {
