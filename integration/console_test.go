@@ -92,7 +92,7 @@ func TestServeConsole(t *testing.T) {
 				return v
 			}
 			if time.Now().After(deadline) {
-				shot(t, ctx, "failed.png")
+				shotTo(t, ctx, filepath.Join(t.TempDir(), "failed.png"))
 				t.Fatalf("waiting %s for %s: %v (last %q)\nserver log:\n%s", d, what, err, v, s.logTail(20))
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -168,6 +168,14 @@ func TestServeConsole(t *testing.T) {
 	// Charts from the metrics history.
 	waitJS("charts with points", `(() => { const c = [...document.querySelectorAll('#charts .chart')]; return c.length === 3 && c.every(d => Number(d.dataset.points) > 0 && d.querySelector('canvas')) ? 'y' : '' })()`, 30*time.Second)
 
+	// Follow the log of a background process, whose lines include one
+	// that is markup.
+	s.ok("exec", "-d", id, "--", "sh", "-c", `for i in 1 2 3; do echo bg-line-$i; sleep 0.5; done; echo '<img src=x onerror=alert(3)>'`)
+	waitJS("the background process's lines in the log", `(() => { const l = [...document.querySelectorAll('#logs .line')].map(d => d.textContent); return ['bg-line-1', 'bg-line-2', 'bg-line-3', '<img src=x onerror=alert(3)>'].every(x => l.some(t => t.endsWith(x))) ? 'y' : '' })()`, 30*time.Second)
+	if n := evalJS(`String(document.querySelectorAll('#logs img').length)`); n != "0" {
+		t.Fatalf("a log line became %s img elements", n)
+	}
+
 	// Pause and resume from the buttons.
 	if err := chromedp.Do(ctx, chromedp.Click("#b-pause")); err != nil {
 		t.Fatal(err)
@@ -240,21 +248,29 @@ func TestServeConsole(t *testing.T) {
 	t.Logf("the whole console run took %s", time.Since(start).Round(time.Millisecond))
 }
 
-// shot saves a screenshot of the page to docs/console/NAME.
+// shot saves a screenshot of the page to docs/console/NAME, for
+// docs/console.md.
 func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	shotTo(t, ctx, filepath.Join("..", "docs", "console", name))
+}
+
+// shotTo saves a screenshot of the page to file.
+func shotTo(t *testing.T, ctx context.Context, file string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
-		t.Logf("screenshot %s: %v", name, err)
+		t.Logf("screenshot %s: %v", file, err)
 		return
 	}
-	dir := filepath.Join("..", "docs", "console")
-	if err := os.MkdirAll(dir, 0o755); err == nil {
-		err = os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err == nil {
+		err = os.WriteFile(file, png, 0o644)
 	}
 	if err != nil {
-		t.Logf("screenshot %s: %v", name, err)
+		t.Logf("screenshot %s: %v", file, err)
+		return
 	}
+	t.Logf("screenshot: %s", file)
 }
 
 func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -246,6 +246,40 @@ function charts(id, host) {
   return () => { clearInterval(timer); plots.forEach((p) => p.destroy()); };
 }
 
+// logs follows the sandbox's log (its background processes' output,
+// GET /sandboxes/ID/logs) while follow is checked: each second, the lines
+// after the last one shown; at most maxLogLines are kept.
+const maxLogLines = 2000;
+function logs(id) {
+  const pre = el('div', { id: 'logs', class: 'logs' });
+  const follow = el('input', { type: 'checkbox', id: 'l-follow' });
+  follow.checked = true;
+  const box = errBox();
+  let next = 0;
+  let busy = false;
+  const poll = async () => {
+    if (!follow.checked || busy) return;
+    busy = true;
+    try {
+      const r = await getJSON('/api/sandboxes/' + encodeURIComponent(id) + '/logs?' + (next ? 'start=' + next : 'limit=200'));
+      const lines = r.logs || [];
+      for (const l of lines) {
+        const t = new Date(l.timestamp);
+        pre.append(el('div', { class: 'logline' }, el('span', { class: 'ts', text: t.toLocaleTimeString() + ' ' }), el('span', { class: 'line', text: l.line })));
+        next = Math.max(next, t.getTime() + 1);
+      }
+      while (pre.childElementCount > maxLogLines) pre.firstElementChild.remove();
+      if (lines.length) pre.scrollTop = pre.scrollHeight;
+      box.textContent = '';
+    } catch (e) { fail(box, e); }
+    busy = false;
+  };
+  poll();
+  const timer = setInterval(poll, 1000);
+  const card = el('div', { class: 'card' }, el('h3', { text: 'Logs' }), el('label', {}, follow, ' follow'), pre, box);
+  return [card, () => clearInterval(timer)];
+}
+
 async function showSandbox(id) {
   const box = errBox();
   const title = el('h2', { id: 'sb-title', text: id });
@@ -279,9 +313,11 @@ async function showSandbox(id) {
   const parts = [el('div', { class: 'card' }, title, state, info, actions, box), el('div', { class: 'card' }, el('h3', { text: 'Ports' }), el('div', { class: 'row' }, el('label', {}, 'Port', port), plink))];
   if (sb.state === 'running') parts.push(el('div', { class: 'card' }, el('h3', { text: 'Terminal' }), termHost), files(id));
   parts.push(el('div', { class: 'card' }, el('h3', { text: 'Metrics' }), chartHost));
+  const [logCard, stopLogs] = logs(id);
+  parts.push(logCard);
   show(...parts);
   setLink();
-  const stops = [charts(id, chartHost)];
+  const stops = [charts(id, chartHost), stopLogs];
   if (sb.state === 'running') stops.push(terminal(id, termHost));
   stopView = () => stops.forEach((f) => f());
 }
