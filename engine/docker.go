@@ -27,6 +27,9 @@ func wantsDocker(img overlay.Image) bool {
 
 // checkDocker refuses a Docker sandbox where one cannot work.
 func (e *Engine) checkDocker(docker bool) error {
+	if docker && e.opts.NoDocker {
+		return fmt.Errorf("--docker: Docker sandboxes are turned off on this host (hutch serve --no-docker): %w", errdefs.ErrPermissionDenied)
+	}
 	if docker && e.rootless {
 		return fmt.Errorf("--docker: %s: %w", dockerRootlessWhy, errdefs.ErrInvalidArgument)
 	}

@@ -40,6 +40,10 @@ const TestImage = "busybox:latest"
 type Options struct {
 	// Root is the state directory; empty means DefaultRoot().
 	Root string
+	// NoDocker refuses Docker sandboxes (CreateRequest.Docker, or an
+	// image labelled LabelDocker): what they are given (docs/security.md)
+	// is then given to none. `hutch serve --no-docker` sets it.
+	NoDocker bool
 	// RunscPath is the runsc binary; empty means FindRunsc().
 	RunscPath string
 	// InitPath is the hutch-init binary mounted into every sandbox as its

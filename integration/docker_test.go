@@ -329,4 +329,19 @@ func TestServeDockerTemplate(t *testing.T) {
 	if !rec.Docker {
 		t.Fatal("the sandbox of templateID docker is no Docker sandbox")
 	}
+
+	// An operator who wants no Docker sandboxes on the host says so: the
+	// same create on a server with --no-docker is refused and leaves
+	// nothing.
+	off := newServer(t, d.root)
+	offKey := off.tenantAdd("nodocker")
+	off.flags = []string{"--no-docker"}
+	off.serve()
+	r := off.do("POST", "/sandboxes", strings.NewReader(`{"templateID":"docker"}`), map[string]string{"X-API-Key": offKey, "Content-Type": "application/json"})
+	if code, msg, err := r.errorBody(); r.status != 403 || err != nil || code != 403 || !strings.Contains(msg, "--no-docker") {
+		t.Fatalf("create of templateID docker under --no-docker: %s, want 403 naming --no-docker", r)
+	}
+	if now := s.sandboxIDs(); len(now) != 1 {
+		t.Fatalf("sandboxes after the refused create: %v", now)
+	}
 }

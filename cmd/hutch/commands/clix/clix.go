@@ -67,7 +67,15 @@ func Before(c *cli.Context) error {
 
 // Engine opens the engine the global flags describe.
 func Engine(c *cli.Context) (*engine.Engine, error) {
+	return EngineWith(c, engine.Options{})
+}
+
+// EngineWith is Engine with the further options of opts (those the global
+// flags do not set).
+func EngineWith(c *cli.Context, opts engine.Options) (*engine.Engine, error) {
 	return engine.Open(engine.Options{
+		NoDocker: opts.NoDocker,
+
 		Root:            c.String("root"),
 		RunscPath:       c.String("runsc"),
 		DebugLog:        c.String("runsc-debug-log"),

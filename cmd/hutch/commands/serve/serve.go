@@ -94,6 +94,7 @@ var serveFlags = withServeEnv([]cli.Flag{
 	&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long a graceful shutdown waits for open requests"},
 	&cli.IntFlag{Name: "tenant-watchers", Value: serve.DefaultTenantWatchers, Usage: "filesystem watches (WatchDir streams and watchers) one tenant may hold open at once"},
 	&cli.IntFlag{Name: "sandbox-watchers", Value: serve.DefaultSandboxWatchers, Usage: "filesystem watches one sandbox may hold open at once"},
+	&cli.BoolFlag{Name: "no-docker", Usage: "refuse Docker sandboxes (the docker template, any image labelled dev.hutch.docker=true): none is given what they need (docs/security.md)"},
 	&cli.IntFlag{Name: "max-creates", Value: serve.DefaultMaxCreates, Usage: "sandboxes the server makes at once; more creates wait in a queue"},
 	&cli.DurationFlag{Name: "create-queue-timeout", Value: serve.DefaultCreateQueueTimeout, Usage: "how long a create waits in the queue before it is answered 429 with Retry-After: 1 (which E2B's SDKs retry)"},
 	&cli.StringFlag{Name: "backend", Value: backendLocal, Usage: "where sandboxes run: local (this host) or kubernetes (pods on the cluster of --kubeconfig)"},
@@ -244,7 +245,7 @@ func run(c *cli.Context) error {
 		cfg.StateDir = filepath.Join(root, "serve")
 		root = "kubernetes " + cfg.Kube.Client.Server() + " namespace " + cfg.Kube.Namespace
 	} else {
-		if cfg.Engine, err = clix.Engine(c); err != nil {
+		if cfg.Engine, err = clix.EngineWith(c, engine.Options{NoDocker: c.Bool("no-docker")}); err != nil {
 			return err
 		}
 		root = cfg.Engine.Root()
