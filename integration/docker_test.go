@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"crypto/tls"
 	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -343,5 +348,44 @@ func TestServeDockerTemplate(t *testing.T) {
 	}
 	if now := s.sandboxIDs(); len(now) != 1 {
 		t.Fatalf("sandboxes after the refused create: %v", now)
+	}
+}
+
+// An inner `docker pull` reaches a registry the sandbox's policy allows,
+// over TLS with a CA the state root trusts (`hutch ca add`): the registry
+// is served by the test at a test host's address in its own network
+// namespace, the image is built FROM what was pulled, and both run.
+func TestDockerPullFromRegistry(t *testing.T) {
+	d := newDockerEnv(t)
+	reg := startRegistry(t, nil)
+	pushBusybox(t, reg.host, reg.host+"/lib/busybox:1")
+	w := newTestWorld(t)
+	ca := newTestCA(t)
+	l := w.listenInNetns("tcp", net.JoinHostPort(w.testHost, "443")).(net.Listener)
+	srv := &http.Server{Handler: reg.app, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.serverCert(t, w.testHost)}},
+		ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.ServeTLS(l, "", "") //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	// The shared state root trusts the test's CA for this test only.
+	d.ok("ca", "add", "--name", "docker-pull-ca", ca.file)
+	t.Cleanup(func() { d.run(nil, "ca", "rm", "docker-pull-ca") })
+
+	id := d.sandbox("--net", "allow", "--allow", w.testHost+":443")
+	ref := w.testHost + "/lib/busybox:1"
+	start := time.Now()
+	d.sh(id, "docker pull "+ref)
+	t.Logf("docker pull %s: %s", ref, time.Since(start).Round(time.Millisecond))
+	if out := d.sh(id, "docker run --rm "+ref+" echo pulled"); !strings.Contains(out, "pulled") {
+		t.Fatalf("docker run of the pulled image: %q", out)
+	}
+	d.sh(id, "mkdir -p /tmp/p && printf 'FROM "+ref+"\\nRUN echo built-on-pulled > /b\\n' > /tmp/p/Dockerfile && docker build -q -t onpulled /tmp/p")
+	if out := d.sh(id, "docker run --rm onpulled cat /b"); !strings.Contains(out, "built-on-pulled") {
+		t.Fatalf("docker run of the image built FROM the pulled one: %q", out)
+	}
+	// The same registry is not reached from a sandbox whose policy allows
+	// another destination only.
+	other := d.sandbox("--net", "allow", "--allow", w.public+":80")
+	if r := d.run(nil, "exec", other, "--", "sh", "-c", "timeout 20 docker pull "+ref); r.code == 0 {
+		t.Fatalf("docker pull from a sandbox whose policy does not allow the registry: %s", r)
 	}
 }
