@@ -34,7 +34,8 @@ const AssetsTarget = "make console-assets"
 
 // Config configures a Handler.
 type Config struct {
-	// API is serve's own handler, which the console calls in process:
+	// API is serve's routing (serve.Server.Routes), which the console
+	// calls in process:
 	// the control plane by path, a sandbox's envd by E2B's
 	// E2b-Sandbox-Id and E2b-Sandbox-Port headers.
 	API http.Handler

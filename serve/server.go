@@ -363,6 +363,22 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// Routes is the server's routing without the work Handler does once per
+// request it is given (the front's check, metrics, tracing, the body's
+// deadline): the control plane, or a sandbox's port by E2B's sandbox
+// headers or host name. A handler of the server's own that Handler has
+// let in, such as the console, passes its calls on through it, so that
+// each is checked, counted and traced once.
+func (s *Server) Routes() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, p, ok := s.sandboxOf(r); ok {
+			s.serveSandbox(w, r, id, p)
+			return
+		}
+		s.api.ServeHTTP(w, r)
+	})
+}
+
 // ConsolePrefix is the path the web console is served under.
 const ConsolePrefix = "/console"
 

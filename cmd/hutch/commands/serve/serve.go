@@ -295,7 +295,7 @@ func run(c *cli.Context) error {
 		return clix.UsageError(err)
 	}
 	defer srv.Close()
-	srv.SetConsole(console.New(console.Config{API: srv.Handler(), Secure: certs != nil, Domain: cfg.Domain, Logger: log}))
+	srv.SetConsole(console.New(console.Config{API: srv.Routes(), Secure: certs != nil, Domain: cfg.Domain, Logger: log}))
 	if n, err := srv.Recover(c.Context, 3*time.Second); err != nil {
 		return err
 	} else if n > 0 {
