@@ -154,7 +154,7 @@ $(BIN)/crictl:
 demo: deps build base-rootfs ## build, then run a command in a gVisor sandbox on the default image (built on first use)
 	$(BIN)/hutch run --rm -- sh -c 'uname -a; python3 -c "print(\"hello from python in gVisor\")"'
 
-test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image ## run every test: unit, then integration with real runsc (root and rootless)
+test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image desktop-image desktop-sdk ## run every test: unit, then integration with real runsc (root and rootless)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 70m ./...
@@ -162,7 +162,7 @@ test: deps build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sd
 test-unit: ## run the unit tests only
 	$(GO) test -count=1 $$(go list ./... | grep -v /integration)
 
-test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image ## run the integration tests only
+test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools e2b-sdk e2b-cli mcp-inspector code-interpreter-image code-interpreter-sdk docker-image desktop-image desktop-sdk ## run the integration tests only
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 $(GO) test -count=1 -timeout 25m -v ./integration/
 
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
@@ -326,6 +326,33 @@ $(DOCKER_IMAGE): $(DOCKER_FILES) $(DOCKER_DEBS)/.stamp | $(BIN)/hutch $(BIN)/hut
 	$(BIN)/hutch --root $(abspath $(DOCKER_ROOT)) image export docker $@.tmp && mv $@.tmp $@
 	rm -rf $(DOCKER_CTX)
 
+# hutch's desktop template, E2B's name for the image @e2b/desktop
+# creates: base with Xvfb, XFCE, Chromium, xdotool, scrot, x11vnc, noVNC
+# and ffmpeg, warm with its desktop up (docs/computer-use.md). Built like
+# the docker template, in a state root of its own:
+#   hutch image import desktop bin/images/desktop.tar
+.PHONY: desktop-image
+DESKTOP_IMAGE := $(BIN)/images/desktop.tar
+DESKTOP_ROOT  := $(BIN)/desktop/root
+DESKTOP_CTX   := $(BIN)/desktop/context
+DESKTOP_DEBS  := $(BIN)/desktop/debs
+DESKTOP_FILES := $(addprefix buildimg/desktop/,Dockerfile Xvfb startxfce4 hutch-browser start-desktop desktop-ready chromium-flags google-chrome.desktop)
+
+desktop-image: $(DESKTOP_IMAGE) ## build the desktop template once (bin/images/desktop.tar)
+
+$(DESKTOP_DEBS)/.stamp: buildimg/desktop/packages.txt scripts/codeinterp-debs.sh | $(BIN)/images/bookworm-rootfs.tar
+	rm -rf $(DESKTOP_DEBS) && mkdir -p $(DESKTOP_DEBS)
+	scripts/codeinterp-debs.sh $(BIN)/images/bookworm-rootfs.tar $(DESKTOP_DEBS) $$(grep -v '^#' buildimg/desktop/packages.txt)
+	@touch $@
+
+$(DESKTOP_IMAGE): $(DESKTOP_FILES) $(DESKTOP_DEBS)/.stamp | $(BIN)/hutch $(BIN)/hutch-init $(BIN)/runsc
+	rm -rf $(DESKTOP_CTX) && mkdir -p $(DESKTOP_CTX)
+	cp $(DESKTOP_FILES) $(DESKTOP_CTX)/
+	cp -al $(DESKTOP_DEBS) $(DESKTOP_CTX)/debs && rm -f $(DESKTOP_CTX)/debs/.stamp
+	$(BIN)/hutch --root $(abspath $(DESKTOP_ROOT)) image build --progress plain -t desktop $(DESKTOP_CTX)
+	$(BIN)/hutch --root $(abspath $(DESKTOP_ROOT)) image export desktop $@.tmp && mv $@.tmp $@
+	rm -rf $(DESKTOP_CTX)
+
 # --- E2B code-interpreter SDK for the code interpreter's tests -------------------
 # @e2b/code-interpreter, pinned in integration/code-interpreter/package-lock.json.
 .PHONY: code-interpreter-sdk
@@ -335,6 +362,19 @@ code-interpreter-sdk: $(CODEINTERP_SDK_STAMP) ## install the pinned @e2b/code-in
 
 $(CODEINTERP_SDK_STAMP): integration/code-interpreter/package.json integration/code-interpreter/package-lock.json
 	cd integration/code-interpreter && npm ci --no-audit --no-fund
+	@touch $@
+
+# --- desktop SDK, Playwright and Puppeteer for the computer-use tests ----------
+# @e2b/desktop, playwright-core and puppeteer-core (no browser download:
+# they drive the sandboxes' Chromium), pinned in
+# integration/desktop/package-lock.json.
+.PHONY: desktop-sdk
+DESKTOP_SDK_STAMP := integration/desktop/node_modules/.package-lock.json
+
+desktop-sdk: $(DESKTOP_SDK_STAMP) ## install the pinned @e2b/desktop, playwright-core and puppeteer-core the computer-use tests drive
+
+$(DESKTOP_SDK_STAMP): integration/desktop/package.json integration/desktop/package-lock.json
+	cd integration/desktop && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund
 	@touch $@
 
 # --- E2B SDK for the serve tests ---------------------------------------------
