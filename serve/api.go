@@ -72,6 +72,9 @@ func (s *Server) routes() http.Handler {
 	handle("POST /sandboxes/{id}/snapshots", true, s.snapshotSandbox)
 	// hutch's own: replace a sandbox's tokens.
 	handle("POST /sandboxes/{id}/tokens", true, s.rotateTokens)
+	handle("POST /sandboxes/{id}/browser", true, s.startBrowser)
+	handle("POST /sandboxes/{id}/recordings", true, s.startRecording)
+	handle("POST /sandboxes/{id}/recordings/{recordingID}/stop", true, s.stopRecording)
 	handle("GET /snapshots", false, s.listSnapshots)
 	// hutch's own: checkpoints (checkpoints.go).
 	handle("POST /sandboxes/{id}/checkpoints", true, s.createCheckpoint)

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
+	"hutch.dev/hutch/browser"
 	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
@@ -465,6 +466,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 		s.conns.trust(ctx)
 	}
+	var browserToken string
 	if port == EnvdPort {
 		toks, err := s.tokensOf(sb)
 		switch {
@@ -480,6 +482,16 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 			writeGone(w, id)
 			return
 		}
+		s.conns.trust(ctx)
+	} else if port == browser.Port {
+		// The browser's DevTools drive everything the browser can do:
+		// never a public preview, whatever the sandbox's traffic is.
+		toks, err := s.tokensOf(sb)
+		if err != nil || !browser.Check(r, toks.Stream) {
+			writeGone(w, id)
+			return
+		}
+		browserToken = toks.Stream
 		s.conns.trust(ctx)
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
 		toks, err := s.tokensOf(sb)
@@ -522,6 +534,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	w = abortWriter{ResponseWriter: w, ctx: ctx}
 	if port == EnvdPort {
 		s.envd.ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
+	if port == browser.Port {
+		s.serveBrowser(w, r.WithContext(ctx), sb, browserToken)
 		return
 	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))

@@ -52,6 +52,9 @@ type sandboxTokens struct {
 	// Traffic opens its port previews when its public traffic is off
 	// (E2b-Traffic-Access-Token).
 	Traffic string
+	// Stream opens its browser's DevTools endpoint (browser.TokenParam
+	// in the URL serve gives out).
+	Stream string
 }
 
 func (s *Server) tokensOf(sb *engine.Sandbox) (sandboxTokens, error) {
@@ -62,6 +65,7 @@ func (s *Server) tokensOf(sb *engine.Sandbox) (sandboxTokens, error) {
 	return sandboxTokens{
 		Envd:    s.tokens.Token(credential.Envd, sb.ID, g),
 		Traffic: s.tokens.Token(credential.Traffic, sb.ID, g),
+		Stream:  s.tokens.Token(credential.Stream, sb.ID, g),
 	}, nil
 }
 

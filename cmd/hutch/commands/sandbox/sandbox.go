@@ -29,6 +29,8 @@ var Commands = []*cli.Command{
 	removeDroppedCommand, storeCheckpointsCommand, removeCommand,
 	// code.go
 	codeCommand, codeContextCommand,
+	// browser.go
+	browserCommand, recordCommand,
 }
 
 var createFlags = []cli.Flag{
