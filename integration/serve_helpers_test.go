@@ -514,6 +514,14 @@ func (s *server) runScriptIn(t *testing.T, dir, script, key string, extra map[st
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	return runNodeChecks(t, ctx, cmd, script, timeout, func() string { return s.logTail(15) })
+}
+
+// runNodeChecks runs cmd, a node script of CHECK lines (e2b/lib.mjs),
+// and reports each check as a subtest named after it, with serverLog's
+// tail on a failure. It returns the script's `KEEP` line, if any.
+func runNodeChecks(t *testing.T, ctx context.Context, cmd *exec.Cmd, script string, timeout time.Duration, serverLog func() string) string {
+	t.Helper()
 	cmd.WaitDelay = 5 * time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -539,11 +547,12 @@ func (s *server) runScriptIn(t *testing.T, dir, script, key string, extra map[st
 				continue
 			}
 			t.Run(c.Name, func(t *testing.T) {
+				t.Logf("(%d ms)", c.MS)
 				for _, n := range c.Notes {
 					t.Log(n)
 				}
 				if !c.OK {
-					t.Errorf("%s (after %d ms)\nserver log:\n%s", c.Error, c.MS, s.logTail(15))
+					t.Errorf("%s (after %d ms)\nserver log:\n%s", c.Error, c.MS, serverLog())
 				}
 			})
 		case strings.HasPrefix(line, "KEEP "):

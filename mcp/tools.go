@@ -146,6 +146,7 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
 	}, nil, s.remove)
 	s.addCheckpointTools()
+	s.addScreenTools()
 }
 
 // add registers a tool whose input schema is In's, with enums for the
@@ -180,7 +181,7 @@ func add[In, Out any](s *Server, t *sdk.Tool, enums map[string][]any, h func(con
 // --- create_sandbox ----------------------------------------------------------
 
 type createArgs struct {
-	Image          string            `json:"image,omitempty" jsonschema:"image to start from: \"base\" (the default: Debian with python3, node, bash, git), \"code-interpreter-v1\" (base with a stateful code interpreter for run_code, numpy, pandas, matplotlib, scikit-learn), \"busybox\" (tiny, only sh and busybox tools), \"docker\" (base with a Docker daemon running: docker build, docker run, docker-compose inside the sandbox), or an image a snapshot_sandbox returned"`
+	Image          string            `json:"image,omitempty" jsonschema:"image to start from: \"base\" (the default: Debian with python3, node, bash, git), \"code-interpreter-v1\" (base with a stateful code interpreter for run_code, numpy, pandas, matplotlib, scikit-learn), \"busybox\" (tiny, only sh and busybox tools), \"docker\" (base with a Docker daemon running: docker build, docker run, docker-compose inside the sandbox), \"desktop\" (base with an XFCE desktop on a screen, Chromium, for screenshot, click, type, key, scroll and open_url), or an image a snapshot_sandbox returned"`
 	Name           string            `json:"name,omitempty" jsonschema:"optional unique name, usable in place of the sandbox_id"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU limit in cores, e.g. 1 or 0.5 (default: the host's default)"`
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the host's default)"`
