@@ -168,7 +168,7 @@ test-integration: build $(BIN)/runsc-unpatched base-rootfs shim containerd-tools
 test-slow: build ## the default image bootstrapped rootless with mmdebstrap's unshare mode (about 5 minutes)
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_INTEGRATION=1 HUTCH_SLOW=1 $(GO) test -count=1 -timeout 30m -run TestRootlessBaseBootstrap -v ./integration/
 
-bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools code-interpreter-image ## measure hutch against raw runsc; writes docs/benchmarks.md
+bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-tools code-interpreter-image desktop-image ## measure hutch against raw runsc; writes docs/benchmarks.md
 	$(GO) run ./integration/bench/persist -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/checkpoint -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
@@ -181,6 +181,7 @@ bench: deps build $(BIN)/runsc-unpatched base-rootfs bench-images containerd-too
 	$(GO) run ./integration/bench/template -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/density -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/pull -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
+	$(GO) run ./integration/bench/desktop -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/rootless -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 	$(GO) run ./integration/bench/codeinterp -bin $(CURDIR)/$(BIN) -out docs/benchmarks.md
 
@@ -336,7 +337,7 @@ DESKTOP_IMAGE := $(BIN)/images/desktop.tar
 DESKTOP_ROOT  := $(BIN)/desktop/root
 DESKTOP_CTX   := $(BIN)/desktop/context
 DESKTOP_DEBS  := $(BIN)/desktop/debs
-DESKTOP_FILES := $(addprefix buildimg/desktop/,Dockerfile Xvfb startxfce4 hutch-browser start-desktop desktop-ready chromium-flags google-chrome.desktop)
+DESKTOP_FILES := $(addprefix buildimg/desktop/,Dockerfile Xvfb startxfce4 hutch-browser start-desktop desktop-ready chromium-flags google-chrome.desktop hosts)
 
 desktop-image: $(DESKTOP_IMAGE) ## build the desktop template once (bin/images/desktop.tar)
 

@@ -386,11 +386,7 @@ func (c *creation) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hosts, err := e.hostsMount(sb.ID, sb.ShortID())
-	if err != nil {
-		return err
-	}
-	spec.Mounts = append(append(spec.Mounts, mid, hosts), c.volMounts...)
+	spec.Mounts = append(append(spec.Mounts, mid), c.volMounts...)
 	if err := assembly.Apply(spec, assembly.SandboxOpts(pr)...); err != nil {
 		return err
 	}

@@ -563,18 +563,9 @@ func (e *Engine) forkOne(ctx context.Context, parent *record, img overlay.Image,
 	if err := e.adoptMounts(spec, parent.ID, id); err != nil {
 		return nil, err
 	}
-	// Its own machine ID, over the parent's that adoptMounts copied, and
-	// its own hostname in /etc/hosts (a parent from before hosts files
-	// has none to adopt, and keeps none).
+	// Its own machine ID, over the parent's that adoptMounts copied.
 	if _, err := e.machineIDMount(id); err != nil {
 		return nil, err
-	}
-	for _, m := range spec.Mounts {
-		if m.Destination == "/etc/hosts" && filepath.Base(m.Source) == hostsFile {
-			if _, err := e.hostsMount(id, sb.ShortID()); err != nil {
-				return nil, err
-			}
-		}
 	}
 	if err := workspace.Fork(ctx, spec, e.sandboxDir(parent.ID), e.sandboxDir(id)); err != nil {
 		return nil, err
