@@ -161,7 +161,7 @@ func main() {
 	fmt.Fprintf(&body, "| screenshot of 1024x768 (scrot in the sandbox, %d-byte PNG read out by `hutch exec`), %d runs | %s ms | %s ms |\n", size, *rtN, ms(median(shots)), ms(pct(shots, 90)))
 	fmt.Fprintf(&body, "| CDP `Runtime.evaluate` through `hutch browser` (the sandbox's %s), %d runs | %s ms | %s ms |\n", version, *cdpN, ms(median(inSandbox)), ms(pct(inSandbox, 90)))
 	fmt.Fprintf(&body, "| the same on the host's own %s over its DevTools port, %d runs | %s ms | %s ms |\n\n", hostVersion, *cdpN, ms(median(onHost)), ms(pct(onHost, 90)))
-	fmt.Fprintf(&body, "The cold create waits for the template's ready check (XFCE's processes), as the warm one's checkpoint did. "+
+	fmt.Fprintf(&body, "The cold create waits for the template's ready check (XFCE up and the desktop drawn), as the warm one's checkpoint did. "+
 		"The CDP rows are one chromedp client evaluating `1+1` in a page; through hutch each call crosses the proxy and the sandbox's kernel. "+
 		"Through `hutch serve` the path adds its TLS listener and port routing (not measured here).\n")
 	fmt.Print(body.String())
