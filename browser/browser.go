@@ -77,14 +77,28 @@ func URL(scheme, host, token string) string {
 // Proxy forwards DevTools requests (HTTP and WebSocket) to the Chromium
 // in one sandbox.
 type Proxy struct {
-	// Dial connects to Port inside the sandbox.
-	Dial func(ctx context.Context) (net.Conn, error)
+	// Transport carries requests to Port inside the sandbox, whatever
+	// URL they name (DialTransport makes one).
+	Transport http.RoundTripper
 	// Token is added to every DevTools URL the proxy's answers name,
 	// for the client's next connection; the caller checks it on the way
 	// in (Check).
 	Token string
 	// OnError, if set, writes an error answer; the default is plain text.
 	OnError func(w http.ResponseWriter, status int, msg string)
+}
+
+// DialTransport is a transport whose every connection is dial's: one
+// to Port inside the sandbox.
+func DialTransport(dial func(ctx context.Context) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+	}
+}
+
+// notAnswering says that nothing answers on Port.
+func notAnswering(err error) string {
+	return fmt.Sprintf("the sandbox's browser does not answer on port %d (start it: hutch browser ID, or POST /sandboxes/ID/browser): %v", Port, err)
 }
 
 // Check tells whether r carries token in its URL.
@@ -119,7 +133,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// runs now.
 		v, err := p.version(r.Context())
 		if err != nil {
-			p.fail(w, http.StatusBadGateway, fmt.Sprintf("the sandbox's browser does not answer on port %d (start it: hutch browser ID, or POST /sandboxes/ID/browser): %v", Port, err))
+			p.fail(w, http.StatusBadGateway, notAnswering(err))
 			return
 		}
 		u, err := url.Parse(v)
@@ -129,10 +143,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		path = u.Path
 	}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return p.Dial(ctx) },
-	}
-	defer tr.CloseIdleConnections()
 	wsScheme, host := publicBase(r)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -148,7 +158,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Forwarded-For")
 		},
-		Transport: tr,
+		Transport: p.Transport,
 		ModifyResponse: func(res *http.Response) error {
 			if !strings.HasPrefix(path, "/json") || res.StatusCode != http.StatusOK {
 				return nil
@@ -165,7 +175,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			p.fail(w, http.StatusBadGateway, fmt.Sprintf("the sandbox's browser does not answer on port %d (start it: hutch browser ID, or POST /sandboxes/ID/browser): %v", Port, err))
+			p.fail(w, http.StatusBadGateway, notAnswering(err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -173,10 +183,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // version asks the sandbox's Chromium for its browser's DevTools URL.
 func (p *Proxy) version(ctx context.Context) (string, error) {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return p.Dial(ctx) },
-	}}
-	defer c.CloseIdleConnections()
+	c := &http.Client{Transport: p.Transport}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(Port)+"/json/version", nil)
 	if err != nil {
 		return "", err

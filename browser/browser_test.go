@@ -36,10 +36,10 @@ func devtools(t *testing.T) (*httptest.Server, *[]string) {
 
 func proxyTo(srv *httptest.Server, token string) *Proxy {
 	return &Proxy{
-		Dial: func(ctx context.Context) (net.Conn, error) {
+		Transport: DialTransport(func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
-		},
+		}),
 		Token: token,
 	}
 }
@@ -96,7 +96,7 @@ func TestProxyStableBrowserPath(t *testing.T) {
 }
 
 func TestProxyBrowserDown(t *testing.T) {
-	p := &Proxy{Dial: func(context.Context) (net.Conn, error) { return nil, &net.OpError{Op: "dial", Err: io.EOF} }}
+	p := &Proxy{Transport: DialTransport(func(context.Context) (net.Conn, error) { return nil, &net.OpError{Op: "dial", Err: io.EOF} })}
 	front := httptest.NewServer(p)
 	defer front.Close()
 	res, err := http.Get(front.URL + BrowserPath)

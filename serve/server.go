@@ -486,12 +486,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	} else if port == browser.Port {
 		// The browser's DevTools drive everything the browser can do:
 		// never a public preview, whatever the sandbox's traffic is.
-		toks, err := s.tokensOf(sb)
-		if err != nil || !browser.Check(r, toks.Stream) {
+		tok, err := s.streamToken(sb)
+		if err != nil || !browser.Check(r, tok) {
 			writeGone(w, id)
 			return
 		}
-		browserToken = toks.Stream
+		browserToken = tok
 		s.conns.trust(ctx)
 	} else if sb.Labels[placement.LabelPrivate] == "true" {
 		toks, err := s.tokensOf(sb)

@@ -52,9 +52,6 @@ type sandboxTokens struct {
 	// Traffic opens its port previews when its public traffic is off
 	// (E2b-Traffic-Access-Token).
 	Traffic string
-	// Stream opens its browser's DevTools endpoint (browser.TokenParam
-	// in the URL serve gives out).
-	Stream string
 }
 
 func (s *Server) tokensOf(sb *engine.Sandbox) (sandboxTokens, error) {
@@ -65,8 +62,18 @@ func (s *Server) tokensOf(sb *engine.Sandbox) (sandboxTokens, error) {
 	return sandboxTokens{
 		Envd:    s.tokens.Token(credential.Envd, sb.ID, g),
 		Traffic: s.tokens.Token(credential.Traffic, sb.ID, g),
-		Stream:  s.tokens.Token(credential.Stream, sb.ID, g),
 	}, nil
+}
+
+// streamToken is sb's stream token of its current generation: it opens
+// its browser's DevTools endpoint (browser.TokenParam in the URL serve
+// gives out). Apart from tokensOf, which every data-plane request asks.
+func (s *Server) streamToken(sb *engine.Sandbox) (string, error) {
+	g, err := tokenGeneration(sb)
+	if err != nil {
+		return "", err
+	}
+	return s.tokens.Token(credential.Stream, sb.ID, g), nil
 }
 
 // rotateTokens is POST /sandboxes/{id}/tokens, hutch's own call: the

@@ -72,10 +72,9 @@ var browserCommand = &cli.Command{
 		tok := make([]byte, 20)
 		_, _ = rand.Read(tok)
 		token := hex.EncodeToString(tok)
-		p := &browser.Proxy{
-			Dial:  func(context.Context) (net.Conn, error) { return d.Dial(browser.Port) },
-			Token: token,
-		}
+		tr := browser.DialTransport(func(context.Context) (net.Conn, error) { return d.Dial(browser.Port) })
+		defer tr.CloseIdleConnections()
+		p := &browser.Proxy{Transport: tr, Token: token}
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if !browser.Check(r, token) {
