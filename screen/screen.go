@@ -45,7 +45,7 @@ func logFile(id string) string { return path.Join(Dir, id+".log") }
 // StartCommand starts recording id of the display at fps frames a second
 // (1 to 30) in the background and returns once ffmpeg writes its file,
 // or fails with ffmpeg's log. The video is H.264 in MP4, at the screen's
-// size.
+// size. A start that fails leaves no ffmpeg and no pid file behind.
 func StartCommand(id string, fps int) []string {
 	script := `set -eu
 id=$1 fps=$2 display=$3 dir=$4
@@ -61,9 +61,14 @@ i=0
 until [ -s "$out" ]; do
 	i=$((i + 1))
 	if ! kill -0 "$(cat "$dir/$id.pid")" 2>/dev/null; then
+		rm -f "$dir/$id.pid"
 		echo "ffmpeg stopped:" >&2; cat "$dir/$id.log" >&2; exit 1
 	fi
-	[ "$i" -lt 100 ] || { echo "ffmpeg wrote nothing in 10 s:" >&2; cat "$dir/$id.log" >&2; exit 1; }
+	if [ "$i" -ge 100 ]; then
+		kill -KILL "$(cat "$dir/$id.pid")" 2>/dev/null || true
+		rm -f "$dir/$id.pid" "$out"
+		echo "ffmpeg wrote nothing in 10 s:" >&2; cat "$dir/$id.log" >&2; exit 1
+	fi
 	sleep 0.1
 done
 echo "$size"`
