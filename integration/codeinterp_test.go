@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,19 +103,7 @@ func codeRoot(t *testing.T) string {
 func TestServeCodeInterpreter(t *testing.T) {
 	requiresRoot(t)
 	root := codeRoot(t)
-	w := newTLSWorld(t)
-	ca := newTLSCA(t, "hutch code interpreter test CA")
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	now := time.Now()
-	ca.issue(t, certFile, keyFile, now.Add(-time.Hour), now.Add(24*time.Hour))
-
-	s := newServer(t, root)
-	key, other := s.tenantAdd("code"), s.tenantAdd("other")
-	s.listen = net.JoinHostPort(w.server, "443")
-	s.tls = &tlsClient{roots: ca.pool, caFile: ca.file, netns: w.ns}
-	s.flags = []string{"--tls-cert", certFile, "--tls-key", keyFile}
-	s.serve()
+	s, key, other := serveOverTLS(t, root, "code")
 
 	id := s.runScriptIn(t, codeDir, "sdk.mjs", key, map[string]string{"HUTCH_OTHER_KEY": other}, 15*time.Minute)
 	if id == "" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"image"
 	"image/png"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,19 +87,7 @@ func desktopRoot(t *testing.T) string {
 func TestServeDesktop(t *testing.T) {
 	requiresRoot(t)
 	root := desktopRoot(t)
-	w := newTLSWorld(t)
-	ca := newTLSCA(t, "hutch desktop test CA")
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	now := time.Now()
-	ca.issue(t, certFile, keyFile, now.Add(-time.Hour), now.Add(24*time.Hour))
-
-	s := newServer(t, root)
-	key, other := s.tenantAdd("desk"), s.tenantAdd("other")
-	s.listen = net.JoinHostPort(w.server, "443")
-	s.tls = &tlsClient{roots: ca.pool, caFile: ca.file, netns: w.ns}
-	s.flags = []string{"--tls-cert", certFile, "--tls-key", keyFile}
-	s.serve()
+	s, key, other := serveOverTLS(t, root, "desk")
 
 	extra := map[string]string{"HUTCH_OTHER_KEY": other, "NODE_OPTIONS": "--openssl-legacy-provider"}
 	for _, res := range []string{"1280x800", "1024x768"} {

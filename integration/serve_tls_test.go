@@ -597,3 +597,26 @@ func TestServeTLSSelfSigned(t *testing.T) {
 	}
 	s.stopAndCheckClean()
 }
+
+// serveOverTLS starts hutch serve on root at 443 of a TLS world's server
+// address, with a certificate of a test CA for its domain, and two
+// tenants: name, whose key is key, and "other". The SDK scripts
+// (runScriptIn) then reach it as a user reaches E2B's cloud, with only
+// E2B_API_KEY and E2B_DOMAIN.
+func serveOverTLS(t *testing.T, root, name string) (s *server, key, other string) {
+	t.Helper()
+	w := newTLSWorld(t)
+	ca := newTLSCA(t, "hutch "+name+" test CA")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	now := time.Now()
+	ca.issue(t, certFile, keyFile, now.Add(-time.Hour), now.Add(24*time.Hour))
+
+	s = newServer(t, root)
+	key, other = s.tenantAdd(name), s.tenantAdd("other")
+	s.listen = net.JoinHostPort(w.server, "443")
+	s.tls = &tlsClient{roots: ca.pool, caFile: ca.file, netns: w.ns}
+	s.flags = []string{"--tls-cert", certFile, "--tls-key", keyFile}
+	s.serve()
+	return s, key, other
+}
