@@ -25,15 +25,18 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import uuid
 
 import tornado.httpserver
 import tornado.iostream
 import tornado.web
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.paths import jupyter_runtime_dir
 
 PORT = int(os.environ.get("HUTCH_CODEINTERP_PORT", "49999"))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -120,6 +123,15 @@ def env_of(env_vars):
     return env_vars
 
 
+def kernel_dir():
+    """A new private directory for one kernel's sockets and connection
+    file, under Jupyter's runtime directory (out of /tmp, which code
+    may clear)."""
+    base = os.path.join(jupyter_runtime_dir(), "hutch")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return tempfile.mkdtemp(prefix="k-", dir=base)
+
+
 class Context:
     """One interpreter. execute() runs one piece of code at a time."""
 
@@ -165,13 +177,25 @@ class PythonContext(Context):
 
     km = None
     kc = None
+    rundir = None
 
     async def start(self):
         env = dict(os.environ)
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        km = AsyncKernelManager(kernel_name="python3")
-        await km.start_kernel(cwd=self.cwd, env=env, extra_arguments=["--InteractiveShell.colors=NoColor"])
+        # The kernel's channels are Unix sockets in a directory of its own.
+        # Over TCP, jupyter_client picks free ports and the kernel binds
+        # them later: a kernel starting beside others may find its port
+        # taken by then ("Address already in use"; ports are a
+        # sandbox-wide namespace that any process draws from).
+        rundir = kernel_dir()
+        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(rundir, "s"),
+                                connection_file=os.path.join(rundir, "kernel.json"))
+        try:
+            await km.start_kernel(cwd=self.cwd, env=env, extra_arguments=["--InteractiveShell.colors=NoColor"])
+        except Exception:
+            shutil.rmtree(rundir, ignore_errors=True)
+            raise
         kc = km.client()
         kc.start_channels()
         try:
@@ -179,8 +203,9 @@ class PythonContext(Context):
         except Exception:
             kc.stop_channels()
             await km.shutdown_kernel(now=True)
+            shutil.rmtree(rundir, ignore_errors=True)
             raise
-        self.km, self.kc = km, kc
+        self.km, self.kc, self.rundir = km, kc, rundir
 
     async def stop(self):
         if self.kc is not None:
@@ -190,7 +215,9 @@ class PythonContext(Context):
                 await self.km.shutdown_kernel(now=True)
             except Exception as e:  # a kernel that is already gone
                 log.warning("context %s: shutdown: %s", self.id, e)
-        self.km = self.kc = None
+        if self.rundir is not None:
+            shutil.rmtree(self.rundir, ignore_errors=True)
+        self.km = self.kc = self.rundir = None
 
     async def interrupt(self):
         await self.km.interrupt_kernel()
