@@ -337,7 +337,7 @@ DESKTOP_IMAGE := $(BIN)/images/desktop.tar
 DESKTOP_ROOT  := $(BIN)/desktop/root
 DESKTOP_CTX   := $(BIN)/desktop/context
 DESKTOP_DEBS  := $(BIN)/desktop/debs
-DESKTOP_FILES := $(addprefix buildimg/desktop/,Dockerfile Xvfb startxfce4 hutch-browser start-desktop desktop-ready chromium-flags google-chrome.desktop hosts)
+DESKTOP_FILES := $(addprefix buildimg/desktop/,Dockerfile Xvfb startxfce4 hutch-browser start-desktop desktop-ready chromium-flags google-chrome.desktop)
 
 desktop-image: $(DESKTOP_IMAGE) ## build the desktop template once (bin/images/desktop.tar)
 

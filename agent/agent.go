@@ -109,6 +109,7 @@ func initLoop() int {
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	ensureHosts()
 	serve()
 	for sig := range sigs {
 		switch sig {
