@@ -73,6 +73,7 @@ func (s *Server) routes() http.Handler {
 	// hutch's own: replace a sandbox's tokens.
 	handle("POST /sandboxes/{id}/tokens", true, s.rotateTokens)
 	handle("POST /sandboxes/{id}/browser", true, s.startBrowser)
+	handle("POST /sandboxes/{id}/screen", true, s.startScreen)
 	handle("POST /sandboxes/{id}/recordings", true, s.startRecording)
 	handle("POST /sandboxes/{id}/recordings/{recordingID}/stop", true, s.stopRecording)
 	handle("GET /snapshots", false, s.listSnapshots)

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/containerd/errdefs"
 
 	"hutch.dev/hutch/browser"
@@ -18,13 +21,14 @@ import (
 )
 
 // hutch's own calls for desktop sandboxes: the browser's DevTools
-// endpoint and screen recordings. Each runs a command of package browser
+// endpoint, the screen's VNC stream and screen recordings. Each runs a command of package browser
 // or screen in the sandbox (runIn).
 
 // Bounds of those commands: Chromium's start, a recording's start or stop.
 const (
 	browserStartTimeout = 60 * time.Second
 	recordTimeout       = 30 * time.Second
+	screenStartTimeout  = 30 * time.Second
 )
 
 // startBrowser is POST /sandboxes/{id}/browser: it starts the sandbox's
@@ -195,4 +199,89 @@ func (s *Server) runIn(ctx context.Context, sb *engine.Sandbox, args []string, t
 		return "", fmt.Errorf("sandbox %s: exit %d: %s", sb.ID, code, msg)
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// startScreen is POST /sandboxes/{id}/screen: it starts the VNC server of
+// the sandbox's screen (x11vnc on the sandbox's 127.0.0.1:5909, display
+// "display", default :0), unless it runs already, and answers the
+// WebSocket URL a noVNC client connects to:
+// wss://5909-ID.DOMAIN/?hutch_token=TOKEN, the sandbox's stream token,
+// which the port routing checks before it bridges the WebSocket to the
+// VNC server (serveScreen). The VNC server itself asks no password: the
+// token is the key, as for the browser's DevTools.
+func (s *Server) startScreen(r *http.Request, tenantName string) (int, any, error) {
+	var body struct {
+		Display string `json:"display"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	display := body.Display
+	if display == "" {
+		display = screen.Display
+	}
+	if !browser.ValidDisplay(display) {
+		return 0, nil, fmt.Errorf("display %q: want an X display such as :0: %w", display, errdefs.ErrInvalidArgument)
+	}
+	sb, err := s.runningOwned(r, tenantName)
+	if err != nil {
+		return 0, nil, err
+	}
+	tok, err := s.streamToken(sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := s.runIn(r.Context(), sb, screen.VNCStartCommand(display), screenStartTimeout, "has no screen to show (the desktop template has one)"); err != nil {
+		return 0, nil, err
+	}
+	scheme := "ws"
+	if r.TLS != nil {
+		scheme = "wss"
+	}
+	host := fmt.Sprintf("%d-%s.%s", screen.VNCPort, sb.ID, s.cfg.Domain)
+	if _, port, err := net.SplitHostPort(r.Host); err == nil && port != "443" && port != "80" {
+		host = net.JoinHostPort(host, port)
+	}
+	u := url.URL{Scheme: scheme, Host: host, Path: "/", RawQuery: url.Values{browser.TokenParam: {tok}}.Encode()}
+	return http.StatusOK, map[string]any{
+		"sandboxID": sb.ID,
+		"url":       u.String(),
+		"port":      screen.VNCPort,
+		"token":     tok,
+		"display":   display,
+	}, nil
+}
+
+// serveScreen serves a request for port screen.VNCPort of sandbox sb,
+// which carried the sandbox's stream token: a WebSocket whose binary
+// messages are the RFB stream of the sandbox's VNC server (what
+// websockify serves noVNC). It ends with ctx: when the sandbox is killed
+// or its tokens are replaced.
+func (s *Server) serveScreen(ctx context.Context, w http.ResponseWriter, r *http.Request, sb *engine.Sandbox) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, http.StatusBadRequest, "sandbox "+sb.ID+": port "+strconv.Itoa(screen.VNCPort)+" is the screen's VNC stream: open it as a WebSocket (noVNC)")
+		return
+	}
+	vnc, err := s.place.DialPort(ctx, sb.ID, screen.VNCPort)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "sandbox "+sb.ID+": the screen's VNC server does not answer (POST /sandboxes/"+sb.ID+"/screen starts it): "+err.Error())
+		return
+	}
+	defer vnc.Close()
+	// The stream token authenticates; the Origin is not what keeps
+	// another site out (it cannot know the token).
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}, InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(1 << 20)
+	ws := websocket.NetConn(ctx, c, websocket.MessageBinary)
+	defer ws.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(vnc, ws); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(ws, vnc); done <- struct{}{} }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

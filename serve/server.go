@@ -20,6 +20,7 @@ import (
 	"hutch.dev/hutch/browser"
 	"hutch.dev/hutch/credential"
 	"hutch.dev/hutch/engine"
+	"hutch.dev/hutch/screen"
 	"hutch.dev/hutch/serve/envdpb/filesystempb/filesystempbconnect"
 	"hutch.dev/hutch/serve/envdpb/processpb/processpbconnect"
 	"hutch.dev/hutch/serve/kubeplace"
@@ -483,9 +484,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 			return
 		}
 		s.conns.trust(ctx)
-	} else if port == browser.Port {
-		// The browser's DevTools drive everything the browser can do:
-		// never a public preview, whatever the sandbox's traffic is.
+	} else if port == browser.Port || port == screen.VNCPort {
+		// The browser's DevTools drive everything the browser can do,
+		// and the screen's VNC stream the desktop: never a public
+		// preview, whatever the sandbox's traffic is.
 		tok, err := s.streamToken(sb)
 		if err != nil || !browser.Check(r, tok) {
 			writeGone(w, id)
@@ -538,6 +540,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	}
 	if port == browser.Port {
 		s.serveBrowser(w, r.WithContext(ctx), sb, browserToken)
+		return
+	}
+	if port == screen.VNCPort {
+		s.serveScreen(ctx, w, r.WithContext(ctx), sb)
 		return
 	}
 	s.proxy(w, r.WithContext(ctx), sb.ID, uint16(port))
