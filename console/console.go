@@ -22,6 +22,10 @@ const Prefix = "/console"
 // EnvdPort is the port of a sandbox's envd data plane (E2B's).
 const EnvdPort = "49983"
 
+// ScreenPort is the port serve bridges to a desktop sandbox's VNC server
+// (screen.VNCPort), with the sandbox's stream token.
+const ScreenPort = "5909"
+
 // CSP is the Content-Security-Policy of every console response: the
 // pages run only their own scripts, reach only their own origin, and
 // report any violation to the console.
@@ -101,6 +105,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveAPI(w, r, strings.TrimPrefix(rest, "/api"))
 	case strings.HasPrefix(rest, "/envd/"):
 		h.serveEnvd(w, r, strings.TrimPrefix(rest, "/envd/"))
+	case strings.HasPrefix(rest, "/screen/"):
+		h.serveScreen(w, r, strings.TrimPrefix(rest, "/screen/"))
 	default:
 		h.serveAsset(w, r, rest)
 	}
@@ -455,3 +461,50 @@ func (sw *statusWriter) Flush() {
 }
 
 func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+// serveScreen bridges /console/screen/ID, a WebSocket the page's noVNC
+// opens, to sandbox ID's screen: serve's POST /sandboxes/ID/screen,
+// called with the session's key, starts its VNC server if need be and
+// gives the stream token that serve's port routing asks for the VNC
+// port. The handshake must come from the console's own origin: a
+// WebSocket carries no CSRF header, and the session cookie's
+// SameSite=Strict is the other half of that guard.
+func (h *Handler) serveScreen(w http.ResponseWriter, r *http.Request, id string) {
+	s := h.current(w, r)
+	if s == nil {
+		return
+	}
+	if !validID(id) {
+		writeError(w, http.StatusBadRequest, "not a sandbox ID in the path: want "+Prefix+"/screen/ID")
+		return
+	}
+	if o, err := url.Parse(r.Header.Get("Origin")); err != nil || o.Host == "" || !strings.EqualFold(o.Host, r.Host) {
+		writeError(w, http.StatusForbidden, "the screen's WebSocket opens only from the console's own pages (Origin "+r.Header.Get("Origin")+")")
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, http.StatusBadRequest, Prefix+"/screen/ID is a WebSocket (noVNC's)")
+		return
+	}
+	rec := h.call(r, http.MethodPost, "/sandboxes/"+id+"/screen", s.key, []byte("{}"))
+	if rec.status != http.StatusOK {
+		var e apiError
+		_ = json.Unmarshal(rec.body.Bytes(), &e)
+		if e.Message == "" {
+			e.Message = "sandbox " + id + ": " + http.StatusText(rec.status)
+		}
+		writeError(w, rec.status, e.Message)
+		return
+	}
+	var sc struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(rec.body.Bytes(), &sc); err != nil || sc.Token == "" {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+": the screen call's answer has no token")
+		return
+	}
+	r2 := inner(r, http.MethodGet, "/?"+url.Values{"hutch_token": {sc.Token}}.Encode(), nil)
+	r2.Header.Set("E2b-Sandbox-Id", id)
+	r2.Header.Set("E2b-Sandbox-Port", ScreenPort)
+	h.cfg.API.ServeHTTP(w, r2)
+}

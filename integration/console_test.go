@@ -37,73 +37,9 @@ func TestServeConsole(t *testing.T) {
 	s.serve()
 	base := s.url("/console/")
 
-	b := browser.Start(t, browser.Options{Timeout: 4 * time.Minute, HostRules: []string{"MAP attacker.test 127.0.0.1"}})
-	ctx := b.Context()
-	// Anything a page's script should not have done.
-	var mu sync.Mutex
-	var bad []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *page.EventJavascriptDialogOpening:
-			bad = append(bad, "dialog: "+ev.Message)
-			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{}) //nolint:errcheck // best effort
-		case *runtime.EventExceptionThrown:
-			bad = append(bad, "exception: "+ev.ExceptionDetails.Text)
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError {
-				bad = append(bad, "console.error")
-			}
-		case *log.EventEntryAdded:
-			// A refused call logs a network error, which the test asks
-			// for; a blocked script is a security entry.
-			if ev.Entry.Level == log.EntryLevelError && ev.Entry.Source != log.EntrySourceNetwork {
-				bad = append(bad, "log: "+ev.Entry.Text)
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range []error{
-		callErr(chromedp.Call(ctx, runtime.Enable, cdp.Empty{})),
-		callErr(chromedp.Call(ctx, log.Enable, cdp.Empty{})),
-		callErr(chromedp.Call(ctx, page.Enable, page.EnableParams{})),
-		chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860)),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	evalJS := func(js string) string {
-		t.Helper()
-		v, err := browser.Eval[string](b, js)
-		if err != nil {
-			t.Fatalf("%s: %v", js, err)
-		}
-		return v
-	}
-	waitJS := func(what, js string, d time.Duration) string {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for {
-			v, err := browser.Eval[string](b, js)
-			if err == nil && v != "" {
-				return v
-			}
-			if time.Now().After(deadline) {
-				shotTo(t, ctx, filepath.Join(t.TempDir(), "failed.png"))
-				t.Fatalf("waiting %s for %s: %v (last %q)\nserver log:\n%s", d, what, err, v, s.logTail(20))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	signIn := func(key string) {
-		t.Helper()
-		if err := chromedp.Do(ctx, chromedp.Navigate(base), chromedp.WaitVisible("#apikey"), chromedp.SendKeys("#apikey", key), chromedp.Click("#signin-submit"), chromedp.WaitVisible("#create")); err != nil {
-			t.Fatalf("sign in: %v", err)
-		}
-	}
+	cb := openConsole(t, s, 4*time.Minute)
+	b, ctx := cb.b, cb.ctx
+	evalJS, waitJS, signIn := cb.eval, cb.wait, cb.signIn
 
 	start := time.Now()
 	signIn(keyA)
@@ -176,6 +112,33 @@ func TestServeConsole(t *testing.T) {
 		t.Fatalf("a log line became %s img elements", n)
 	}
 
+	// Snapshot, checkpoint and fork from the buttons; each is there
+	// through the API.
+	apiA := map[string]string{"X-API-Key": keyA}
+	if err := chromedp.Do(ctx, chromedp.Click("#b-snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	snap := waitJS("the snapshot's ID", `(document.querySelector('#snapshot-id') || {}).textContent || ''`, 3*time.Minute)
+	if r := s.do("GET", "/snapshots?sandboxID="+id, nil, apiA); !strings.Contains(r.body, `"`+snap+`"`) {
+		t.Fatalf("snapshot %s from the button, not in GET /snapshots: %s", snap, r)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#b-checkpoint")); err != nil {
+		t.Fatal(err)
+	}
+	ck := waitJS("the checkpoint's ID", `(document.querySelector('#checkpoint-id') || {}).textContent || ''`, 2*time.Minute)
+	waitJS("the checkpoint in the list", `document.querySelector('#checkpoints tr[data-checkpoint="`+ck+`"]') ? 'y' : ''`, 10*time.Second)
+	if r := s.do("GET", "/sandboxes/"+id+"/checkpoints", nil, apiA); !strings.Contains(r.body, `"`+ck+`"`) {
+		t.Fatalf("checkpoint %s from the button, not in the API's list: %s", ck, r)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#b-fork")); err != nil {
+		t.Fatal(err)
+	}
+	kid := waitJS("the fork's link", `(document.querySelector('#fork-link') || {}).textContent || ''`, 2*time.Minute)
+	if r := s.do("GET", "/sandboxes/"+kid, nil, apiA); r.status != http.StatusOK || !strings.Contains(r.body, `"state":"running"`) {
+		t.Fatalf("the fork %s from the button: %s", kid, r)
+	}
+	t.Logf("snapshot %s, checkpoint %s and fork %s from the buttons", snap, ck, kid)
+
 	// Pause and resume from the buttons.
 	if err := chromedp.Do(ctx, chromedp.Click("#b-pause")); err != nil {
 		t.Fatal(err)
@@ -235,17 +198,113 @@ func TestServeConsole(t *testing.T) {
 		t.Fatalf("the cross-site form made a sandbox (%d -> %d)", before, after)
 	}
 
-	r := s.do("GET", "/console/csp-report", nil, nil)
+	cb.checkClean()
+	t.Logf("the whole console run took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// consoleBrowser is a real Chromium on the console of server s, which
+// notes anything a page's script should not have done.
+type consoleBrowser struct {
+	t   *testing.T
+	s   *server
+	b   *browser.Browser
+	ctx context.Context
+	mu  sync.Mutex
+	bad []string
+}
+
+// openConsole starts the browser (attacker.test maps to loopback, for a
+// page of another site) with a 1280x860 viewport.
+func openConsole(t *testing.T, s *server, timeout time.Duration) *consoleBrowser {
+	t.Helper()
+	b := browser.Start(t, browser.Options{Timeout: timeout, HostRules: []string{"MAP attacker.test 127.0.0.1"}})
+	cb := &consoleBrowser{t: t, s: s, b: b, ctx: b.Context()}
+	ctx := cb.ctx
+	if err := chromedp.Listen(ctx, func(ev any) {
+		cb.mu.Lock()
+		defer cb.mu.Unlock()
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			cb.bad = append(cb.bad, "dialog: "+ev.Message)
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{}) //nolint:errcheck // best effort
+		case *runtime.EventExceptionThrown:
+			cb.bad = append(cb.bad, "exception: "+ev.ExceptionDetails.Text)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				cb.bad = append(cb.bad, "console.error")
+			}
+		case *log.EventEntryAdded:
+			// A refused call logs a network error, which the tests ask
+			// for; a blocked script is a security entry.
+			if ev.Entry.Level == log.EntryLevelError && ev.Entry.Source != log.EntrySourceNetwork {
+				cb.bad = append(cb.bad, "log: "+ev.Entry.Text)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		callErr(chromedp.Call(ctx, runtime.Enable, cdp.Empty{})),
+		callErr(chromedp.Call(ctx, log.Enable, cdp.Empty{})),
+		callErr(chromedp.Call(ctx, page.Enable, page.EnableParams{})),
+		chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860)),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cb
+}
+
+// eval is js's value, a string.
+func (cb *consoleBrowser) eval(js string) string {
+	cb.t.Helper()
+	v, err := browser.Eval[string](cb.b, js)
+	if err != nil {
+		cb.t.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+// wait evaluates js until it is a non-empty string, for at most d.
+func (cb *consoleBrowser) wait(what, js string, d time.Duration) string {
+	cb.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		v, err := browser.Eval[string](cb.b, js)
+		if err == nil && v != "" {
+			return v
+		}
+		if time.Now().After(deadline) {
+			shotTo(cb.t, cb.ctx, filepath.Join(cb.t.TempDir(), "failed.png"))
+			cb.t.Fatalf("waiting %s for %s: %v (last %q)\nserver log:\n%s", d, what, err, v, cb.s.logTail(20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// signIn signs in on the console with key.
+func (cb *consoleBrowser) signIn(key string) {
+	cb.t.Helper()
+	if err := chromedp.Do(cb.ctx, chromedp.Navigate(cb.s.url("/console/")), chromedp.WaitVisible("#apikey"), chromedp.SendKeys("#apikey", key), chromedp.Click("#signin-submit"), chromedp.WaitVisible("#create")); err != nil {
+		cb.t.Fatalf("sign in: %v", err)
+	}
+}
+
+// checkClean fails the test on any CSP report the server had, and on
+// any dialog, exception or console error of the pages.
+func (cb *consoleBrowser) checkClean() {
+	cb.t.Helper()
+	r := cb.s.do("GET", "/console/csp-report", nil, nil)
 	var rep struct{ Reports int }
 	if err := json.Unmarshal([]byte(r.body), &rep); err != nil || rep.Reports != 0 {
-		t.Fatalf("CSP violation reports: %s", r)
+		cb.t.Fatalf("CSP violation reports: %s", r)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bad) > 0 {
-		t.Fatalf("the pages ran or logged what they should not have: %q", bad)
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if len(cb.bad) > 0 {
+		cb.t.Fatalf("the pages ran or logged what they should not have: %q", cb.bad)
 	}
-	t.Logf("the whole console run took %s", time.Since(start).Round(time.Millisecond))
 }
 
 // shot saves a screenshot of the page to docs/console/NAME, for

@@ -9,7 +9,7 @@ for (const f of readdirSync(out)) if (f !== 'README.md') rmSync(out + f, { recur
 mkdirSync(out, { recursive: true });
 await esbuild.build({
   entryPoints: ['src/app.js', 'src/app.css'],
-  bundle: true, minify: true, outdir: out, target: 'es2022', legalComments: 'linked',
+  bundle: true, minify: true, format: 'esm', outdir: out, target: 'es2022', legalComments: 'linked',
   loader: { '.woff2': 'file', '.ttf': 'file' },
 });
 copyFileSync('src/index.html', out + 'index.html');

@@ -4,6 +4,7 @@
 import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import uPlot from 'uplot';
+import RFB from '@novnc/novnc';
 
 const P = '/console';
 
@@ -280,6 +281,58 @@ function logs(id) {
   return [card, () => clearInterval(timer)];
 }
 
+// screen shows a desktop sandbox's screen with noVNC: serve starts the
+// sandbox's VNC server (POST /sandboxes/ID/screen) and the console
+// bridges /console/screen/ID, on its own origin, to it.
+function screen(id) {
+  const host = el('div', { id: 'screen', class: 'screen' });
+  const status = el('span', { id: 'screen-status' });
+  const box = errBox();
+  let rfb = null;
+  const stop = () => { if (rfb) { const r = rfb; rfb = null; r.disconnect(); } };
+  const start = async () => {
+    box.textContent = ''; stop();
+    try {
+      await call('POST', '/api/sandboxes/' + encodeURIComponent(id) + '/screen', {});
+    } catch (e) { fail(box, e); return; }
+    const url = (location.protocol === 'https:' ? 'wss:' : 'ws:') + '//' + location.host + P + '/screen/' + encodeURIComponent(id);
+    status.textContent = 'connecting';
+    const r = new RFB(host, url, { shared: true });
+    r.scaleViewport = true;
+    r.addEventListener('connect', () => { status.textContent = 'connected'; });
+    r.addEventListener('disconnect', (e) => { status.textContent = e.detail && e.detail.clean ? 'disconnected' : 'connection lost'; if (rfb === r) rfb = null; });
+    r.addEventListener('securityfailure', (e) => { fail(box, 'VNC: ' + ((e.detail && e.detail.reason) || 'security failure')); });
+    rfb = r;
+  };
+  const card = el('div', { class: 'card' }, el('h3', { text: 'Screen' }),
+    el('div', { class: 'row' }, el('button', { id: 's-show', text: 'show screen', on: { click: start } }), el('button', { id: 's-hide', text: 'hide', on: { click: stop } }), status), host, box);
+  return [card, stop];
+}
+
+// checkpoints lists the sandbox's checkpoints, each to go back to or to
+// fork from.
+function checkpoints(id, onFork) {
+  const q = encodeURIComponent(id);
+  const tbody = el('tbody', { id: 'checkpoints' });
+  const box = errBox();
+  const list = async () => {
+    try {
+      const cks = await getJSON('/api/sandboxes/' + q + '/checkpoints');
+      tbody.replaceChildren(...cks.map((c) => {
+        const b = (name, f) => el('button', { class: 'ck-' + name, text: name, on: { click: async () => { try { box.textContent = ''; await f(); await list(); } catch (e) { fail(box, e); } } } });
+        const cq = encodeURIComponent(c.checkpointID);
+        return el('tr', { 'data-checkpoint': c.checkpointID }, el('td', { text: c.checkpointID }), el('td', { text: new Date(c.createdAt).toLocaleTimeString() }),
+          el('td', { text: c.message || '' }), el('td', { text: mib(c.sizeBytes) }),
+          el('td', {}, b('restore', () => call('POST', '/api/sandboxes/' + q + '/checkpoints/' + cq + '/restore', {})),
+            b('fork', async () => onFork(await (await call('POST', '/api/sandboxes/' + q + '/fork', { checkpointID: c.checkpointID })).json()))));
+      }));
+      box.textContent = '';
+    } catch (e) { fail(box, e); }
+  };
+  list();
+  return [el('div', { class: 'card' }, el('h3', { text: 'Checkpoints' }), el('table', {}, tbody), box), list];
+}
+
 async function showSandbox(id) {
   const box = errBox();
   const title = el('h2', { id: 'sb-title', text: id });
@@ -304,20 +357,37 @@ async function showSandbox(id) {
   };
   const termHost = el('div', { id: 'term' });
   const chartHost = el('div', { class: 'charts', id: 'charts' });
+  const result = el('div', { id: 'sb-result' });
+  const forked = (out) => {
+    const kid = (out || []).map((k) => k.sandbox && k.sandbox.sandboxID).find(Boolean);
+    if (!kid) throw new Error('fork: ' + JSON.stringify(out));
+    const a = el('a', { id: 'fork-link', href: P + '/sandbox/' + encodeURIComponent(kid), text: kid });
+    a.addEventListener('click', (e) => { e.preventDefault(); history.pushState(null, '', a.getAttribute('href')); route(); });
+    result.replaceChildren('forked: ', a);
+  };
+  const [ckCard, ckList] = checkpoints(id, forked);
   const actions = el('div', { class: 'row' },
     act('pause', () => call('POST', '/api/sandboxes/' + q + '/pause')),
     act('resume', () => call('POST', '/api/sandboxes/' + q + '/resume', {})),
+    act('snapshot', async () => { const r = await (await call('POST', '/api/sandboxes/' + q + '/snapshots', {})).json(); result.replaceChildren('snapshot: ', el('code', { id: 'snapshot-id', text: r.snapshotID })); }),
+    act('checkpoint', async () => { const r = await (await call('POST', '/api/sandboxes/' + q + '/checkpoints', {})).json(); result.replaceChildren('checkpoint: ', el('code', { id: 'checkpoint-id', text: r.checkpointID })); await ckList(); }),
+    act('fork', async () => forked(await (await call('POST', '/api/sandboxes/' + q + '/fork', {})).json())),
     act('kill', async () => { await call('DELETE', '/api/sandboxes/' + q); history.pushState(null, '', P + '/'); route(); }));
   let sb;
   try { sb = await load(); } catch (e) { show(el('div', { class: 'card' }, el('h2', { text: id }), box)); fail(box, e); return; }
-  const parts = [el('div', { class: 'card' }, title, state, info, actions, box), el('div', { class: 'card' }, el('h3', { text: 'Ports' }), el('div', { class: 'row' }, el('label', {}, 'Port', port), plink))];
-  if (sb.state === 'running') parts.push(el('div', { class: 'card' }, el('h3', { text: 'Terminal' }), termHost), files(id));
-  parts.push(el('div', { class: 'card' }, el('h3', { text: 'Metrics' }), chartHost));
+  const parts = [el('div', { class: 'card' }, title, state, info, actions, result, box), el('div', { class: 'card' }, el('h3', { text: 'Ports' }), el('div', { class: 'row' }, el('label', {}, 'Port', port), plink))];
+  const stops = [];
+  if (sb.state === 'running') {
+    const [scCard, stopScreen] = screen(id);
+    parts.push(el('div', { class: 'card' }, el('h3', { text: 'Terminal' }), termHost), files(id), scCard);
+    stops.push(stopScreen);
+  }
+  parts.push(ckCard, el('div', { class: 'card' }, el('h3', { text: 'Metrics' }), chartHost));
   const [logCard, stopLogs] = logs(id);
   parts.push(logCard);
   show(...parts);
   setLink();
-  const stops = [charts(id, chartHost), stopLogs];
+  stops.push(charts(id, chartHost), stopLogs);
   if (sb.state === 'running') stops.push(terminal(id, termHost));
   stopView = () => stops.forEach((f) => f());
 }
