@@ -37,6 +37,8 @@ func (s *Server) routes() http.Handler {
 		s.metrics.handler().ServeHTTP(w, r)
 	})
 
+	mux.HandleFunc("GET "+OperatorTenantsPath, s.serveOperatorTenants)
+
 	handle := func(pattern string, mutating bool, h apiHandler) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			s.serveAPI(w, r, mutating, h)

@@ -32,41 +32,9 @@ func (s *Server) admit(ctx context.Context, tenantName string, want tenant.Usage
 			q = t.Quota
 		}
 	}
-	used := s.reserved[tenantName]
-	sbs, err := s.tenantSandboxes(ctx, tenantName)
+	used, _, err := s.inUse(ctx, tenantName, q.MaxDisk > 0, q.MaxDisk > 0 || q.MaxSnapshots > 0)
 	if err != nil {
 		return nil, err
-	}
-	for _, sb := range sbs {
-		switch {
-		// This server's creates in flight are in reserved already.
-		case sb.State == engine.StateRunning,
-			sb.State == engine.StateCreating && !sb.CreatingHere():
-			used = used.Add(placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk))
-		case sb.State == engine.StatePaused:
-			used.Disk += placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk).Disk
-		}
-	}
-	if q.MaxDisk > 0 {
-		vd, err := s.place.VolumesDisk(ctx, tenantName)
-		if err != nil {
-			return nil, err
-		}
-		used.Disk += vd
-	}
-	if q.MaxDisk > 0 || q.MaxSnapshots > 0 {
-		su, err := s.place.SnapshotsUsage(ctx, tenantName)
-		if err != nil {
-			return nil, err
-		}
-		used.Disk += su.Disk
-		used.Snapshots += su.Snapshots
-		cu, err := s.place.CheckpointsUsage(ctx, tenantName)
-		if err != nil {
-			return nil, err
-		}
-		used.Disk += cu.Disk
-		used.Snapshots += cu.Snapshots
 	}
 	if err := q.Admit(used, want); err != nil {
 		return nil, err
@@ -92,4 +60,48 @@ func resumeUsage(sb *engine.Sandbox) tenant.Usage {
 // there). Once made, it holds the disk it takes.
 func snapshotUsage(sb *engine.Sandbox) tenant.Usage {
 	return tenant.Usage{Snapshots: 1, Disk: placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk).Disk}
+}
+
+// inUse is what tenant holds (see admit): its calls in flight and its
+// sandboxes, which it returns too; with volumes, its volumes' disk; with
+// snapshots, its snapshots' and checkpoints' disk and count. The caller
+// holds createMu.
+func (s *Server) inUse(ctx context.Context, tenantName string, volumes, snapshots bool) (tenant.Usage, []*engine.Sandbox, error) {
+	used := s.reserved[tenantName]
+	sbs, err := s.tenantSandboxes(ctx, tenantName)
+	if err != nil {
+		return used, nil, err
+	}
+	for _, sb := range sbs {
+		switch {
+		// This server's creates in flight are in reserved already.
+		case sb.State == engine.StateRunning,
+			sb.State == engine.StateCreating && !sb.CreatingHere():
+			used = used.Add(placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk))
+		case sb.State == engine.StatePaused:
+			used.Disk += placement.UsageOf(sb.CPUs, sb.Memory, sb.Disk).Disk
+		}
+	}
+	if volumes {
+		vd, err := s.place.VolumesDisk(ctx, tenantName)
+		if err != nil {
+			return used, nil, err
+		}
+		used.Disk += vd
+	}
+	if snapshots {
+		su, err := s.place.SnapshotsUsage(ctx, tenantName)
+		if err != nil {
+			return used, nil, err
+		}
+		used.Disk += su.Disk
+		used.Snapshots += su.Snapshots
+		cu, err := s.place.CheckpointsUsage(ctx, tenantName)
+		if err != nil {
+			return used, nil, err
+		}
+		used.Disk += cu.Disk
+		used.Snapshots += cu.Snapshots
+	}
+	return used, sbs, nil
 }
