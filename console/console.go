@@ -22,6 +22,10 @@ const Prefix = "/console"
 // EnvdPort is the port of a sandbox's envd data plane (E2B's).
 const EnvdPort = "49983"
 
+// OperatorTenantsPath is serve's operator view (serve.OperatorTenantsPath):
+// every tenant's quota, use and sandboxes, for the operator's key only.
+const OperatorTenantsPath = "/operator/tenants"
+
 // ScreenPort is the port serve bridges to a desktop sandbox's VNC server
 // (screen.VNCPort), with the sandbox's stream token.
 const ScreenPort = "5909"
@@ -219,6 +223,8 @@ type sessionInfo struct {
 	CSRF     string    `json:"csrf,omitempty"`
 	Expires  time.Time `json:"expires,omitzero"`
 	Domain   string    `json:"domain,omitempty"`
+	// Operator: signed in with the operator's key.
+	Operator bool `json:"operator,omitempty"`
 }
 
 func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
@@ -233,7 +239,7 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, sessionInfo{})
 			return
 		}
-		writeJSON(w, http.StatusOK, sessionInfo{SignedIn: true, CSRF: s.csrf, Expires: s.expires, Domain: h.cfg.Domain})
+		writeJSON(w, http.StatusOK, sessionInfo{SignedIn: true, CSRF: s.csrf, Expires: s.expires, Domain: h.cfg.Domain, Operator: s.operator})
 	case http.MethodPost:
 		h.signIn(w, r)
 	case http.MethodDelete:
@@ -266,6 +272,13 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := h.call(r, http.MethodGet, "/v2/sandboxes?limit=1", body.APIKey, nil)
+	operator := false
+	if rec.status == http.StatusForbidden {
+		// A valid key that acts as no tenant: the operator's, if it
+		// opens the operator's view.
+		rec = h.call(r, http.MethodGet, OperatorTenantsPath, body.APIKey, nil)
+		operator = rec.status == http.StatusOK
+	}
 	switch {
 	case rec.status == http.StatusUnauthorized || rec.status == http.StatusForbidden:
 		writeError(w, http.StatusUnauthorized, "the API key is not valid for this server")
@@ -274,9 +287,9 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "could not check the API key: the API answered "+http.StatusText(rec.status))
 		return
 	}
-	s := h.sessions.add(body.APIKey)
+	s := h.sessions.add(body.APIKey, operator)
 	h.setCookie(w, s)
-	writeJSON(w, http.StatusOK, sessionInfo{SignedIn: true, CSRF: s.csrf, Expires: s.expires, Domain: h.cfg.Domain})
+	writeJSON(w, http.StatusOK, sessionInfo{SignedIn: true, CSRF: s.csrf, Expires: s.expires, Domain: h.cfg.Domain, Operator: operator})
 }
 
 // inner is r as the console passes it on: for path, with none of the

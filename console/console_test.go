@@ -18,7 +18,10 @@ type api struct {
 	calls []*http.Request
 }
 
-const goodKey = "key-of-tenant-a"
+const (
+	goodKey     = "key-of-tenant-a"
+	operatorKey = "key-of-the-operator"
+)
 
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
@@ -31,6 +34,15 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"path": r.URL.Path, "port": r.Header.Get("E2b-Sandbox-Port"), "cookie": r.Header.Get("Cookie")})
+		return
+	}
+	if r.Header.Get("X-API-Key") == operatorKey {
+		// serve's operator key acts as no tenant.
+		if r.URL.Path == OperatorTenantsPath {
+			_, _ = w.Write([]byte(`[]`))
+			return
+		}
+		http.Error(w, `{"code":403,"message":"acts as no tenant"}`, http.StatusForbidden)
 		return
 	}
 	if r.Header.Get("X-API-Key") != goodKey {
@@ -126,6 +138,20 @@ func TestBadKeyKeepsNothing(t *testing.T) {
 	w = do(h, "POST", "/console/session", `apiKey=`+goodKey, map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
 	if w.Code != http.StatusUnsupportedMediaType || h.sessions.len() != 0 {
 		t.Fatalf("form sign-in: %d %s, sessions %d", w.Code, w.Body, h.sessions.len())
+	}
+}
+
+// The operator's key, which acts as no tenant, signs in to the
+// operator's view; a tenant's key does not.
+func TestOperatorSession(t *testing.T) {
+	h, _, _ := newTest(t)
+	for key, want := range map[string]bool{operatorKey: true, goodKey: false} {
+		cookie, _ := signIn(t, h, key)
+		w := do(h, "GET", "/console/session", "", map[string]string{"Cookie": cookie})
+		var info sessionInfo
+		if err := json.Unmarshal(w.Body.Bytes(), &info); err != nil || !info.SignedIn || info.Operator != want {
+			t.Errorf("session of %s: %s, want operator %v", key, w.Body, want)
+		}
 	}
 }
 

@@ -29,6 +29,9 @@ type session struct {
 	csrf    string
 	created time.Time
 	expires time.Time
+	// operator: the key is serve's operator key, which acts as no
+	// tenant; the pages show the operator's view.
+	operator bool
 
 	// mu guards tokens: envd access tokens by sandbox ID.
 	mu     sync.Mutex
@@ -84,10 +87,10 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// add makes a session for key.
-func (ss *sessions) add(key string) *session {
+// add makes a session for key (the operator's key if operator).
+func (ss *sessions) add(key string, operator bool) *session {
 	now := ss.now()
-	s := &session{id: randomToken(), key: key, csrf: randomToken(), created: now, expires: now.Add(SessionTTL), tokens: map[string]string{}}
+	s := &session{id: randomToken(), key: key, csrf: randomToken(), created: now, expires: now.Add(SessionTTL), operator: operator, tokens: map[string]string{}}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.byID) >= ss.max {

@@ -32,8 +32,10 @@ func TestServeConsole(t *testing.T) {
 	s := newServer(t, "")
 	archive := filepath.Join(binDir(t), "images", "code-interpreter-v1.tar")
 	s.ok("image", "import", "code-interpreter-v1", archive)
-	keyA := s.tenantAdd("alice")
+	keyA := s.tenantAdd("alice", "--max-sandboxes", "10", "--max-cpus", "16", "--max-memory", "32g", "--max-snapshots", "20")
 	keyB := s.tenantAdd("bob")
+	operatorKeyFile := filepath.Join(t.TempDir(), "operator.key")
+	s.flags = []string{"--operator-key-file", operatorKeyFile}
 	s.serve()
 	base := s.url("/console/")
 
@@ -167,6 +169,34 @@ func TestServeConsole(t *testing.T) {
 	if r, err := browser.Eval[string](b2, `fetch('/console/api/sandboxes/`+id+`').then(r => String(r.status))`); err != nil || r != "404" {
 		t.Fatalf("bob asking for alice's sandbox: %q %v", r, err)
 	}
+
+	// The operator's view: every tenant's use against its quota, and
+	// every tenant's sandboxes; a tenant's key does not open it.
+	opKey, err := os.ReadFile(operatorKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := openConsole(t, s, time.Minute)
+	if err := chromedp.Do(op.ctx, chromedp.Navigate(base), chromedp.WaitVisible("#apikey"), chromedp.SendKeys("#apikey", strings.TrimSpace(string(opKey))), chromedp.Click("#signin-submit"), chromedp.WaitVisible("#op-tenants")); err != nil {
+		t.Fatalf("the operator's sign-in: %v", err)
+	}
+	op.wait("alice's two sandboxes of her ten in the operator's view", `(() => { const r = document.querySelector('#op-tenants tr[data-tenant="alice"] td.op-sandboxes'); return r && r.textContent === '2 / 10' ? 'y' : ''; })()`, 10*time.Second)
+	if got := op.eval(`document.querySelector('#op-tenants tr[data-tenant="bob"] td.op-sandboxes').textContent`); got != "0" {
+		t.Fatalf("bob's sandboxes in the operator's view: %q, want 0", got)
+	}
+	for _, sid := range []string{id, kid} {
+		if got := op.eval(`(document.querySelector('#op-sandboxes tr[data-id="` + sid + `"] td.tenant') || {}).textContent || ''`); got != "alice" {
+			t.Fatalf("sandbox %s in the operator's list: tenant %q, want alice", sid, got)
+		}
+	}
+	if got := op.eval(`document.querySelector('#op-sandboxes tr[data-id="` + id + `"] td.metadata').textContent + '|' + document.querySelectorAll('#op-sandboxes img').length`); got != "owner="+hostile+"|0" {
+		t.Fatalf("the hostile metadata in the operator's view: %q", got)
+	}
+	shot(t, op.ctx, "operator.png")
+	if r := s.do("GET", "/operator/tenants", nil, apiA); r.status != http.StatusForbidden {
+		t.Fatalf("a tenant's key on GET /operator/tenants: %s, want 403", r)
+	}
+	op.checkClean()
 
 	// Kill, and it leaves the list.
 	if err := chromedp.Do(ctx, chromedp.Click("#b-kill"), chromedp.WaitVisible("#sandboxes")); err != nil {

@@ -131,6 +131,39 @@ function showList() {
   stopView = () => clearInterval(timer);
 }
 
+// showOperator is the operator's view (signed in with serve's operator
+// key, which acts as no tenant): every tenant's quota and what it holds,
+// and every tenant's sandboxes, every 2 s.
+function showOperator() {
+  const tenants = el('tbody', { id: 'op-tenants' });
+  const sandboxes = el('tbody', { id: 'op-sandboxes' });
+  const box = errBox();
+  const of = (used, max, f = String) => f(used) + (max ? ' / ' + f(max) : '');
+  const refresh = async () => {
+    try {
+      const ts = await getJSON('/api/operator/tenants');
+      tenants.replaceChildren(...ts.map((t) => { const q = t.quota || {}; const u = t.use; return el('tr', { 'data-tenant': t.name },
+        el('td', { class: 'tenant', text: t.name }), el('td', { class: 'op-sandboxes', text: of(u.sandboxes, q.max_sandboxes) }),
+        el('td', { text: of(u.cpus, q.max_cpus) }), el('td', { text: of(u.memoryBytes, q.max_memory, mib) }),
+        el('td', { text: of(u.diskBytes, q.max_disk, mib) }), el('td', { text: of(u.snapshots, q.max_snapshots) })); }));
+      sandboxes.replaceChildren(...ts.flatMap((t) => t.sandboxes.map((sb) => {
+        const md = Object.entries(sb.metadata || {}).map(([k, v]) => k + '=' + v).join(', ');
+        return el('tr', { 'data-id': sb.sandboxID }, el('td', { text: sb.sandboxID }), el('td', { class: 'tenant', text: t.name }),
+          el('td', { class: 'state-' + sb.state, text: sb.state }), el('td', { text: sb.alias || sb.templateID }), el('td', { text: age(sb.startedAt) }),
+          el('td', { text: sb.cpuCount + ' CPU, ' + sb.memoryMB + ' MiB' }), el('td', { class: 'metadata', text: md }));
+      })));
+      box.textContent = '';
+    } catch (e) { fail(box, e); }
+  };
+  const th = (...hs) => el('thead', {}, el('tr', {}, ...hs.map((h) => el('th', { text: h }))));
+  show(el('div', { class: 'card' }, el('h2', { text: 'Operator' }), el('h3', { text: 'Tenants: in use / quota' }),
+    el('table', {}, th('Tenant', 'Sandboxes', 'CPUs', 'Memory', 'Disk', 'Snapshots'), tenants), box),
+  el('div', { class: 'card' }, el('h3', { text: 'Every sandbox' }), el('table', {}, th('ID', 'Tenant', 'State', 'Template', 'Age', 'Limits', 'Metadata'), sandboxes)));
+  refresh();
+  const timer = setInterval(refresh, 2000);
+  stopView = () => clearInterval(timer);
+}
+
 // Connect RPC over fetch, JSON codec, as E2B's SDK calls envd.
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -398,6 +431,7 @@ async function route() {
   csrf = s.csrf; domain = s.domain || '';
   const so = document.getElementById('signout');
   so.hidden = false;
+  if (s.operator) { showOperator(); return; }
   const m = location.pathname.match(/^\/console\/sandbox\/([^/]+)$/);
   if (m) showSandbox(decodeURIComponent(m[1])); else showList();
 }
